@@ -1,0 +1,49 @@
+"""ampsuite: a declarative benchmark suite for mixed-precision training.
+
+The public API for plugin authors is exactly what ``__all__`` lists.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+from suite.errors import CaptureFailed, ExitCode, SkipCell
+from suite.records import (
+    BuildContext,
+    CheckContext,
+    NoOptions,
+    Probe,
+    ProbeContext,
+    ReportSection,
+    Technique,
+    Workload,
+)
+from suite.step import Batch, TrainStep
+
+__version__ = "0.1.0"
+
+PLUGIN_API = 1
+"""The plugin API major version. A plugin module may set ``AMPSUITE_PLUGIN_API``
+to the version it was written for; a different major version is a load error."""
+
+hookimpl = pluggy.HookimplMarker("ampsuite")
+"""Decorator that marks a plugin's hook implementations."""
+
+__all__ = [
+    "PLUGIN_API",
+    "Batch",
+    "BuildContext",
+    "CaptureFailed",
+    "CheckContext",
+    "ExitCode",
+    "NoOptions",
+    "Probe",
+    "ProbeContext",
+    "ReportSection",
+    "SkipCell",
+    "Technique",
+    "TrainStep",
+    "Workload",
+    "__version__",
+    "hookimpl",
+]

@@ -1,0 +1,77 @@
+"""Errors that reach the user as one line, and the exit codes of the command."""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    """Exit codes of ``ampsuite``; stable, documented in the README."""
+
+    OK = 0
+    """Every cell passed or was skipped with a reason."""
+    CELLS_FAILED = 1
+    """At least one cell ended failed, oom, timeout or crashed."""
+    INTERRUPTED = 2
+    """The run was interrupted (Ctrl-C or SIGTERM); finished records were kept."""
+    INTERNAL_ERROR = 3
+    """A bug in ampsuite itself; the traceback is printed."""
+    USAGE_ERROR = 4
+    """Bad command line, suite file, results file or plugin."""
+    NO_CELLS = 5
+    """The suite expanded (or ``-k`` narrowed it) to no cell at all."""
+
+
+class AmpsuiteError(Exception):
+    """Base of the errors that are shown to the user as one line."""
+
+    exit_code = ExitCode.USAGE_ERROR
+
+
+class UsageError(AmpsuiteError):
+    """Bad command-line usage."""
+
+
+class SuiteFileError(AmpsuiteError):
+    """A suite file that cannot be read or does not validate.
+
+    The message always names the file and the key path, like
+    ``suite.toml: workloads.resnet.batch_size: expected an integer > 0, got 'x'``.
+    """
+
+    def __init__(self, path: str, key: str, message: str) -> None:
+        self.path = path
+        self.key = key
+        self.message = message
+        where = f"{path}: {key}: " if key else f"{path}: "
+        super().__init__(where + message)
+
+
+class PluginError(AmpsuiteError):
+    """A plugin that cannot be loaded or that breaks a hook contract.
+
+    The message names the plugin and the fault.
+    """
+
+    def __init__(self, plugin: str, message: str) -> None:
+        self.plugin = plugin
+        super().__init__(f"plugin {plugin!r}: {message}")
+
+
+class ResultsFileError(AmpsuiteError):
+    """A results file that is missing, corrupt, of an unknown version or incomparable."""
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path = path
+        super().__init__(f"{path}: {message}")
+
+
+class SkipCell(Exception):
+    """Raised by a workload or technique inside a worker to skip its cell.
+
+    The message is recorded as the cell's skip reason.
+    """
+
+
+class CaptureFailed(Exception):
+    """A technique could not capture or compile the step; the cause is chained."""

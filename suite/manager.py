@@ -1,0 +1,253 @@
+"""Plugin loading: built-ins, entry points, ``-p``, blocking; and the registry of records.
+
+Built-in plugins are registered exactly like third-party ones, from the one
+list in ``plugins.BUILTIN_PLUGINS``. Every failure becomes a :class:`PluginError`
+whose one-line message names the plugin.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+import types
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import pluggy
+
+from suite import PLUGIN_API, __version__, hookspecs
+from suite.errors import PluginError
+from suite.records import Probe, Technique, Workload
+
+ENTRY_POINT_GROUP = "ampsuite"
+AUTOLOAD_ENV = "AMPSUITE_DISABLE_PLUGIN_AUTOLOAD"
+PLUGINS_ENV = "AMPSUITE_PLUGINS"
+HOOK_PREFIX = "ampsuite_"
+
+__all__ = ["PluginInfo", "PluginSettings", "Registry", "load_registry"]
+
+
+@dataclass(frozen=True)
+class PluginSettings:
+    """Which plugins to load; plain data so that workers load the same set.
+
+    Attributes:
+        extra: modules named with ``-p MODULE`` (or in ``$AMPSUITE_PLUGINS``).
+        blocked: names given as ``-p no:NAME``.
+        autoload: load the ``ampsuite`` entry points; ``$AMPSUITE_DISABLE_PLUGIN_AUTOLOAD``
+            turns it off.
+    """
+
+    extra: tuple[str, ...] = ()
+    blocked: tuple[str, ...] = ()
+    autoload: bool = True
+
+    @classmethod
+    def from_args(cls, plugin_args: Sequence[str], env: os._Environ[str] | dict[str, str] | None = None) -> PluginSettings:
+        env = os.environ if env is None else env
+        extra = [m.strip() for m in env.get(PLUGINS_ENV, "").split(",") if m.strip()]
+        blocked: list[str] = []
+        for arg in plugin_args:
+            if arg.startswith("no:"):
+                blocked.append(arg[3:])
+            else:
+                extra.append(arg)
+        autoload = env.get(AUTOLOAD_ENV, "").strip().lower() in ("", "0", "false", "no")
+        return cls(tuple(extra), tuple(blocked), autoload)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"extra": list(self.extra), "blocked": list(self.blocked), "autoload": self.autoload}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PluginSettings:
+        return cls(tuple(data["extra"]), tuple(data["blocked"]), bool(data["autoload"]))
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """One loaded plugin: its registered name, module, version and where it came from."""
+
+    name: str
+    module: str
+    version: str
+    source: str
+    """``builtin``, ``entry point (DIST)``, ``-p`` or ``$AMPSUITE_PLUGINS``."""
+
+
+_R = TypeVar("_R", Workload, Technique, Probe)
+
+
+@dataclass
+class Registry:
+    """Every record the loaded plugins contributed, by name, with the plugin that owns it."""
+
+    manager: pluggy.PluginManager
+    plugins: list[PluginInfo] = field(default_factory=list)
+    workloads: dict[str, Workload] = field(default_factory=dict)
+    techniques: dict[str, Technique] = field(default_factory=dict)
+    probes: dict[str, Probe] = field(default_factory=dict)
+    owner: dict[tuple[str, str], str] = field(default_factory=dict)
+    """(kind, record name) -> plugin name."""
+
+    @property
+    def hook(self) -> Any:
+        return self.manager.hook
+
+    def plugin_of(self, kind: str, name: str) -> PluginInfo:
+        owner = self.owner[(kind, name)]
+        return next(p for p in self.plugins if p.name == owner)
+
+
+class _Manager(pluggy.PluginManager):
+    """Treats any ``ampsuite_*`` attribute as a hook implementation, so a
+    misspelled hook is caught by ``check_pending`` even without the marker."""
+
+    def parse_hookimpl_opts(self, plugin: object, name: str) -> Any:
+        opts = super().parse_hookimpl_opts(plugin, name)
+        if opts is None and name.startswith(HOOK_PREFIX):
+            attr = getattr(plugin, name, None)
+            if callable(attr):
+                return {}
+        return opts
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _import(name: str, module: str) -> types.ModuleType:
+    try:
+        return importlib.import_module(module)
+    except Exception as exc:  # any error in third-party code is that plugin's fault
+        raise PluginError(name, f"cannot import {module!r}: {type(exc).__name__}: {_one_line(str(exc))}") from exc
+
+
+def _register(pm: pluggy.PluginManager, plugin: object, name: str) -> None:
+    declared = getattr(plugin, "AMPSUITE_PLUGIN_API", PLUGIN_API)
+    if declared != PLUGIN_API:
+        raise PluginError(
+            name,
+            f"written for ampsuite plugin API {declared!r}, but this ampsuite ({__version__}) "
+            f"provides API {PLUGIN_API}; upgrade the plugin or ampsuite",
+        )
+    try:
+        pm.register(plugin, name=name)
+    except pluggy.PluginValidationError as exc:
+        raise PluginError(name, _one_line(str(exc))) from exc
+    except ValueError as exc:  # pluggy: name or object already registered
+        raise PluginError(name, _one_line(str(exc))) from exc
+
+
+def _entry_points() -> list[importlib.metadata.EntryPoint]:
+    return sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
+
+
+def load_registry(settings: PluginSettings | None = None) -> Registry:
+    """Load plugins as ``settings`` say and collect their records.
+
+    :raises PluginError: for the first broken plugin, naming it.
+    """
+    from plugins import BUILTIN_PLUGINS
+
+    settings = settings or PluginSettings()
+    pm = _Manager("ampsuite")
+    pm.add_hookspecs(hookspecs)
+    for name in settings.blocked:
+        pm.set_blocked(name)
+    registry = Registry(pm)
+
+    def add(name: str, module: str, version: str, source: str) -> None:
+        if pm.is_blocked(name) or pm.has_plugin(name):
+            return
+        plugin = _import(name, module)
+        _register(pm, plugin, name)
+        registry.plugins.append(PluginInfo(name, module, version, source))
+
+    for module in BUILTIN_PLUGINS:
+        add(module.rsplit(".", 1)[-1], module, __version__, "builtin")
+    if settings.autoload:
+        for ep in _entry_points():
+            dist = ep.dist.name if ep.dist else "?"
+            version = ep.dist.version if ep.dist else "?"
+            if pm.is_blocked(ep.name) or pm.has_plugin(ep.name):
+                continue
+            try:
+                plugin = ep.load()
+            except Exception as exc:
+                raise PluginError(
+                    ep.name, f"cannot load entry point {ep.value!r}: {type(exc).__name__}: {_one_line(str(exc))}"
+                ) from exc
+            _register(pm, plugin, ep.name)
+            registry.plugins.append(PluginInfo(ep.name, ep.value, version, f"entry point ({dist})"))
+    for module in settings.extra:
+        add(module, module, _module_version(module), "-p")
+
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        plugin_name = pm.get_name(exc.plugin) or "?"
+        raise PluginError(
+            plugin_name,
+            f"{_one_line(str(exc))}; hooks are: {', '.join(sorted(pm.hook.__dict__))}",
+        ) from exc
+
+    _collect(registry, "workload", pm.hook.ampsuite_workloads, Workload, registry.workloads)
+    _collect(registry, "technique", pm.hook.ampsuite_techniques, Technique, registry.techniques)
+    _collect(registry, "probe", pm.hook.ampsuite_probes, Probe, registry.probes)
+    return registry
+
+
+def _module_version(module: str) -> str:
+    dists = importlib.metadata.packages_distributions().get(module.split(".", 1)[0], [])
+    if dists:
+        return importlib.metadata.version(dists[0])
+    return str(getattr(importlib.import_module(module), "__version__", "unknown"))
+
+
+def _collect(
+    registry: Registry,
+    kind: str,
+    hook: pluggy.HookCaller,
+    record_type: type[_R],
+    into: dict[str, _R],
+) -> None:
+    # Each implementation is called on its own so that an error or a
+    # duplicate can be pinned on the plugin that caused it.
+    for impl in reversed(hook.get_hookimpls()):
+        plugin = impl.plugin_name
+        try:
+            records: Iterable[Any] = impl.function() or ()
+            records = list(records)
+        except Exception as exc:
+            raise PluginError(plugin, f"hook {hook.name} raised {type(exc).__name__}: {_one_line(str(exc))}") from exc
+        for record in records:
+            if not isinstance(record, record_type):
+                raise PluginError(
+                    plugin, f"hook {hook.name} returned {type(record).__name__}, expected suite.{record_type.__name__}"
+                )
+            _check_record(plugin, kind, record)
+            if record.name in into:
+                other = registry.owner[(kind, record.name)]
+                raise PluginError(
+                    plugin,
+                    f"{kind} {record.name!r} is already registered by plugin {other!r}; "
+                    f"rename one, or block one with -p no:{plugin}",
+                )
+            into[record.name] = record
+            registry.owner[(kind, record.name)] = plugin
+
+
+def _check_record(plugin: str, kind: str, record: Any) -> None:
+    from dataclasses import is_dataclass
+
+    if not record.name or not isinstance(record.name, str) or any(c.isspace() or c in "/[]," for c in record.name):
+        raise PluginError(plugin, f"{kind} name {record.name!r} must be a non-empty string without spaces, '/', '[', ']' or ','")
+    options = getattr(record, "options", None)
+    if options is not None and not (isinstance(options, type) and is_dataclass(options)):
+        raise PluginError(plugin, f"{kind} {record.name!r}: options must be a dataclass type, got {options!r}")
+    for attr in ("build", "apply"):
+        fn: Callable[..., Any] | None = getattr(record, attr, None)
+        if attr in type(record).__dataclass_fields__ and not callable(fn):
+            raise PluginError(plugin, f"{kind} {record.name!r}: {attr} must be callable, got {fn!r}")

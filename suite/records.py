@@ -1,0 +1,179 @@
+"""The typed records that plugins register: workloads, techniques, probes, report sections."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from suite.step import TrainStep
+
+__all__ = [
+    "BuildContext",
+    "CheckContext",
+    "NoOptions",
+    "Probe",
+    "ProbeContext",
+    "ReportSection",
+    "Technique",
+    "Workload",
+]
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """The options of a plugin that takes none."""
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What a workload's ``build`` receives beside its options (in the worker)."""
+
+    device: torch.device
+    batch_size: int
+    seed: int
+    data_dir: str
+    """Where generated on-disk data sets live (``ampsuite make-data`` writes there)."""
+
+
+@dataclass(frozen=True)
+class CheckContext:
+    """What a technique's ``check`` sees when the matrix is expanded (in the parent).
+
+    Attributes:
+        workload: the workload record of the cell.
+        workload_options: the validated options instance of that workload.
+        device_type: ``"cpu"`` or ``"cuda"``.
+        techniques: names of every technique in the cell's combination.
+        batch_size: the cell's batch size.
+    """
+
+    workload: Workload
+    workload_options: Any
+    device_type: str
+    techniques: tuple[str, ...]
+    batch_size: int
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A model (or kernel) with its optimizer and data, registered by a plugin.
+
+    Attributes:
+        name: unique across all plugins; what suite files refer to.
+        summary: one line for ``ampsuite list`` and the report.
+        build: ``build(options, ctx) -> TrainStep``; runs in the worker process.
+        options: a dataclass type; fields with defaults, ``metadata={"help": ...}``.
+        unit: what one sample is (``"images"``, ``"sequences"``); throughput is
+            reported in ``unit``/s.
+        traits: facts techniques check, e.g. ``"data-path"`` (has a host dataset
+            for loading techniques), ``"dynamic-shapes"``, ``"conv"``, ``"model"``.
+        requires: device kinds the workload can run on, empty for any.
+        check: optional ``check(options, device_type) -> skip reason or None``,
+            evaluated when the matrix is expanded (in the parent).
+        prepare: optional ``prepare(options, data_dir) -> path``: generates the
+            on-disk data set the workload reads with these options (idempotent;
+            ``ampsuite make-data`` calls it, and ``build`` may call it when the
+            data is missing).
+    """
+
+    name: str
+    summary: str
+    build: Callable[[Any, BuildContext], TrainStep]
+    options: type = NoOptions
+    unit: str = "samples"
+    traits: frozenset[str] = frozenset()
+    requires: frozenset[str] = frozenset()
+    check: Callable[[Any, str], str | None] | None = None
+    prepare: Callable[[Any, str], str] | None = None
+
+
+@dataclass(frozen=True)
+class Technique:
+    """A transformation of a training step, registered by a plugin.
+
+    Attributes:
+        name: unique across all plugins; what suite files refer to.
+        summary: one line for ``ampsuite list`` and the report.
+        apply: ``apply(step, options) -> TrainStep``; runs in the worker, may
+            raise :class:`suite.SkipCell` with a reason.
+        options: a dataclass type, as for workloads.
+        order: techniques of a combination apply in ascending order (ties by name).
+        requires: names of techniques that must be in the same combination,
+            and/or ``"cuda"`` for device-only techniques.
+        conflicts: names of techniques that cannot share a combination.
+        check: ``check(ctx) -> skip reason or None``, evaluated when the matrix
+            is expanded, so a skip costs no worker.
+    """
+
+    name: str
+    summary: str
+    apply: Callable[[TrainStep, Any], TrainStep]
+    options: type = NoOptions
+    order: int = 50
+    requires: frozenset[str] = frozenset()
+    conflicts: frozenset[str] = frozenset()
+    check: Callable[[CheckContext], str | None] | None = None
+
+
+@dataclass
+class ProbeContext:
+    """Handed to probes in the worker; probes write what they find into it.
+
+    Attributes:
+        step: the cell's step after every technique was applied.
+        run: the composed step function that is timed.
+        cell: the cell as plain data (id, workload, techniques, batch_size, ...).
+        metrics: numbers for the record (JSON values; floats, never NaN).
+        diagnostics: structured evidence (tables of shapes, dtype per op, ...).
+        warnings: one-line warnings for the record and the report.
+    """
+
+    step: TrainStep
+    run: Callable[..., Any]
+    cell: Mapping[str, Any]
+    metrics: dict[str, Any] = field(default_factory=dict)
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Extra measurements around a cell, registered by a plugin.
+
+    Attributes:
+        name: unique across all plugins.
+        summary: one line for ``ampsuite list``.
+        inspect: ``inspect(ctx)`` runs once before warm-up and may run steps
+            itself (FLOP counting, dtype tracing); nothing it does is timed.
+        around: ``around(ctx)`` returns a context manager entered just before
+            the timed steps and left just after them (memory, clocks).
+        order: probes run in ascending order.
+    """
+
+    name: str
+    summary: str
+    inspect: Callable[[ProbeContext], None] | None = None
+    around: Callable[[ProbeContext], contextlib.AbstractContextManager[None]] | None = None
+    order: int = 50
+
+
+@dataclass(frozen=True)
+class ReportSection:
+    """A section that a plugin adds to the HTML report.
+
+    ``html`` is trusted markup produced by the plugin (escape what you insert);
+    ``markdown`` is used in the Markdown summary when given.
+    """
+
+    title: str
+    html: str
+    markdown: str | None = None
+    anchor: str | None = None

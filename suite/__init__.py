@@ -18,7 +18,7 @@ from suite.records import (
     Technique,
     Workload,
 )
-from suite.step import Batch, TrainStep
+from suite.step import Batch, StepFn, TrainStep, Wrapper
 
 __version__ = "0.1.0"
 
@@ -41,9 +41,11 @@ __all__ = [
     "ProbeContext",
     "ReportSection",
     "SkipCell",
+    "StepFn",
     "Technique",
     "TrainStep",
     "Workload",
+    "Wrapper",
     "__version__",
     "hookimpl",
 ]

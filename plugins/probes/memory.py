@@ -1,0 +1,41 @@
+"""Peak memory during the timed steps (CUDA allocator) or of the worker process (CPU RSS)."""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+from collections.abc import Iterator
+
+import torch
+
+from suite import Probe, ProbeContext, hookimpl
+
+
+@contextlib.contextmanager
+def around(ctx: ProbeContext) -> Iterator[None]:
+    device = ctx.step.device
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    yield
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        ctx.metrics["peak_memory_bytes"] = torch.cuda.max_memory_allocated(device)
+        ctx.metrics["peak_memory_reserved_bytes"] = torch.cuda.max_memory_reserved(device)
+        ctx.metrics["memory_kind"] = "cuda-allocated"
+    else:
+        # ru_maxrss is in KiB on Linux; it covers the whole worker, imports included.
+        ctx.metrics["peak_memory_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        ctx.metrics["memory_kind"] = "cpu-rss"
+
+
+@hookimpl
+def ampsuite_probes() -> list[Probe]:
+    return [
+        Probe(
+            name="memory",
+            summary="peak memory: CUDA allocator peak over the timed steps, or the worker's peak RSS on CPU",
+            around=around,
+            order=90,
+        )
+    ]

@@ -1,0 +1,249 @@
+"""The ``ampsuite`` command. Every user error is one line on stderr and an :class:`ExitCode`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from suite import __version__
+from suite.errors import AmpsuiteError, ExitCode, UsageError
+
+__all__ = ["main"]
+
+FAILED_STATUSES = frozenset({"failed", "oom", "timeout", "crashed"})
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse would exit 2, which means INTERRUPTED here
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _plugin_settings(args: argparse.Namespace) -> Any:
+    from suite.manager import PluginSettings
+
+    return PluginSettings.from_args(args.plugin or [])
+
+
+def _registry(args: argparse.Namespace) -> Any:
+    from suite.manager import load_registry
+
+    return load_registry(_plugin_settings(args))
+
+
+def _resolve_suite(args: argparse.Namespace) -> tuple[Any, str]:
+    from suite import environment, suitefile
+
+    if args.suite:
+        spec = suitefile.load(args.suite)
+        device = args.device or (environment.detect_device() if spec.device == "auto" else spec.device)
+    else:
+        device = args.device or environment.detect_device()
+        spec = suitefile.load(suitefile.default_suite_path(device))
+    if device == "cuda" and environment.detect_device() != "cuda":
+        raise UsageError(f"{spec.path}: the suite asks for a CUDA device, and torch sees none")
+    return spec, device
+
+
+def cmd_run(args: argparse.Namespace) -> ExitCode:
+    from suite import matrix, runner
+    from suite.display import Display, print_summary
+
+    spec, device = _resolve_suite(args)
+    registry = _registry(args)
+    cells = matrix.select(matrix.expand(spec, registry, device), args.keyword)
+    registry.hook.ampsuite_modify_cells(suite=spec.as_dict(), cells=cells)
+    display = Display()
+    if not cells:
+        display.console.print(f"{spec.path}: no cells selected", markup=False)
+        return ExitCode.NO_CELLS
+    if args.dry_run:
+        display.dry_run(cells)
+        return ExitCode.OK
+    out_dir = Path(args.report_dir or Path("reports") / spec.name)
+    output = Path(args.output) if args.output else out_dir / "results.json"
+    config = runner.RunConfig(
+        output=output,
+        plugins=_plugin_settings(args),
+        resume=args.resume,
+        in_process=args.in_process,
+        data_dir=Path(args.data_dir),
+        timeout=args.timeout,
+        measure_peaks=not args.no_peaks,
+        argv=sys.argv,
+    )
+    try:
+        doc, interrupted = runner.run_cells(spec, cells, registry, device, config, display)
+    finally:
+        display.stop()
+    print_summary(doc, display.console)
+    display.console.print(f"results: {output}", markup=False)
+    if not args.no_report:
+        index = _render(registry, [doc], out_dir)
+        display.console.print(f"report: {index}", markup=False)
+    if interrupted:
+        return ExitCode.INTERRUPTED
+    if any(r["status"] in FAILED_STATUSES for r in doc["cells"]):
+        return ExitCode.CELLS_FAILED
+    return ExitCode.OK
+
+
+def _render(registry: Any, docs: list[dict[str, Any]], out_dir: Path, compare_with: Any = None, history: Any = None) -> Path:
+    from suite.report import render_site
+
+    sections = [s for group in registry.hook.ampsuite_report_sections(results=docs) for s in group]
+    return Path(render_site(docs, out_dir, compare_with=compare_with, history=history, extra_sections=sections))
+
+
+def cmd_list(args: argparse.Namespace) -> ExitCode:
+    from rich.console import Console
+    from rich.table import Table
+
+    from suite.options import describe
+
+    registry = _registry(args)
+    console = Console(highlight=False)
+    plugins = Table(title="plugins")
+    for col in ("name", "version", "source", "module"):
+        plugins.add_column(col)
+    for p in registry.plugins:
+        plugins.add_row(p.name, p.version, p.source, p.module)
+    console.print(plugins)
+    for kind, records in (("workload", registry.workloads), ("technique", registry.techniques), ("probe", registry.probes)):
+        for name in sorted(records):
+            rec = records[name]
+            extra = ""
+            if kind == "workload":
+                extra = f" [unit: {rec.unit}]"
+            elif kind == "technique":
+                bits = [f"order {rec.order}"]
+                if rec.requires:
+                    bits.append("requires " + ", ".join(sorted(rec.requires)))
+                if rec.conflicts:
+                    bits.append("conflicts with " + ", ".join(sorted(rec.conflicts)))
+                extra = f" [{'; '.join(bits)}]"
+            console.print(f"{kind} {name} (plugin {registry.owner[(kind, name)]}){extra}: {rec.summary}", markup=False)
+            options = getattr(rec, "options", None)
+            for o in describe(options) if options is not None else []:
+                console.print(f"    {o.name} ({o.type}, default {o.default!r}): {o.help}", markup=False)
+    return ExitCode.OK
+
+
+def cmd_show(args: argparse.Namespace) -> ExitCode:
+    from suite import results
+    from suite.display import print_summary
+
+    for path in args.results:
+        print_summary(results.load(path))
+    return ExitCode.OK
+
+
+def cmd_report(args: argparse.Namespace) -> ExitCode:
+    from suite import results
+
+    docs = [results.load(p) for p in args.results]
+    compare_with = results.load(args.compare) if args.compare else None
+    history = None
+    if args.asv_results or len(docs) > 1:
+        from suite import analysis
+
+        history = analysis.history(docs if not args.asv_results else Path(args.asv_results))
+    index = _render(_registry(args), docs, Path(args.output), compare_with=compare_with, history=history)
+    print(f"report: {index}")
+    if args.markdown:
+        from suite.report import markdown_summary
+
+        Path(args.markdown).write_text(markdown_summary(docs, compare_with=compare_with), encoding="utf-8")
+    return ExitCode.OK
+
+
+def cmd_make_data(args: argparse.Namespace) -> ExitCode:
+    from suite.matrix import expand
+    from suite.options import build_options
+
+    spec, device = _resolve_suite(args)
+    registry = _registry(args)
+    done = set()
+    for cell in expand(spec, registry, device):
+        record = registry.workloads[cell.workload]
+        key = (cell.workload, repr(sorted(cell.options.items())))
+        if record.prepare is None or key in done:
+            continue
+        done.add(key)
+        print(f"{cell.workload_id}: {record.prepare(build_options(record.options, cell.options), args.data_dir)}")
+    return ExitCode.OK
+
+
+def _add_plugin_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-p",
+        dest="plugin",
+        action="append",
+        metavar="MODULE",
+        help="load plugin MODULE; -p no:NAME blocks the plugin registered as NAME",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="ampsuite", description="Benchmark mixed-precision training techniques.")
+    parser.add_argument("--version", action="version", version=f"ampsuite {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def command(name: str, fn: Callable[[argparse.Namespace], ExitCode], help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        _add_plugin_args(p)
+        p.set_defaults(func=fn)
+        return p
+
+    run = command("run", cmd_run, "run a suite (the default one for this device without SUITE)")
+    run.add_argument("suite", nargs="?", help="suite file (TOML)")
+    run.add_argument("-o", "--output", help="results file (default reports/SUITE-NAME/results.json)")
+    run.add_argument("--report-dir", help="where the HTML report goes (default reports/SUITE-NAME)")
+    run.add_argument("--device", choices=("cpu", "cuda"), help="override the suite's device")
+    run.add_argument("-k", dest="keyword", metavar="EXPR", help="only cells whose id matches EXPR (and, or, not)")
+    run.add_argument("--dry-run", action="store_true", help="list the cells and why any would be skipped")
+    run.add_argument("--resume", action="store_true", help="keep finished records of OUTPUT, run the rest")
+    run.add_argument("--in-process", action="store_true", help="run cells in this process (debugging; no isolation)")
+    run.add_argument("--timeout", type=float, help="seconds per cell (overrides suite.timeout)")
+    run.add_argument("--data-dir", default="reports/data", help="where generated data sets live")
+    run.add_argument("--no-report", action="store_true", help="do not render the HTML report")
+    run.add_argument("--no-peaks", action="store_true", help="do not measure the device's peak rates first")
+
+    command("list", cmd_list, "show plugins, workloads, techniques and probes with their options")
+
+    show = command("show", cmd_show, "print the table of a results file")
+    show.add_argument("results", nargs="+")
+
+    report = command("report", cmd_report, "render the HTML report of results files")
+    report.add_argument("results", nargs="+")
+    report.add_argument("-o", "--output", required=True, help="output directory")
+    report.add_argument("--compare", metavar="RESULTS", help="compare against this earlier results file")
+    report.add_argument("--asv-results", metavar="DIR", help="asv results directory for the history page")
+    report.add_argument("--markdown", metavar="FILE", help="also write a Markdown summary")
+
+    data = command("make-data", cmd_make_data, "generate the on-disk data sets a suite's workloads read")
+    data.add_argument("suite", nargs="?")
+    data.add_argument("--device", choices=("cpu", "cuda"))
+    data.add_argument("--data-dir", default="reports/data")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return int(args.func(args))
+    except AmpsuiteError as exc:
+        print(f"ampsuite: error: {exc}", file=sys.stderr)
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        print("ampsuite: interrupted", file=sys.stderr)
+        return int(ExitCode.INTERRUPTED)
+    except SystemExit as exc:  # --help and --version
+        return int(exc.code or 0)
+    except Exception:
+        traceback.print_exc()
+        print("ampsuite: internal error (a bug in ampsuite; please report it with the traceback above)", file=sys.stderr)
+        return int(ExitCode.INTERNAL_ERROR)

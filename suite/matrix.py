@@ -1,0 +1,283 @@
+"""Matrix expansion: a validated suite and the registry in, a list of cells out.
+
+:func:`expand` is a pure function of its inputs; cell ids are stable and
+readable: ``WORKLOAD[axis=value,...]/COMBINATION/bsN``, where only options
+that are axes in the suite file appear in brackets.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from suite.errors import SuiteFileError, UsageError
+from suite.manager import Registry
+from suite.options import OptionError, build_options, is_list_option, options_as_dict
+from suite.records import CheckContext, Technique, Workload
+from suite.suitefile import Rule, SuiteSpec
+
+__all__ = ["Cell", "KeywordExpression", "expand", "select"]
+
+
+@dataclass
+class Cell:
+    """One point of the matrix: a workload configuration, a technique combination, a batch size."""
+
+    id: str
+    workload_id: str
+    workload: str
+    options: dict[str, Any]
+    axes: dict[str, Any]
+    combination: str
+    techniques: list[tuple[str, dict[str, Any]]]
+    batch_size: int
+    device: str
+    baseline: str
+    skip_reason: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "workload_id": self.workload_id,
+            "workload": self.workload,
+            "options": self.options,
+            "axes": self.axes,
+            "combination": self.combination,
+            "techniques": [{"name": n, "options": o} for n, o in self.techniques],
+            "batch_size": self.batch_size,
+            "device": self.device,
+            "baseline": self.baseline,
+            "skip_reason": self.skip_reason,
+            "extra": self.extra,
+        }
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return "x".join(_fmt(v) for v in value)
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _lookup(spec: SuiteSpec, key: str, names: Mapping[str, Any], kind: str, name: str) -> None:
+    if name not in names:
+        close = difflib.get_close_matches(name, list(names), n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"choose one of: {', '.join(sorted(names))}"
+        raise SuiteFileError(spec.path, key, f"unknown {kind} {name!r}; {hint} (see `ampsuite list`)")
+
+
+def _technique_options(spec: SuiteSpec, registry: Registry) -> dict[str, dict[str, Any]]:
+    used = {t for combo in spec.combinations.values() for t in combo}
+    for cid, combo in spec.combinations.items():
+        for i, t in enumerate(combo):
+            _lookup(spec, f"combinations.{cid}[{i}]", registry.techniques, "technique", t)
+    out: dict[str, dict[str, Any]] = {}
+    for name, values in spec.technique_options.items():
+        _lookup(spec, f"techniques.{name}", registry.techniques, "technique", name)
+        if name not in used:
+            raise SuiteFileError(spec.path, f"techniques.{name}", "options given for a technique no combination uses")
+    for name in used:
+        try:
+            out[name] = options_as_dict(build_options(registry.techniques[name].options, spec.technique_options.get(name, {})))
+        except OptionError as exc:
+            key = f"techniques.{name}" + (f".{exc.key}" if exc.key else "")
+            raise SuiteFileError(spec.path, key, exc.message) from exc
+    return out
+
+
+def _workload_configs(spec: SuiteSpec, registry: Registry) -> list[tuple[Any, Workload, dict[str, Any], dict[str, Any]]]:
+    """(entry, record, options, axis values) for every point of each workload's option axes."""
+    configs = []
+    for entry in spec.workloads:
+        key = f"workloads.{entry.id}"
+        _lookup(spec, f"{key}.plugin", registry.workloads, "workload", entry.plugin)
+        record = registry.workloads[entry.plugin]
+        axes: dict[str, list[Any]] = {}
+        fixed: dict[str, Any] = {}
+        for name, value in entry.options.items():
+            list_typed = is_list_option(record.options, name)
+            is_axis = isinstance(value, list) and (not list_typed or all(isinstance(v, list) for v in value))
+            if is_axis:
+                axes[name] = value
+            else:
+                fixed[name] = value
+        for point in itertools.product(*axes.values()):
+            axis_values = dict(zip(axes, point, strict=True))
+            try:
+                options = build_options(record.options, {**fixed, **axis_values})
+            except OptionError as exc:
+                where = f"{key}.{exc.key}" if exc.key else key
+                raise SuiteFileError(spec.path, where, exc.message) from exc
+            configs.append((entry, record, options_as_dict(options), axis_values))
+    return configs
+
+
+def _skip_reason(
+    spec: SuiteSpec,
+    registry: Registry,
+    record: Workload,
+    options: Any,
+    techniques: Sequence[Technique],
+    device: str,
+    batch_size: int,
+) -> str | None:
+    if record.requires and device not in record.requires:
+        return f"workload {record.name!r} needs a {' or '.join(sorted(record.requires))} device; this run is on {device}"
+    if record.check is not None:
+        reason = record.check(options, device)
+        if reason:
+            return reason
+    names = {t.name for t in techniques}
+    for t in techniques:
+        clash = sorted(names & t.conflicts)
+        if clash:
+            return f"{t.name} conflicts with {clash[0]}"
+        for req in sorted(t.requires):
+            if req == "cuda":
+                if device != "cuda":
+                    return f"{t.name} needs a CUDA device; this run is on {device}"
+            elif req not in names:
+                return f"{t.name} requires {req} in the same combination"
+    ctx = CheckContext(record, options, device, tuple(sorted(names)), batch_size)
+    for t in techniques:
+        if t.check is not None:
+            reason = t.check(ctx)
+            if reason:
+                return f"{t.name}: {reason}"
+    return None
+
+
+def _matches(rule: Rule, cell: Cell, entry_plugin: str) -> bool:
+    if rule.workload is not None and rule.workload != cell.workload_id:
+        return False
+    if rule.plugin is not None and rule.plugin != entry_plugin:
+        return False
+    if rule.combination is not None and rule.combination != cell.combination:
+        return False
+    if rule.technique is not None and rule.technique not in [n for n, _ in cell.techniques]:
+        return False
+    if rule.batch_size is not None and rule.batch_size != cell.batch_size:
+        return False
+    return all(cell.options.get(k) == v for k, v in rule.options.items())
+
+
+def expand(spec: SuiteSpec, registry: Registry, device: str) -> list[Cell]:
+    """Every cell of the suite on ``device``, in run order, with skip reasons set.
+
+    Order: workloads and their option points as declared, then batch sizes,
+    then combinations with the baseline first (so that comparisons against
+    it are available as soon as possible).
+
+    :raises SuiteFileError: for unknown plugins, options or bad option values.
+    """
+    tech_options = _technique_options(spec, registry)
+    combos = sorted(spec.combinations.items(), key=lambda kv: kv[0] != spec.baseline)
+    cells: list[Cell] = []
+    for entry, record, options, axis_values in _workload_configs(spec, registry):
+        opts_obj = build_options(record.options, options)
+        suffix = "[" + ",".join(f"{k}={_fmt(v)}" for k, v in axis_values.items()) + "]" if axis_values else ""
+        for bs in entry.batch_sizes:
+            for cid, names in combos:
+                techs = sorted((registry.techniques[n] for n in names), key=lambda t: (t.order, t.name))
+                cell = Cell(
+                    id=f"{entry.id}{suffix}/{cid}/bs{bs}",
+                    workload_id=entry.id,
+                    workload=record.name,
+                    options=options,
+                    axes=axis_values,
+                    combination=cid,
+                    techniques=[(t.name, tech_options[t.name]) for t in techs],
+                    batch_size=bs,
+                    device=device,
+                    baseline=spec.baseline,
+                )
+                if spec.include and not any(_matches(r, cell, entry.plugin) for r in spec.include):
+                    continue
+                if any(_matches(r, cell, entry.plugin) for r in spec.exclude):
+                    continue
+                cell.skip_reason = _skip_reason(spec, registry, record, opts_obj, techs, device, bs)
+                cells.append(cell)
+    return cells
+
+
+class KeywordExpression:
+    """A ``-k`` expression: substrings of cell ids combined with and, or, not and parentheses.
+
+    Written here rather than borrowed from pytest because pytest's matcher is a
+    private module; the grammar is the same subset users know from ``pytest -k``.
+    """
+
+    _TOKEN = re.compile(r"\s*(\(|\)|[^\s()]+)")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens = [m.group(1) for m in self._TOKEN.finditer(text)]
+        if not self.tokens:
+            raise UsageError("-k: empty expression")
+        self.pos = 0
+        self._tree = self._or()
+        if self.pos != len(self.tokens):
+            raise UsageError(f"-k {text!r}: unexpected {self.tokens[self.pos]!r}")
+
+    def _peek(self) -> str | None:
+        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
+
+    def _take(self) -> str:
+        tok = self._peek()
+        if tok is None:
+            raise UsageError(f"-k {self.text!r}: expression ends too early")
+        self.pos += 1
+        return tok
+
+    def _or(self) -> Any:
+        node = self._and()
+        while self._peek() == "or":
+            self._take()
+            node = ("or", node, self._and())
+        return node
+
+    def _and(self) -> Any:
+        node = self._not()
+        while self._peek() == "and":
+            self._take()
+            node = ("and", node, self._not())
+        return node
+
+    def _not(self) -> Any:
+        if self._peek() == "not":
+            self._take()
+            return ("not", self._not())
+        tok = self._take()
+        if tok == "(":
+            node = self._or()
+            if self._take() != ")":
+                raise UsageError(f"-k {self.text!r}: missing ')'")
+            return node
+        if tok in (")", "and", "or"):
+            raise UsageError(f"-k {self.text!r}: unexpected {tok!r}")
+        return ("word", tok)
+
+    def matches(self, cell_id: str) -> bool:
+        def ev(node: Any) -> bool:
+            op = node[0]
+            if op == "word":
+                return bool(node[1].lower() in cell_id.lower())
+            if op == "not":
+                return not ev(node[1])
+            if op == "and":
+                return ev(node[1]) and ev(node[2])
+            return ev(node[1]) or ev(node[2])
+
+        return ev(self._tree)
+
+
+def select(cells: Iterable[Cell], keyword: str | None) -> list[Cell]:
+    """The cells whose ids match the ``-k`` expression (all when None)."""
+    if not keyword:
+        return list(cells)
+    expr = KeywordExpression(keyword)
+    return [c for c in cells if expr.matches(c.id)]

@@ -1,0 +1,328 @@
+"""Isolation: one worker process per cell, a timeout, and exactly one record per cell.
+
+The parent never measures anything itself: it starts a worker, waits for its
+result or its death, classifies the outcome, writes the record atomically and
+moves on. A worker runs in its own process group, so a timed-out or
+interrupted cell is killed together with its DataLoader workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import multiprocessing as mp
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from multiprocessing.context import BaseContext
+from pathlib import Path
+from typing import Any, Protocol
+
+from suite import environment, results
+from suite.manager import PluginSettings, Registry
+from suite.matrix import Cell
+from suite.suitefile import SuiteSpec
+
+__all__ = ["Observer", "RunConfig", "run_cells"]
+
+STDERR_TAIL_BYTES = 4000
+KILL_GRACE_SECONDS = 5.0
+PEAKS_TIMEOUT = {"cpu": 60.0, "cuda": 300.0}
+
+
+class Observer(Protocol):
+    """What the runner tells the display."""
+
+    def run_started(self, total: int, path: Path) -> None: ...
+    def cell_started(self, index: int, cell: Cell) -> None: ...
+    def cell_finished(self, index: int, record: dict[str, Any]) -> None: ...
+    def message(self, text: str) -> None: ...
+
+
+@dataclass
+class RunConfig:
+    """How to run the cells of one suite."""
+
+    output: Path
+    plugins: PluginSettings = field(default_factory=PluginSettings)
+    resume: bool = False
+    in_process: bool = False
+    data_dir: Path = Path("reports/data")
+    timeout: float | None = None
+    measure_peaks: bool = True
+    argv: Sequence[str] = ()
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def _context() -> BaseContext:
+    if sys.platform.startswith("linux"):
+        from plugins import BUILTIN_PLUGINS
+
+        ctx = mp.get_context("forkserver")
+        # The fork server imports torch and the built-ins once; each worker is
+        # a fork of it, and no CUDA context exists before the fork.
+        ctx.set_forkserver_preload(["suite.worker", *BUILTIN_PLUGINS])
+        return ctx
+    return mp.get_context("spawn")
+
+
+def _kill_group(proc: Any) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        proc.kill()
+    proc.join(KILL_GRACE_SECONDS)
+
+
+def _tail(path: Path) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - STDERR_TAIL_BYTES))
+            return f.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+def _signal_name(code: int | None) -> str | None:
+    if code is None or code >= 0:
+        return None
+    with contextlib.suppress(ValueError):
+        return signal.Signals(-code).name
+    return f"signal {-code}"
+
+
+def _in_worker(
+    ctx: BaseContext, target: Callable[..., None], args: tuple[Any, ...], timeout: float, log: Path
+) -> tuple[str, Any]:
+    """Run ``target(*args, conn)`` in a fresh process.
+
+    :return: ("result", value) | ("timeout", None) | ("crashed", exitcode)
+    """
+    receiver, sender = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=target, args=(*args, sender), daemon=False)  # type: ignore[attr-defined]
+    proc.start()
+    sender.close()
+    try:
+        if receiver.poll(timeout):
+            try:
+                value = receiver.recv()
+            except (EOFError, OSError):
+                proc.join(KILL_GRACE_SECONDS)
+                return "crashed", proc.exitcode
+            proc.join(KILL_GRACE_SECONDS)
+            if proc.is_alive():
+                _kill_group(proc)
+            return "result", value
+        _kill_group(proc)
+        return "timeout", None
+    except BaseException:
+        _kill_group(proc)
+        raise
+    finally:
+        receiver.close()
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def _sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"received {signal.Signals(signum).name}")
+
+
+def _base_record(cell: Cell, registry: Registry) -> dict[str, Any]:
+    return {
+        "id": cell.id,
+        "status": None,
+        "device": cell.device,
+        "batch_size": cell.batch_size,
+        "combination": cell.combination,
+        "baseline": cell.baseline,
+        "workload": {
+            "id": cell.workload_id,
+            "plugin": cell.workload,
+            "options": cell.options,
+            "axes": cell.axes,
+            "unit": registry.workloads[cell.workload].unit,
+        },
+        "techniques": [{"name": n, "options": o} for n, o in cell.techniques],
+        "started": _now(),
+        "wall_seconds": 0.0,
+        "metrics": {},
+        "numerics": None,
+        "diagnostics": {},
+        "notes": {},
+        "warnings": [],
+        "evidence": None,
+    }
+
+
+def _new_document(spec: SuiteSpec, config: RunConfig, device: str, registry: Registry) -> dict[str, Any]:
+    return {
+        "format": results.FORMAT,
+        "version": results.VERSION,
+        "run": {
+            "id": dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ"),
+            "started": _now(),
+            "finished": None,
+            "argv": list(config.argv),
+            "suite": {
+                "name": spec.name,
+                "path": spec.path,
+                "sha256": spec.sha256,
+                "baseline": spec.baseline,
+                "device": device,
+                "numerics_tolerance": spec.numerics_tolerance,
+            },
+            "measure": asdict(spec.measure),
+            "plugins": [asdict(p) for p in registry.plugins],
+        },
+        "environment": environment.collect(device),
+        "cells": [],
+    }
+
+
+def _open_results(spec: SuiteSpec, config: RunConfig, device: str, registry: Registry, ids: set[str]) -> results.ResultsWriter:
+    doc = _new_document(spec, config, device, registry)
+    out = config.output
+    if config.resume and out.exists():
+        old = results.load(out)
+        results.check_comparable(str(out), old["environment"], doc["environment"])
+        old["cells"] = [r for r in old["cells"] if r["status"] in results.TERMINAL and r["id"] in ids]
+        old["run"]["finished"] = None
+        old["run"].setdefault("resumed", []).append(_now())
+        return results.ResultsWriter(out, old)
+    if out.exists():
+        # Never overwrite measurements: the previous file is kept beside the new one.
+        stamp = dt.datetime.fromtimestamp(out.stat().st_mtime, dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+        out.rename(out.with_name(f"{out.stem}.{stamp}{out.suffix}"))
+    return results.ResultsWriter(out, doc)
+
+
+def _measure_peaks(ctx: BaseContext, device: str, log: Path, observer: Observer) -> dict[str, Any] | None:
+    from suite import worker
+
+    kind, value = _in_worker(ctx, worker.peaks_main, (device, str(log)), PEAKS_TIMEOUT[device], log)
+    if kind == "result" and "peaks" in value:
+        return dict(value["peaks"])
+    observer.message(f"device peaks not measured ({kind}: {value.get('error') if isinstance(value, dict) else value})")
+    return None
+
+
+def _payload(spec: SuiteSpec, cell: Cell, config: RunConfig, log: Path) -> dict[str, Any]:
+    return {
+        "cell": cell.as_dict(),
+        "measure": asdict(spec.measure),
+        "seed": spec.seed,
+        "data_dir": str(config.data_dir),
+        "plugins": config.plugins.as_dict(),
+        "log_path": str(log),
+        "memory_limit_bytes": int(spec.memory_limit_gb * 2**30),
+    }
+
+
+def _run_one(
+    ctx: BaseContext | None, spec: SuiteSpec, cell: Cell, config: RunConfig, log: Path, timeout: float
+) -> dict[str, Any]:
+    from suite import worker
+
+    payload = _payload(spec, cell, config, log)
+    if ctx is None:
+        state: dict[str, Any] = {}
+        try:
+            return worker.run_cell(payload, state)
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:
+            return worker.classify(exc, state)
+    kind, value = _in_worker(ctx, worker.main, (payload,), timeout, log)
+    if kind == "result":
+        return dict(value)
+    if kind == "timeout":
+        return {"status": "timeout", "evidence": {"timeout_seconds": timeout, "stderr_tail": _tail(log)}}
+    return {
+        "status": "crashed",
+        "evidence": {"exitcode": value, "signal": _signal_name(value), "stderr_tail": _tail(log)},
+    }
+
+
+def run_cells(
+    spec: SuiteSpec,
+    cells: Sequence[Cell],
+    registry: Registry,
+    device: str,
+    config: RunConfig,
+    observer: Observer,
+) -> tuple[dict[str, Any], bool]:
+    """Run every cell and write its record; returns (document, interrupted).
+
+    Records are written as each cell ends, so a killed run keeps what it
+    finished; ``config.resume`` skips cells that already have a terminal record.
+    """
+    writer = _open_results(spec, config, device, registry, {c.id for c in cells})
+    observer.run_started(len(cells), config.output)
+    ctx = None if config.in_process else _context()
+    timeout = config.timeout or spec.timeout
+    interrupted = False
+    previous = signal.signal(signal.SIGTERM, _sigterm) if hasattr(signal, "SIGTERM") else None
+    logdir = Path(tempfile.mkdtemp(prefix="ampsuite-logs-"))
+    try:
+        if config.measure_peaks and writer.doc["environment"].get("peaks") is None and ctx is not None:
+            with contextlib.suppress(KeyboardInterrupt):
+                writer.doc["environment"]["peaks"] = _measure_peaks(ctx, device, logdir / "peaks.log", observer)
+                writer.flush()
+        for index, cell in enumerate(cells):
+            if writer.has(cell.id):
+                observer.cell_finished(index, writer.doc["cells"][writer._index[cell.id]])
+                continue
+            record = _base_record(cell, registry)
+            if interrupted:
+                record["status"] = "interrupted"
+                record["evidence"] = {"reason": "not started: the run was interrupted before this cell"}
+            elif cell.skip_reason:
+                record["status"] = "skipped"
+                record["evidence"] = {"reason": cell.skip_reason}
+            else:
+                observer.cell_started(index, cell)
+                t0 = time.perf_counter()
+                log = logdir / f"cell-{index}.log"
+                try:
+                    outcome = _run_one(ctx, spec, cell, config, log, timeout)
+                except KeyboardInterrupt:
+                    interrupted = True
+                    outcome = {
+                        "status": "interrupted",
+                        "evidence": {"reason": "interrupted while running", "stderr_tail": _tail(log)},
+                    }
+                record.update({k: v for k, v in outcome.items() if v is not None or k == "evidence"})
+                record["wall_seconds"] = time.perf_counter() - t0
+            writer.add(record)
+            observer.cell_finished(index, record)
+            for err in _notify(registry, record):
+                observer.message(err)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        writer.order([c.id for c in cells])
+        writer.doc["run"]["finished"] = _now()
+        writer.flush()
+    return writer.doc, interrupted
+
+
+def _notify(registry: Registry, record: dict[str, Any]) -> list[str]:
+    errors = []
+    for impl in registry.hook.ampsuite_cell_finished.get_hookimpls():
+        try:
+            impl.function(record=record)
+        except Exception as exc:  # an observer must not stop the run
+            errors.append(f"warning: plugin {impl.plugin_name!r} ampsuite_cell_finished raised {type(exc).__name__}: {exc}")
+    return errors

@@ -1,0 +1,292 @@
+"""The suite file: TOML in, a validated :class:`SuiteSpec` out.
+
+Structure is checked here, completely, before any work starts; plugin names
+and plugin options are checked against the registry by :func:`suite.matrix.expand`
+(which also runs before any cell). Every error is a :class:`SuiteFileError`
+naming the file, the key path and what was expected.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import tomllib
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from suite.errors import SuiteFileError
+
+__all__ = ["MeasureSpec", "Rule", "SuiteSpec", "WorkloadEntry", "default_suite_path", "load", "loads"]
+
+DEVICES = ("auto", "cpu", "cuda")
+RULE_KEYS = ("workload", "plugin", "combination", "technique", "batch_size", "options")
+
+
+@dataclass(frozen=True)
+class MeasureSpec:
+    """How each cell is measured (the ``[measure]`` table)."""
+
+    warmup_steps: int = 3
+    min_steps: int = 10
+    max_steps: int = 200
+    max_seconds: float = 5.0
+    noise_target: float = 0.01
+    numerics_steps: int = 5
+
+
+@dataclass(frozen=True)
+class WorkloadEntry:
+    """One ``[workloads.ID]`` table; ``options`` still holds raw values (lists may be axes)."""
+
+    id: str
+    plugin: str
+    batch_sizes: tuple[int, ...]
+    options: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One ``[[include]]`` or ``[[exclude]]`` table: a cell matches when every key matches."""
+
+    workload: str | None = None
+    plugin: str | None = None
+    combination: str | None = None
+    technique: str | None = None
+    batch_size: int | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SuiteSpec:
+    """A validated suite file."""
+
+    path: str
+    sha256: str
+    name: str
+    description: str
+    device: str
+    seed: int
+    timeout: float
+    baseline: str
+    numerics_tolerance: float
+    memory_limit_gb: float
+    measure: MeasureSpec
+    workloads: tuple[WorkloadEntry, ...]
+    combinations: Mapping[str, tuple[str, ...]]
+    technique_options: Mapping[str, Mapping[str, Any]]
+    include: tuple[Rule, ...] = ()
+    exclude: tuple[Rule, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _Reader:
+    """Pops keys from one table so that leftovers can be reported as unknown."""
+
+    def __init__(self, path: str, key: str, table: Any, known: tuple[str, ...] | None = None) -> None:
+        if not isinstance(table, dict):
+            raise SuiteFileError(path, key, f"expected a table, got {_show(table)}")
+        self.path, self.key, self.table, self.known = path, key, dict(table), known
+
+    def _key(self, name: str) -> str:
+        return f"{self.key}.{name}" if self.key else name
+
+    def error(self, name: str, message: str) -> SuiteFileError:
+        return SuiteFileError(self.path, self._key(name), message)
+
+    def get(self, name: str, kind: type | tuple[type, ...], default: Any, what: str) -> Any:
+        if name not in self.table:
+            return default
+        value = self.table.pop(name)
+        if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+            raise self.error(name, f"expected {what}, got {_show(value)}")
+        if not isinstance(value, kind):
+            raise self.error(name, f"expected {what}, got {_show(value)}")
+        return value
+
+    def number(self, name: str, default: float, *, minimum: float, integer: bool = False, strict: bool = False) -> Any:
+        what = ("an integer" if integer else "a number") + (f" > {minimum:g}" if strict else f" >= {minimum:g}")
+        value = self.get(name, int if integer else (int, float), default, what)
+        if value < minimum or (strict and value == minimum):
+            raise self.error(name, f"expected {what}, got {_show(value)}")
+        return float(value) if not integer else value
+
+    def finish(self) -> None:
+        if self.table:
+            name = sorted(self.table)[0]
+            hint = ""
+            if self.known:
+                close = difflib.get_close_matches(name, self.known, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else f"; expected one of: {', '.join(self.known)}"
+            raise self.error(name, f"unknown key{hint}")
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return f"a list {value!r}" if len(repr(value)) < 60 else "a list"
+    return repr(value)
+
+
+def _batch_sizes(path: str, key: str, value: Any) -> tuple[int, ...]:
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        raise SuiteFileError(path, key, "expected an integer > 0 or a non-empty list of them, got an empty list")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise SuiteFileError(path, key, f"expected an integer > 0 or a list of them, got {_show(v)}")
+    if len(set(values)) != len(values):
+        raise SuiteFileError(path, key, f"batch sizes repeat: {values!r}")
+    return tuple(values)
+
+
+def _rules(path: str, key: str, value: Any) -> tuple[Rule, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise SuiteFileError(path, key, f"expected an array of tables ([[{key}]]), got {_show(value)}")
+    rules = []
+    for i, item in enumerate(value):
+        r = _Reader(path, f"{key}[{i}]", item, RULE_KEYS)
+        rule = Rule(
+            workload=r.get("workload", str, None, "a workload id"),
+            plugin=r.get("plugin", str, None, "a workload plugin name"),
+            combination=r.get("combination", str, None, "a combination id"),
+            technique=r.get("technique", str, None, "a technique name"),
+            batch_size=r.get("batch_size", int, None, "an integer"),
+            options=r.get("options", dict, {}, "a table of option values"),
+        )
+        r.finish()
+        if rule == Rule():
+            raise SuiteFileError(path, f"{key}[{i}]", f"empty rule; give at least one of: {', '.join(RULE_KEYS)}")
+        rules.append(rule)
+    return tuple(rules)
+
+
+def loads(text: str, path: str = "<suite>") -> SuiteSpec:
+    """Parse and validate suite-file text; ``path`` is only used in messages."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SuiteFileError(path, "", f"not valid TOML: {exc}") from exc
+    top = _Reader(path, "", data, ("suite", "measure", "workloads", "combinations", "techniques", "include", "exclude"))
+
+    s = _Reader(
+        path,
+        "suite",
+        top.get("suite", dict, {}, "a table"),
+        ("name", "description", "device", "seed", "timeout", "baseline", "numerics_tolerance", "memory_limit_gb"),
+    )
+    name = s.get("name", str, Path(path).stem, "a string")
+    description = s.get("description", str, "", "a string")
+    device = s.get("device", str, "auto", "one of " + ", ".join(DEVICES))
+    if device not in DEVICES:
+        raise s.error("device", f"expected one of {', '.join(DEVICES)}, got {device!r}")
+    seed = s.get("seed", int, 0, "an integer")
+    timeout = s.number("timeout", 600.0, minimum=0, strict=True)
+    baseline = s.get("baseline", str, None, "a combination id")
+    tolerance = s.number("numerics_tolerance", 0.05, minimum=0)
+    memory_limit = s.number("memory_limit_gb", 0.0, minimum=0)
+    s.finish()
+
+    m = _Reader(path, "measure", top.get("measure", dict, {}, "a table"), tuple(MeasureSpec.__dataclass_fields__))
+    measure = MeasureSpec(
+        warmup_steps=m.number("warmup_steps", MeasureSpec.warmup_steps, minimum=0, integer=True),
+        min_steps=m.number("min_steps", MeasureSpec.min_steps, minimum=3, integer=True),
+        max_steps=m.number("max_steps", MeasureSpec.max_steps, minimum=3, integer=True),
+        max_seconds=m.number("max_seconds", MeasureSpec.max_seconds, minimum=0, strict=True),
+        noise_target=m.number("noise_target", MeasureSpec.noise_target, minimum=0, strict=True),
+        numerics_steps=m.number("numerics_steps", MeasureSpec.numerics_steps, minimum=1, integer=True),
+    )
+    m.finish()
+    if measure.max_steps < measure.min_steps:
+        raise SuiteFileError(
+            path, "measure.max_steps", f"must be >= measure.min_steps ({measure.min_steps}), got {measure.max_steps}"
+        )
+
+    w_table = top.get("workloads", dict, None, "a table of [workloads.ID] tables")
+    if not w_table:
+        raise SuiteFileError(path, "workloads", "no workloads: add at least one [workloads.ID] table")
+    workloads = []
+    for wid, body in w_table.items():
+        key = f"workloads.{wid}"
+        r = _Reader(path, key, body)
+        plugin = r.get("plugin", str, wid, "a workload name (see `ampsuite list`)")
+        if "batch_size" not in r.table:
+            raise SuiteFileError(path, f"{key}.batch_size", "missing; expected an integer > 0 or a list of them")
+        batch_sizes = _batch_sizes(path, f"{key}.batch_size", r.table.pop("batch_size"))
+        for opt, value in r.table.items():
+            if isinstance(value, list) and not value:
+                raise SuiteFileError(path, f"{key}.{opt}", "empty list: an axis needs at least one value")
+        workloads.append(WorkloadEntry(wid, plugin, batch_sizes, dict(r.table)))
+
+    c_table = top.get("combinations", dict, {"fp32": []}, "a table of combination = [technique, ...]")
+    if not c_table:
+        raise SuiteFileError(path, "combinations", "no combinations: add at least one, e.g. fp32 = []")
+    combinations: dict[str, tuple[str, ...]] = {}
+    for cid, techniques in c_table.items():
+        if not isinstance(techniques, list) or not all(isinstance(t, str) for t in techniques):
+            raise SuiteFileError(path, f"combinations.{cid}", f"expected a list of technique names, got {_show(techniques)}")
+        if len(set(techniques)) != len(techniques):
+            raise SuiteFileError(path, f"combinations.{cid}", f"a technique is listed twice: {techniques!r}")
+        if any(c in cid for c in "/[], ") or not cid:
+            raise SuiteFileError(path, f"combinations.{cid}", "combination ids may not contain '/', '[', ']', ',' or spaces")
+        combinations[cid] = tuple(techniques)
+    if baseline is None:
+        baseline = "fp32" if "fp32" in combinations else next(iter(combinations))
+    elif baseline not in combinations:
+        close = difflib.get_close_matches(baseline, list(combinations), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; combinations are: {', '.join(combinations)}"
+        raise SuiteFileError(path, "suite.baseline", f"{baseline!r} is not a combination{hint}")
+
+    t_table = top.get("techniques", dict, {}, "a table of [techniques.NAME] option tables")
+    technique_options: dict[str, dict[str, Any]] = {}
+    for tname, body in t_table.items():
+        if not isinstance(body, dict):
+            raise SuiteFileError(path, f"techniques.{tname}", f"expected a table of options, got {_show(body)}")
+        technique_options[tname] = dict(body)
+
+    include = _rules(path, "include", top.get("include", list, None, "an array of tables"))
+    exclude = _rules(path, "exclude", top.get("exclude", list, None, "an array of tables"))
+    top.finish()
+
+    return SuiteSpec(
+        path=path,
+        sha256=hashlib.sha256(text.encode()).hexdigest(),
+        name=name,
+        description=description,
+        device=device,
+        seed=seed,
+        timeout=timeout,
+        baseline=baseline,
+        numerics_tolerance=tolerance,
+        memory_limit_gb=memory_limit,
+        measure=measure,
+        workloads=tuple(workloads),
+        combinations=combinations,
+        technique_options=technique_options,
+        include=include,
+        exclude=exclude,
+    )
+
+
+def load(path: str | Path) -> SuiteSpec:
+    """Read and validate a suite file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SuiteFileError(str(path), "", "no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SuiteFileError(str(path), "", f"cannot read: {exc}") from exc
+    return loads(text, str(path))
+
+
+def default_suite_path(device: str) -> Path:
+    """The suite shipped for ``device`` (``cpu`` or ``cuda``)."""
+    return Path(str(resources.files("suite") / "defaults" / f"{device}.toml"))

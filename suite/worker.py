@@ -1,0 +1,295 @@
+"""What runs inside one cell's process: build, apply, numerics, probes, timing.
+
+:func:`run_cell` returns the measured parts of the cell's record; any
+exception escapes to :func:`main`, which turns it into evidence. The module
+imports torch at import time on purpose: the runner preloads it in the fork
+server, so workers start without paying for the import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from suite.errors import SkipCell
+from suite.manager import PluginSettings, load_registry
+from suite.measure import summarize, time_steps
+from suite.options import build_options
+from suite.records import BuildContext, ProbeContext
+from suite.step import TrainStep
+from suite.suitefile import MeasureSpec
+
+__all__ = ["classify", "main", "run_cell"]
+
+TRACEBACK_LINES = 30
+OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "std::bad_alloc")
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def _baseline_precision() -> None:
+    # The FP32 baseline must be plain IEEE FP32: cuDNN allows TF32 by default.
+    # Only the legacy flags are used, here and in the tf32 technique: torch
+    # refuses to read the TF32 state once the legacy and new APIs are mixed.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = False
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _grads_finite(step: TrainStep) -> bool:
+    if step.model is None:
+        return True
+    grads = [p.grad for p in step.model.parameters() if p.grad is not None]
+    return all(bool(torch.isfinite(g).all()) for g in grads)
+
+
+def _numerics(step: TrainStep, run: Callable[..., torch.Tensor], n: int, metrics: dict[str, Any]) -> dict[str, Any]:
+    """Run the first ``n`` steps from the seeded start and read every loss.
+
+    The first call is timed on its own: compilation and graph capture happen
+    there and must never leak into step time. Gradients are checked between
+    the phases when the step is eager (no wrappers), where they are reachable.
+    """
+    losses: list[float | None] = []
+    scales: list[float] | None = [] if step.scaler is not None else None
+    nonfinite_step: int | None = None
+    nonfinite_what: str | None = None
+    eager = not step.wrappers
+    forward_backward, update = step.phases()
+    for i in range(n):
+        t0 = time.perf_counter()
+        batch = step.data()
+        if eager:
+            loss = forward_backward(batch)
+            grads_ok = step.scaler is not None or _grads_finite(step)
+            update()
+        else:
+            loss = run(batch)
+            grads_ok = True
+        value = float(loss.float().mean())
+        if i == 0:
+            _sync(step.device)
+            metrics["first_step_seconds"] = time.perf_counter() - t0
+        losses.append(_finite(value))
+        if nonfinite_step is None and not math.isfinite(value):
+            nonfinite_step, nonfinite_what = i, "loss"
+        elif nonfinite_step is None and not grads_ok:
+            nonfinite_step, nonfinite_what = i, "gradients"
+        if scales is not None:
+            scales.append(float(step.scaler.get_scale()))
+    skipped = None
+    if scales is not None:
+        skipped = sum(1 for a, b in zip(scales, scales[1:], strict=False) if b < a)
+    return {
+        "losses": losses,
+        "loss_at_n": losses[-1] if losses else None,
+        "nonfinite_step": nonfinite_step,
+        "nonfinite_what": nonfinite_what,
+        "scale_history": scales,
+        "skipped_steps": skipped,
+    }
+
+
+def _peak_memory(device: torch.device) -> dict[str, Any]:
+    if device.type == "cuda":
+        return {
+            "allocated_bytes": torch.cuda.memory_allocated(device),
+            "reserved_bytes": torch.cuda.memory_reserved(device),
+            "max_allocated_bytes": torch.cuda.max_memory_allocated(device),
+            "total_bytes": torch.cuda.get_device_properties(device).total_memory,
+        }
+    import resource
+
+    return {"max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+def run_cell(payload: dict[str, Any], state: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Measure one cell; returns the record parts (status ``passed`` or ``skipped``).
+
+    :param state: filled as the cell progresses (phase, partial metrics), so that
+        an exception can still be reported with what was known.
+    """
+    state = state if state is not None else {}
+    cell = payload["cell"]
+    spec = MeasureSpec(**payload["measure"])
+    device = torch.device(cell["device"])
+    state["device"] = device
+    registry = load_registry(PluginSettings.from_dict(payload["plugins"]))
+    _baseline_precision()
+    torch.manual_seed(payload["seed"])
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+    state["phase"] = "build"
+    workload = registry.workloads[cell["workload"]]
+    options = build_options(workload.options, cell["options"])
+    metrics: dict[str, Any] = state.setdefault("metrics", {})
+    t0 = time.perf_counter()
+    step = workload.build(options, BuildContext(device, cell["batch_size"], payload["seed"], payload["data_dir"]))
+    for t in cell["techniques"]:
+        state["phase"] = f"apply {t['name']}"
+        technique = registry.techniques[t["name"]]
+        step = technique.apply(step, build_options(technique.options, t["options"]))
+    _sync(device)
+    metrics["build_seconds"] = time.perf_counter() - t0
+    run = step.compose()
+
+    state["phase"] = "numerics"
+    numerics = _numerics(step, run, spec.numerics_steps, metrics)
+    state["numerics"] = numerics
+
+    ctx = ProbeContext(step=step, run=run, cell=cell, metrics=metrics)
+    probes = sorted(registry.probes.values(), key=lambda p: (p.order, p.name))
+    for probe in probes:
+        if probe.inspect is not None:
+            state["phase"] = f"probe {probe.name}"
+            probe.inspect(ctx)
+
+    state["phase"] = "warm-up"
+    for _ in range(spec.warmup_steps):
+        run(step.data())
+    _sync(device)
+
+    state["phase"] = "timed steps"
+    with contextlib.ExitStack() as stack:
+        for probe in probes:
+            if probe.around is not None:
+                stack.enter_context(probe.around(ctx))
+        samples = time_steps(run, step.data, device, spec)
+    last = run(step.data())
+    final_loss = float(last.float().mean())
+    numerics["final_loss"] = _finite(final_loss)
+    if numerics["nonfinite_step"] is None and not math.isfinite(final_loss):
+        numerics["nonfinite_step"], numerics["nonfinite_what"] = spec.numerics_steps + spec.warmup_steps, "loss"
+
+    stats = summarize(samples)
+    metrics["step_time"] = stats.as_dict(samples)
+    metrics["samples_per_step"] = step.samples_per_step
+    metrics["throughput"] = step.samples_per_step / stats.median
+    if "flops_per_step" in metrics:
+        metrics["tflops"] = metrics["flops_per_step"] / stats.median / 1e12
+    warnings = ctx.warnings
+    if stats.noise > spec.noise_target:
+        warnings.append(
+            f"noise {stats.noise:.2%} above the target {spec.noise_target:.2%} after {stats.n} steps: figure not trusted"
+        )
+    if stats.rel_iqr > 0.10:
+        warnings.append(f"unstable: interquartile range is {stats.rel_iqr:.0%} of the median")
+    if numerics["nonfinite_step"] is not None:
+        warnings.append(f"non-finite {numerics['nonfinite_what']} at step {numerics['nonfinite_step']}")
+    return {
+        "status": "passed",
+        "metrics": metrics,
+        "numerics": numerics,
+        "diagnostics": ctx.diagnostics,
+        "notes": step.notes,
+        "warnings": warnings,
+        "evidence": None,
+    }
+
+
+def _tail(text: str, lines: int = TRACEBACK_LINES) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def classify(exc: BaseException, state: dict[str, Any]) -> dict[str, Any]:
+    """Turn an exception that escaped :func:`run_cell` into record parts."""
+    phase = state.get("phase", "start")
+    partial = {"metrics": state.get("metrics", {}), "numerics": state.get("numerics")}
+    if isinstance(exc, SkipCell):
+        return {"status": "skipped", **partial, "evidence": {"reason": str(exc), "phase": phase}}
+    evidence: dict[str, Any] = {
+        "type": type(exc).__name__,
+        "message": str(exc).strip().splitlines()[0] if str(exc).strip() else "",
+        "traceback": _tail("".join(traceback.format_exception(exc))),
+        "phase": phase,
+    }
+    if exc.__cause__ is not None:
+        evidence["cause"] = f"{type(exc.__cause__).__name__}: {exc.__cause__}".strip()[:2000]
+    text = str(exc).lower()
+    is_oom = isinstance(exc, MemoryError | torch.OutOfMemoryError) or (
+        isinstance(exc, RuntimeError) and any(m in text for m in OOM_MARKERS)
+    )
+    if is_oom:
+        device = state.get("device")
+        if isinstance(device, torch.device):
+            with contextlib.suppress(Exception):
+                evidence["memory"] = _peak_memory(device)
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+        return {"status": "oom", **partial, "evidence": evidence}
+    return {"status": "failed", **partial, "evidence": evidence}
+
+
+def _die_with_parent() -> None:
+    # Linux only: if the runner dies (even by SIGKILL) the worker gets SIGKILL,
+    # so no orphan keeps a GPU busy.
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            import ctypes
+
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def main(payload: dict[str, Any], conn: Any) -> None:
+    """Entry point of the worker process: measure, send one result, exit."""
+    os.setsid()  # own process group: the runner can kill the worker and its children at once
+    _die_with_parent()
+    log = os.open(payload["log_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    if payload.get("memory_limit_bytes") and payload["cell"]["device"] == "cpu":
+        import resource
+
+        limit = int(payload["memory_limit_bytes"])
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    state: dict[str, Any] = {}
+    try:
+        result = run_cell(payload, state)
+    except BaseException as exc:  # everything becomes evidence; nothing escapes unreported
+        result = classify(exc, state)
+    try:
+        conn.send(result)
+        conn.close()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Skip interpreter teardown: DataLoader workers, CUDA contexts and
+        # compile threads have nothing left to do, and teardown can hang.
+        os._exit(0)
+
+
+def peaks_main(device_type: str, log_path: str, conn: Any) -> None:
+    """Entry point of the process that measures the device's peaks before the cells."""
+    os.setsid()
+    _die_with_parent()
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    try:
+        from suite.peaks import measure_peaks
+
+        conn.send({"peaks": measure_peaks(device_type)})
+    except BaseException as exc:
+        conn.send({"error": f"{type(exc).__name__}: {exc}"})
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)

@@ -34,40 +34,22 @@ def _registry(args: argparse.Namespace) -> Any:
     return load_registry(_plugin_settings(args))
 
 
-def _resolve_suite(args: argparse.Namespace) -> tuple[Any, str]:
-    from suite import environment, suitefile
-
-    if args.suite:
-        spec = suitefile.load(args.suite)
-        device = args.device or (environment.detect_device() if spec.device == "auto" else spec.device)
-    else:
-        device = args.device or environment.detect_device()
-        spec = suitefile.load(suitefile.default_suite_path(device))
-    if device == "cuda" and environment.detect_device() != "cuda":
-        raise UsageError(f"{spec.path}: the suite asks for a CUDA device, and torch sees none")
-    return spec, device
-
-
 def cmd_run(args: argparse.Namespace) -> ExitCode:
-    from suite import matrix, runner
+    from suite import runner, session
     from suite.display import Display, print_summary
 
-    spec, device = _resolve_suite(args)
-    registry = _registry(args)
-    cells = matrix.select(matrix.expand(spec, registry, device), args.keyword)
-    registry.hook.ampsuite_modify_cells(suite=spec.as_dict(), cells=cells)
+    p = session.plan(args.suite, device=args.device, keyword=args.keyword, settings=_plugin_settings(args))
     display = Display()
-    if not cells:
-        display.console.print(f"{spec.path}: no cells selected", markup=False)
+    if not p.cells:
+        display.console.print(f"{p.spec.path}: no cells selected", markup=False)
         return ExitCode.NO_CELLS
     if args.dry_run:
-        display.dry_run(cells)
+        display.dry_run(p.cells)
         return ExitCode.OK
-    out_dir = Path(args.report_dir or Path("reports") / spec.name)
+    out_dir = Path(args.report_dir or Path("reports") / p.spec.name)
     output = Path(args.output) if args.output else out_dir / "results.json"
     config = runner.RunConfig(
         output=output,
-        plugins=_plugin_settings(args),
         resume=args.resume,
         in_process=args.in_process,
         data_dir=Path(args.data_dir),
@@ -76,13 +58,13 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
         argv=sys.argv,
     )
     try:
-        doc, interrupted = runner.run_cells(spec, cells, registry, device, config, display)
+        doc, interrupted = session.run_plan(p, config, display)
     finally:
         display.stop()
     print_summary(doc, display.console)
     display.console.print(f"results: {output}", markup=False)
     if not args.no_report:
-        index = _render(registry, [doc], out_dir)
+        index = _render(p.registry, [doc], out_dir)
         display.console.print(f"report: {index}", markup=False)
     if interrupted:
         return ExitCode.INTERRUPTED
@@ -161,13 +143,13 @@ def cmd_report(args: argparse.Namespace) -> ExitCode:
 
 
 def cmd_make_data(args: argparse.Namespace) -> ExitCode:
-    from suite.matrix import expand
+    from suite import session
     from suite.options import build_options
 
-    spec, device = _resolve_suite(args)
-    registry = _registry(args)
+    p = session.plan(args.suite, device=args.device, settings=_plugin_settings(args))
+    registry = p.registry
     done = set()
-    for cell in expand(spec, registry, device):
+    for cell in p.cells:
         record = registry.workloads[cell.workload]
         key = (cell.workload, repr(sorted(cell.options.items())))
         if record.prepare is None or key in done:

@@ -26,6 +26,14 @@ STATUS_STYLE = {
 }
 
 
+def make_console() -> Console:
+    """A console that keeps tables readable in CI logs, where rich would assume 80 columns."""
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=max(console.width, 160))
+    return console
+
+
 def format_bytes(n: float | None) -> str:
     if n is None:
         return "-"
@@ -71,7 +79,7 @@ class Display:
     """Implements the runner's Observer for a terminal or a log."""
 
     def __init__(self, console: Console | None = None, *, live: bool | None = None) -> None:
-        self.console = console or Console(highlight=False)
+        self.console = console or make_console()
         self.live = self.console.is_terminal if live is None else live
         self.total = 0
         self._progress: Progress | None = None
@@ -160,7 +168,7 @@ def _device_name(doc: Mapping[str, Any]) -> str:
 
 
 def print_summary(doc: Mapping[str, Any], console: Console | None = None) -> None:
-    console = console or Console(highlight=False)
+    console = console or make_console()
     console.print(results_table(doc))
     counts: dict[str, int] = {}
     for rec in doc["cells"]:

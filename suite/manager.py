@@ -144,8 +144,11 @@ def _entry_points() -> list[importlib.metadata.EntryPoint]:
     return sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
 
 
-def load_registry(settings: PluginSettings | None = None) -> Registry:
+def load_registry(settings: PluginSettings | None = None, objects: Sequence[tuple[str, object]] = ()) -> Registry:
     """Load plugins as ``settings`` say and collect their records.
+
+    :param objects: extra (name, plugin object) pairs registered after the
+        modules; they exist only in this process (tests, ``--in-process`` runs).
 
     :raises PluginError: for the first broken plugin, naming it.
     """
@@ -183,6 +186,10 @@ def load_registry(settings: PluginSettings | None = None) -> Registry:
             registry.plugins.append(PluginInfo(ep.name, ep.value, version, f"entry point ({dist})"))
     for module in settings.extra:
         add(module, module, _module_version(module), "-p")
+    for name, obj in objects:
+        if not pm.is_blocked(name):
+            _register(pm, obj, name)
+            registry.plugins.append(PluginInfo(name, getattr(obj, "__name__", type(obj).__name__), "unregistered", "object"))
 
     try:
         pm.check_pending()

@@ -231,7 +231,13 @@ def _payload(spec: SuiteSpec, cell: Cell, config: RunConfig, log: Path) -> dict[
 
 
 def _run_one(
-    ctx: BaseContext | None, spec: SuiteSpec, cell: Cell, config: RunConfig, log: Path, timeout: float
+    ctx: BaseContext | None,
+    spec: SuiteSpec,
+    cell: Cell,
+    config: RunConfig,
+    log: Path,
+    timeout: float,
+    registry: Registry,
 ) -> dict[str, Any]:
     from suite import worker
 
@@ -239,7 +245,7 @@ def _run_one(
     if ctx is None:
         state: dict[str, Any] = {}
         try:
-            return worker.run_cell(payload, state)
+            return worker.run_cell(payload, state, registry)
         except KeyboardInterrupt:
             raise
         except Exception as exc:
@@ -296,7 +302,7 @@ def run_cells(
                 t0 = time.perf_counter()
                 log = logdir / f"cell-{index}.log"
                 try:
-                    outcome = _run_one(ctx, spec, cell, config, log, timeout)
+                    outcome = _run_one(ctx, spec, cell, config, log, timeout, registry)
                 except KeyboardInterrupt:
                     interrupted = True
                     outcome = {

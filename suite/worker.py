@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from suite.errors import SkipCell
-from suite.manager import PluginSettings, load_registry
+from suite.manager import PluginSettings, Registry, load_registry
 from suite.measure import summarize, time_steps
 from suite.options import build_options
 from suite.records import BuildContext, ProbeContext
@@ -119,18 +119,21 @@ def _peak_memory(device: torch.device) -> dict[str, Any]:
     return {"max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
 
-def run_cell(payload: dict[str, Any], state: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Measure one cell; returns the record parts (status ``passed`` or ``skipped``).
+def run_cell(payload: dict[str, Any], state: dict[str, Any] | None = None, registry: Registry | None = None) -> dict[str, Any]:
+    """Measure one cell; returns the record parts (status ``passed``).
 
     :param state: filled as the cell progresses (phase, partial metrics), so that
         an exception can still be reported with what was known.
+    :param registry: the parent's registry when running in-process (it may hold
+        plugin objects registered directly); workers load their own.
     """
     state = state if state is not None else {}
     cell = payload["cell"]
     spec = MeasureSpec(**payload["measure"])
     device = torch.device(cell["device"])
     state["device"] = device
-    registry = load_registry(PluginSettings.from_dict(payload["plugins"]))
+    if registry is None:
+        registry = load_registry(PluginSettings.from_dict(payload["plugins"]))
     _baseline_precision()
     torch.manual_seed(payload["seed"])
     if device.type == "cuda":

@@ -1,0 +1,66 @@
+"""One call from a suite to its results: what ``ampsuite run``, the pytest plugin and asv share."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from suite import environment, matrix, runner, suitefile
+from suite.errors import UsageError
+from suite.manager import PluginSettings, Registry, load_registry
+from suite.matrix import Cell
+from suite.suitefile import SuiteSpec
+
+__all__ = ["Plan", "plan", "run_plan"]
+
+
+@dataclass
+class Plan:
+    """A suite resolved for a device: the spec, the registry and the selected cells."""
+
+    spec: SuiteSpec
+    device: str
+    registry: Registry
+    cells: list[Cell]
+    settings: PluginSettings = field(default_factory=PluginSettings)
+
+
+def resolve_device(spec_device: str, override: str | None) -> str:
+    detected = environment.detect_device()
+    device = override or (detected if spec_device == "auto" else spec_device)
+    if device == "cuda" and detected != "cuda":
+        raise UsageError("the suite asks for a CUDA device, and torch sees none (use --device cpu)")
+    return device
+
+
+def plan(
+    suite: str | Path | SuiteSpec | None = None,
+    *,
+    device: str | None = None,
+    keyword: str | None = None,
+    settings: PluginSettings | None = None,
+    objects: Sequence[tuple[str, object]] = (),
+) -> Plan:
+    """Load the suite (the default one for the device when None), the plugins, and expand the matrix.
+
+    Everything is validated here, before any cell runs.
+    """
+    settings = settings or PluginSettings()
+    if suite is None:
+        device = device or environment.detect_device()
+        spec = suitefile.load(suitefile.default_suite_path(device))
+    else:
+        spec = suite if isinstance(suite, SuiteSpec) else suitefile.load(suite)
+    dev = resolve_device(spec.device, device)
+    registry = load_registry(settings, objects)
+    cells = matrix.select(matrix.expand(spec, registry, dev), keyword)
+    registry.hook.ampsuite_modify_cells(suite=spec.as_dict(), cells=cells)
+    return Plan(spec, dev, registry, cells, settings)
+
+
+def run_plan(p: Plan, config: runner.RunConfig, observer: runner.Observer) -> tuple[dict[str, Any], bool]:
+    """Run a plan's cells; returns (results document, interrupted)."""
+    config.plugins = p.settings
+    return runner.run_cells(p.spec, p.cells, p.registry, p.device, config, observer)

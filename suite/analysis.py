@@ -63,6 +63,7 @@ __all__ = [
     "median_seconds",
     "noise",
     "noise_target",
+    "numerics_tolerance",
     "passed",
     "peak_tflops",
     "status_counts",
@@ -176,7 +177,8 @@ def group_key(record: Record) -> GroupKey:
     )
 
 
-def _tolerance(doc: Doc) -> float:
+def numerics_tolerance(doc: Doc) -> float:
+    """``run.suite.numerics_tolerance``, or :data:`DEFAULT_NUMERICS_TOLERANCE`."""
     suite = (doc.get("run") or {}).get("suite") or {}
     value = _num(suite.get("numerics_tolerance"))
     return DEFAULT_NUMERICS_TOLERANCE if value is None or value < 0 else value
@@ -339,7 +341,7 @@ def _groups(doc: Doc) -> dict[GroupKey, list[Record]]:
 
 def derive(doc: Doc) -> dict[str, Derived]:
     """Every cell's derived figures, keyed by cell id (in matrix order)."""
-    tolerance, target = _tolerance(doc), noise_target(doc)
+    tolerance, target = numerics_tolerance(doc), noise_target(doc)
     derived: dict[str, Derived] = {}
     for members in _groups(doc).values():
         fp32 = _first(members, lambda r: technique_names(r) == ())

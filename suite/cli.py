@@ -159,6 +159,40 @@ def cmd_make_data(args: argparse.Namespace) -> ExitCode:
     return ExitCode.OK
 
 
+def cmd_selfcheck(args: argparse.Namespace) -> ExitCode:
+    import json
+
+    from suite import environment, session, selfcheck
+    from suite.display import make_console
+    from suite.matrix import KeywordExpression
+
+    device = session.resolve_device("auto", args.device)
+    checks = selfcheck.CHECKS[device]
+    if args.keyword:
+        expr = KeywordExpression(args.keyword)
+        checks = tuple(c for c in checks if expr.matches(c.name))
+    console = make_console()
+    rows = []
+    worst = ExitCode.OK
+    for check in checks:
+        r = selfcheck.run_check(check, device, rounds=args.rounds)
+        flag = "" if r.ratio >= args.min_ratio else f"  BELOW {args.min_ratio:.2f}"
+        if flag:
+            worst = ExitCode.CELLS_FAILED
+        console.print(
+            f"{r.name}: harness {r.harness_median * 1e3:.3f} ms (noise {r.harness_noise:.2%}), "
+            f"plain loop {r.plain_per_step * 1e3:.3f} ms, ratio {r.ratio:.3f}{flag}",
+            markup=False,
+        )
+        rows.append(selfcheck.as_dict(r))
+    if args.output:
+        env = environment.collect(device)
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(json.dumps({"environment": env, "checks": rows}, indent=1), encoding="utf-8")
+        console.print(f"selfcheck: {args.output}", markup=False)
+    return worst
+
+
 def _add_plugin_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-p",
@@ -210,6 +244,12 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("suite", nargs="?")
     data.add_argument("--device", choices=("cpu", "cuda"))
     data.add_argument("--data-dir", default="reports/data")
+    check = command("selfcheck", cmd_selfcheck, "time the harness against a plain hand-written loop, same process")
+    check.add_argument("--device", choices=("cpu", "cuda"))
+    check.add_argument("-k", dest="keyword", metavar="EXPR", help="only checks whose name matches EXPR")
+    check.add_argument("--rounds", type=int, default=3, help="alternating harness/plain rounds")
+    check.add_argument("--min-ratio", type=float, default=0.97, help="flag checks below this plain/harness ratio")
+    check.add_argument("-o", "--output", help="write the figures as JSON")
     return parser
 
 

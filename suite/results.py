@@ -6,6 +6,7 @@ Version history:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -16,7 +17,17 @@ from typing import Any
 
 from suite.errors import ResultsFileError
 
-__all__ = ["FORMAT", "STATUSES", "TERMINAL", "VERSION", "ResultsWriter", "check_comparable", "load", "sanitize"]
+__all__ = [
+    "FORMAT",
+    "STATUSES",
+    "TERMINAL",
+    "VERSION",
+    "ResultsWriter",
+    "check_comparable",
+    "checksum",
+    "load",
+    "sanitize",
+]
 
 FORMAT = "ampsuite-results"
 VERSION = 1
@@ -37,8 +48,17 @@ def sanitize(value: Any) -> Any:
     return value
 
 
+def checksum(doc: dict[str, Any]) -> str:
+    """SHA-256 over the canonical JSON of everything but the checksum itself."""
+    body = {k: v for k, v in doc.items() if k != "integrity"}
+    canonical = json.dumps(sanitize(body), sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
 def _write_atomic(path: Path, doc: dict[str, Any]) -> None:
-    text = json.dumps(sanitize(doc), indent=1, allow_nan=False)
+    clean = sanitize(doc)
+    clean["integrity"] = {"sha256": checksum(clean)}
+    text = json.dumps(clean, indent=1, allow_nan=False)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -83,6 +103,11 @@ def load(path: str | Path) -> dict[str, Any]:
     for key in ("run", "environment", "cells"):
         if key not in doc:
             raise ResultsFileError(str(path), f"corrupt results file: missing {key!r}")
+    integrity = doc.get("integrity")
+    if not isinstance(integrity, dict) or integrity.get("sha256") != checksum(doc):
+        raise ResultsFileError(
+            str(path), "content does not match its checksum (edited or damaged after it was written); refusing it"
+        )
     if not isinstance(doc["cells"], list):
         raise ResultsFileError(str(path), "corrupt results file: 'cells' is not a list")
     seen: set[str] = set()
@@ -135,4 +160,5 @@ class ResultsWriter:
         self._index = {rec["id"]: i for i, rec in enumerate(self.doc["cells"])}
 
     def flush(self) -> None:
+        self.doc.pop("integrity", None)
         _write_atomic(self.path, self.doc)

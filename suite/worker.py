@@ -28,7 +28,7 @@ from suite.records import BuildContext, ProbeContext
 from suite.step import TrainStep
 from suite.suitefile import MeasureSpec
 
-__all__ = ["classify", "main", "run_cell"]
+__all__ = ["build_step", "classify", "main", "run_cell"]
 
 TRACEBACK_LINES = 30
 OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "std::bad_alloc")
@@ -119,6 +119,30 @@ def _peak_memory(device: torch.device) -> dict[str, Any]:
     return {"max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
 
+def build_step(
+    registry: Registry,
+    cell: dict[str, Any],
+    device: torch.device,
+    seed: int,
+    data_dir: str,
+    state: dict[str, Any] | None = None,
+) -> TrainStep:
+    """Build the cell's workload and apply its techniques in order (the cell as plain data)."""
+    state = state if state is not None else {}
+    _baseline_precision()
+    torch.manual_seed(seed)
+    state["phase"] = "build"
+    workload = registry.workloads[cell["workload"]]
+    step = workload.build(
+        build_options(workload.options, cell["options"]), BuildContext(device, cell["batch_size"], seed, data_dir)
+    )
+    for t in cell["techniques"]:
+        state["phase"] = f"apply {t['name']}"
+        technique = registry.techniques[t["name"]]
+        step = technique.apply(step, build_options(technique.options, t["options"]))
+    return step
+
+
 def run_cell(payload: dict[str, Any], state: dict[str, Any] | None = None, registry: Registry | None = None) -> dict[str, Any]:
     """Measure one cell; returns the record parts (status ``passed``).
 
@@ -134,21 +158,12 @@ def run_cell(payload: dict[str, Any], state: dict[str, Any] | None = None, regis
     state["device"] = device
     if registry is None:
         registry = load_registry(PluginSettings.from_dict(payload["plugins"]))
-    _baseline_precision()
-    torch.manual_seed(payload["seed"])
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
-    state["phase"] = "build"
-    workload = registry.workloads[cell["workload"]]
-    options = build_options(workload.options, cell["options"])
     metrics: dict[str, Any] = state.setdefault("metrics", {})
     t0 = time.perf_counter()
-    step = workload.build(options, BuildContext(device, cell["batch_size"], payload["seed"], payload["data_dir"]))
-    for t in cell["techniques"]:
-        state["phase"] = f"apply {t['name']}"
-        technique = registry.techniques[t["name"]]
-        step = technique.apply(step, build_options(technique.options, t["options"]))
+    step = build_step(registry, cell, device, payload["seed"], payload["data_dir"], state)
     _sync(device)
     metrics["build_seconds"] = time.perf_counter() - t0
     run = step.compose()

@@ -1,0 +1,258 @@
+"""Small inline-SVG charts: lines with points, horizontal bars, sparklines.
+
+The report must work from file:// with no network and no scripts, so charts
+are plain SVG written here. Every drawn mark (``rect``, ``path``, ``circle``)
+carries a ``<title>`` with the exact value, which browsers show as a tooltip.
+All text is escaped here; the functions return :class:`markupsafe.Markup`
+so that templates insert them as they are.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from html import escape
+
+from markupsafe import Markup
+
+from suite.report.fmt import exact, num
+
+__all__ = ["PALETTE", "Bar", "Series", "bar_chart", "line_chart", "nice_ticks", "sparkline"]
+
+PALETTE = ("#0b6bcb", "#e08a00", "#1a9e6f", "#d1495b", "#8e5cc4", "#3fa7d6", "#8c564b", "#6b7280")
+"""Distinguishable on white and for the common colour-vision deficiencies (after Okabe-Ito)."""
+
+TONES = {"normal": "#0b6bcb", "good": "#1a9e6f", "bad": "#d1495b", "muted": "#9ca3af", "warn": "#e08a00"}
+
+Formatter = Callable[[float], str]
+
+
+def _e(text: object) -> str:
+    return escape(str(text), quote=True)
+
+
+def _title(text: str) -> str:
+    return f"<title>{_e(text)}</title>"
+
+
+def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
+    """Round tick values covering [low, high] (1, 2, 2.5, 5 x 10^k steps)."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return [0.0, 1.0]
+    if high <= low:
+        high = low + (abs(low) or 1.0)
+    raw = (high - low) / max(count, 1)
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    start = math.floor(low / step) * step
+    ticks: list[float] = []
+    value = start
+    while value < high + step * 0.5 and len(ticks) < 50:
+        ticks.append(round(value, 12))
+        value += step
+    if ticks[-1] < high:
+        ticks.append(round(value, 12))
+    return ticks
+
+
+def _svg_open(width: int, height: int, title: str, css: str = "chart") -> str:
+    return (
+        f'<svg class="{css}" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+        f'role="img" aria-label="{_e(title)}" xmlns="http://www.w3.org/2000/svg" '
+        f'preserveAspectRatio="xMinYMin meet">{_title(title)}'
+    )
+
+
+def _empty(title: str, message: str) -> Markup:
+    return Markup(f'<p class="chart-empty">{_e(title)}: {_e(message)}</p>')
+
+
+@dataclass(frozen=True)
+class Series:
+    """One line: points as (category, value); categories not in the chart are ignored."""
+
+    name: str
+    points: Sequence[tuple[str, float]]
+
+
+def line_chart(
+    categories: Sequence[str],
+    series: Sequence[Series],
+    *,
+    title: str,
+    x_label: str,
+    y_label: str,
+    unit: str = "",
+    fmt: Formatter = num,
+) -> Markup:
+    """A line per series over evenly spaced categories (batch sizes), y from zero."""
+    values = [v for s in series for _, v in s.points if math.isfinite(v)]
+    if not categories or not values:
+        return _empty(title, "no data")
+    width, left, right, top = 720, 72, 16, 16
+    plot_h, legend_row = 240, 18
+    legend_rows = math.ceil(len(series) / 3)
+    height = top + plot_h + 44 + legend_rows * legend_row + 8
+    ticks = nice_ticks(0.0, max(values))
+    y_max = ticks[-1] or 1.0
+    plot_w = width - left - right
+    step = plot_w / max(len(categories), 1)
+    xs = {c: left + step * (i + 0.5) for i, c in enumerate(categories)}
+
+    def y(v: float) -> float:
+        return top + plot_h - plot_h * v / y_max
+
+    out = [_svg_open(width, height, title)]
+    out.append(f'<g class="axis" font-size="11" fill="#4b5563">')
+    for t in ticks:
+        out.append(f'<line x1="{left}" x2="{width - right}" y1="{y(t):.1f}" y2="{y(t):.1f}" class="grid"/>')
+        out.append(f'<text x="{left - 6}" y="{y(t) + 4:.1f}" text-anchor="end">{_e(fmt(t))}</text>')
+    for c, x in xs.items():
+        out.append(f'<text x="{x:.1f}" y="{top + plot_h + 16}" text-anchor="middle">{_e(c)}</text>')
+    out.append(
+        f'<text x="{left + plot_w / 2:.1f}" y="{top + plot_h + 34}" text-anchor="middle" class="label">'
+        f"{_e(x_label)}</text>"
+    )
+    out.append(
+        f'<text transform="translate(14 {top + plot_h / 2:.1f}) rotate(-90)" text-anchor="middle" class="label">'
+        f"{_e(y_label)}</text></g>"
+    )
+    for index, s in enumerate(series):
+        color = PALETTE[index % len(PALETTE)]
+        pts = [(xs[c], y(v), c, v) for c, v in s.points if c in xs and math.isfinite(v)]
+        if len(pts) > 1:
+            d = " ".join(f"{'M' if i == 0 else 'L'}{px:.1f},{py:.1f}" for i, (px, py, _, _) in enumerate(pts))
+            out.append(f'<path d="{d}" fill="none" stroke="{color}" stroke-width="2">{_title(s.name)}</path>')
+        for px, py, c, v in pts:
+            tip = f"{s.name} \u00b7 {x_label} {c}: {exact(v)} {unit}".rstrip()
+            out.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="4" fill="{color}">{_title(tip)}</circle>')
+    legend_top = top + plot_h + 48
+    for index, s in enumerate(series):
+        color = PALETTE[index % len(PALETTE)]
+        lx = left + (index % 3) * (plot_w / 3)
+        ly = legend_top + (index // 3) * legend_row
+        label = s.name if len(s.name) <= 34 else s.name[:33] + "\u2026"
+        out.append(
+            f'<g class="legend"><rect x="{lx:.1f}" y="{ly - 9}" width="12" height="12" rx="2" fill="{color}">'
+            f"{_title(s.name)}</rect>"
+            f'<text x="{lx + 18:.1f}" y="{ly + 1}" font-size="12">{_e(label)}</text></g>'
+        )
+    out.append("</svg>")
+    return Markup("".join(out))
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One horizontal bar.
+
+    ``marker`` draws a tick at another value on the same scale (a measured
+    peak); ``tone`` picks the colour: normal, good, bad, warn or muted.
+    """
+
+    label: str
+    value: float
+    tooltip: str = ""
+    marker: float | None = None
+    marker_label: str = ""
+    tone: str = "normal"
+
+
+def bar_chart(
+    bars: Sequence[Bar],
+    *,
+    title: str,
+    unit: str = "",
+    fmt: Formatter = num,
+    reference: float | None = None,
+    reference_label: str = "",
+) -> Markup:
+    """Horizontal bars with the value printed at the end; an optional reference line (1.0x, a tolerance)."""
+    shown = [b for b in bars if math.isfinite(b.value)]
+    if not shown:
+        return _empty(title, "no data")
+    width, left, right, top, row = 720, 230, 90, 12, 24
+    plot_w = width - left - right
+    height = top + row * len(shown) + 34
+    extent = [b.value for b in shown] + [b.marker for b in shown if b.marker is not None]
+    if reference is not None:
+        extent.append(reference)
+    ticks = nice_ticks(min(0.0, *extent), max(0.0, *extent))
+    lo, hi = ticks[0], ticks[-1]
+    span = (hi - lo) or 1.0
+
+    def x(v: float) -> float:
+        return left + plot_w * (v - lo) / span
+
+    out = [_svg_open(width, height, title)]
+    bottom = top + row * len(shown)
+    out.append('<g class="axis" font-size="11" fill="#4b5563">')
+    for t in ticks:
+        out.append(f'<line x1="{x(t):.1f}" x2="{x(t):.1f}" y1="{top}" y2="{bottom}" class="grid"/>')
+        out.append(f'<text x="{x(t):.1f}" y="{bottom + 14}" text-anchor="middle">{_e(fmt(t))}</text>')
+    if unit:
+        out.append(f'<text x="{left + plot_w / 2:.1f}" y="{bottom + 30}" text-anchor="middle" class="label">'
+                   f"{_e(unit)}</text>")
+    out.append("</g>")
+    for i, b in enumerate(shown):
+        y0 = top + i * row
+        x0, x1 = sorted((x(0.0), x(b.value)))
+        color = TONES.get(b.tone, TONES["normal"])
+        label = b.label if len(b.label) <= 36 else b.label[:35] + "\u2026"
+        tip = f"{b.tooltip or b.label}: {exact(b.value)} {unit}".rstrip()
+        out.append(f'<text x="{left - 8}" y="{y0 + 16}" text-anchor="end" font-size="12">{_e(label)}'
+                   f"{_title(b.label)}</text>")
+        out.append(f'<rect x="{x0:.1f}" y="{y0 + 4}" width="{max(x1 - x0, 1.0):.1f}" height="{row - 8}" rx="2" '
+                   f'fill="{color}">{_title(tip)}</rect>')
+        out.append(f'<text x="{max(x1, x(0.0)) + 6:.1f}" y="{y0 + 16}" font-size="11" fill="#374151">'
+                   f"{_e(fmt(b.value))}</text>")
+        if b.marker is not None and math.isfinite(b.marker):
+            mx = x(b.marker)
+            mtip = f"{b.marker_label or 'marker'}: {exact(b.marker)} {unit}".rstrip()
+            out.append(f'<path d="M{mx:.1f},{y0 + 1} L{mx:.1f},{y0 + row - 1}" stroke="#111827" stroke-width="3" '
+                       f'class="marker">{_title(mtip)}</path>')
+    if reference is not None:
+        rx = x(reference)
+        out.append(f'<path d="M{rx:.1f},{top - 4} L{rx:.1f},{bottom + 2}" stroke="#111827" stroke-width="1.5" '
+                   f'stroke-dasharray="4 3" class="reference">{_title(f"{reference_label}: {exact(reference)}")}'
+                   "</path>")
+    out.append("</svg>")
+    return Markup("".join(out))
+
+
+def sparkline(values: Sequence[float | None], *, title: str, log2: bool = False) -> Markup:
+    """A small line of a sequence (GradScaler scale, losses); a dot with its exact value per point.
+
+    Runs longer than 64 points get dots only at the first, last, lowest and highest values.
+    """
+    points = [(i, v) for i, v in enumerate(values) if v is not None and math.isfinite(v) and (v > 0 or not log2)]
+    if not points:
+        return _empty(title, "no finite values")
+    width, height, pad = 200, 40, 5
+
+    def scaled(v: float) -> float:
+        return math.log2(v) if log2 else v
+
+    ys = [scaled(v) for _, v in points]
+    lo, hi = min(ys), max(ys)
+    span = (hi - lo) or 1.0
+    last = max(len(values) - 1, 1)
+
+    def xy(i: int, v: float) -> tuple[float, float]:
+        return pad + (width - 2 * pad) * i / last, height - pad - (height - 2 * pad) * (scaled(v) - lo) / span
+
+    out = [_svg_open(width, height, title, css="chart sparkline")]
+    coords = [xy(i, v) for i, v in points]
+    d = " ".join(f"{'M' if k == 0 else 'L'}{px:.1f},{py:.1f}" for k, (px, py) in enumerate(coords))
+    out.append(f'<path d="{d}" fill="none" stroke="#0b6bcb" stroke-width="1.5">{_title(title)}</path>')
+    if len(points) <= 64:
+        dots = points
+    else:
+        keep = {0, len(points) - 1, ys.index(lo), ys.index(hi)}
+        dots = [p for k, p in enumerate(points) if k in keep]
+    for i, v in dots:
+        px, py = xy(i, v)
+        out.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2.2" fill="#0b6bcb">{_title(f"step {i}: {exact(v)}")}'
+                   "</circle>")
+    out.append("</svg>")
+    return Markup("".join(out))

@@ -1,0 +1,72 @@
+"""The compare page: each reported run against a reference run, cell by cell.
+
+The verdicts come from :func:`suite.analysis.compare` (noise-aware, and
+"not comparable" when the configuration differs); this module only orders
+and formats them. Regressions come first because they are what a reader
+of a comparison is looking for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from suite import analysis
+from suite.analysis import Comparison, Doc
+from suite.report.fmt import DASH, num, pct, signed_pct
+from suite.report.views import Run, cell_anchor, run_label, workload_page_name
+
+__all__ = ["VERDICT_ORDER", "compare_context", "comparison_rows"]
+
+VERDICT_ORDER = ("regressed", "improved", "not comparable", "missing", "same")
+
+
+def _href(run: Run, comparison: Comparison) -> str:
+    if comparison.b is None:
+        return ""
+    workload = analysis.workload_id(comparison.b)
+    return f"{workload_page_name(workload)}#{cell_anchor(run.index, comparison.cell_id)}"
+
+
+def comparison_rows(run: Run, reference: Doc) -> list[dict[str, Any]]:
+    """Rows of one run's comparison, regressions first, then matrix order."""
+    comparisons = analysis.compare(reference, run.doc)
+    ranked = sorted(enumerate(comparisons), key=lambda ic: (VERDICT_ORDER.index(ic[1].verdict), ic[0]))
+    rows = []
+    for _, c in ranked:
+        record = c.b if c.b is not None else c.a
+        unit = str(((record or {}).get("workload") or {}).get("unit") or "samples")
+        rows.append(
+            {
+                "cell": c.cell_id,
+                "href": _href(run, c),
+                "status_a": str(c.a.get("status")) if c.a is not None else "",
+                "status_b": str(c.b.get("status")) if c.b is not None else "",
+                "a": num(analysis.throughput(c.a)) if c.a is not None else DASH,
+                "b": num(analysis.throughput(c.b)) if c.b is not None else DASH,
+                "unit": unit,
+                "change": signed_pct(c.change),
+                "threshold": pct(c.threshold),
+                "verdict": c.verdict,
+                "reason": c.reason,
+            }
+        )
+    return rows
+
+
+def compare_context(runs: Sequence[Run], reference: Doc) -> dict[str, Any]:
+    sections = []
+    for run in runs:
+        rows = comparison_rows(run, reference)
+        counts = {v: sum(1 for r in rows if r["verdict"] == v) for v in VERDICT_ORDER}
+        sections.append({"run": run.label, "rows": rows, "counts": list(counts.items())})
+    return {"reference": run_label(reference), "sections": sections, "rule": RULE}
+
+
+RULE = (
+    "A cell counts as improved or regressed only when its median step time changed by more than "
+    f"max(2 \u00d7 noise of either run, {analysis.MIN_RELATIVE_CHANGE:.0%}) and the two interquartile ranges "
+    "of its step times do not overlap. Cells whose batch size, device, workload options, techniques, matmul "
+    "dtype or GPU differ are not comparable. A cell that passed before and now fails, runs out of memory, "
+    "times out or crashes is a regression."
+)

@@ -1,0 +1,140 @@
+"""CSV export: one row per cell with the main measured and derived figures.
+
+Numbers are written exactly (``repr``), empty when absent; text is written
+as it is (the CSV module quotes it), except that a text cell beginning with
+``= + - @`` or a control character gets a leading apostrophe, so that a cell
+or plugin name cannot run as a spreadsheet formula.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from suite import analysis
+from suite.analysis import Doc
+from suite.report.views import techniques_text
+
+__all__ = ["COLUMNS", "csv_rows", "write_csv"]
+
+COLUMNS = (
+    "run_id",
+    "cell_id",
+    "status",
+    "workload",
+    "plugin",
+    "combination",
+    "techniques",
+    "batch_size",
+    "device",
+    "gpu",
+    "unit",
+    "throughput",
+    "step_time_median_s",
+    "step_time_noise",
+    "step_time_p10_s",
+    "step_time_p90_s",
+    "speedup_vs_fp32",
+    "speedup_vs_tf32",
+    "speedup_vs_baseline",
+    "peak_memory_bytes",
+    "memory_kind",
+    "memory_saving",
+    "tflops",
+    "mfu",
+    "matmul_dtype",
+    "loss_at_n",
+    "loss_rel_diff",
+    "numerics_verdict",
+    "trusted",
+    "warnings",
+    "evidence",
+)
+
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _text(value: Any) -> str:
+    text = "" if value is None else str(value)
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return ""
+    return repr(value)
+
+
+def _evidence(record: Mapping[str, Any]) -> str:
+    evidence = record.get("evidence")
+    if not isinstance(evidence, Mapping):
+        return ""
+    for key in ("reason", "message", "signal", "timeout_seconds"):
+        if evidence.get(key) is not None:
+            return " ".join(str(evidence[key]).split())
+    return ""
+
+
+def csv_rows(docs: Sequence[Doc]) -> list[dict[str, str]]:
+    rows = []
+    for doc in docs:
+        derived = analysis.derive(doc)
+        run_id = (doc.get("run") or {}).get("id")
+        gpu = (doc.get("environment") or {}).get("gpu")
+        gpu_name = gpu.get("name") if isinstance(gpu, Mapping) else None
+        for record in doc.get("cells") or []:
+            d = derived[str(record.get("id"))]
+            metrics = record.get("metrics") if isinstance(record.get("metrics"), Mapping) else {}
+            step = metrics.get("step_time") if isinstance(metrics.get("step_time"), Mapping) else {}
+            workload = record.get("workload") if isinstance(record.get("workload"), Mapping) else {}
+            numerics = record.get("numerics") if isinstance(record.get("numerics"), Mapping) else {}
+            timed = record.get("status") == "passed"
+            rows.append(
+                {
+                    "run_id": _text(run_id),
+                    "cell_id": _text(record.get("id")),
+                    "status": _text(record.get("status")),
+                    "workload": _text(workload.get("id")),
+                    "plugin": _text(workload.get("plugin")),
+                    "combination": _text(analysis.combination_label(record)),
+                    "techniques": _text(techniques_text(record)),
+                    "batch_size": _number(record.get("batch_size")),
+                    "device": _text(record.get("device")),
+                    "gpu": _text(gpu_name),
+                    "unit": _text(workload.get("unit")),
+                    "throughput": _number(analysis.throughput(record)),
+                    "step_time_median_s": _number(step.get("median")) if timed else "",
+                    "step_time_noise": _number(step.get("noise")) if timed else "",
+                    "step_time_p10_s": _number(step.get("p10")) if timed else "",
+                    "step_time_p90_s": _number(step.get("p90")) if timed else "",
+                    "speedup_vs_fp32": _number(d.speedup_vs_fp32),
+                    "speedup_vs_tf32": _number(d.speedup_vs_tf32),
+                    "speedup_vs_baseline": _number(d.speedup_vs_baseline),
+                    "peak_memory_bytes": _number(metrics.get("peak_memory_bytes")),
+                    "memory_kind": _text(metrics.get("memory_kind")),
+                    "memory_saving": _number(d.memory_saving),
+                    "tflops": _number(d.tflops),
+                    "mfu": _number(d.mfu),
+                    "matmul_dtype": _text(metrics.get("matmul_dtype")),
+                    "loss_at_n": _number(numerics.get("loss_at_n")),
+                    "loss_rel_diff": _number(d.loss_rel_diff),
+                    "numerics_verdict": d.numerics_verdict,
+                    "trusted": "true" if d.trusted else "false",
+                    "warnings": _text(" | ".join(str(w) for w in record.get("warnings") or [])),
+                    "evidence": _text(_evidence(record)),
+                }
+            )
+    return rows
+
+
+def write_csv(docs: Doc | Sequence[Doc], path: str | Path) -> Path:
+    """Write one row per cell of every document to ``path`` (UTF-8, RFC 4180 quoting)."""
+    items = [docs] if isinstance(docs, Mapping) else list(docs)
+    target = Path(path)
+    with target.open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(csv_rows(items))
+    return target

@@ -1,0 +1,93 @@
+"""The Markdown summary: what a pull-request comment needs from a run.
+
+Best combination per workload with both speedup ratios, status counts, the
+regressions against a reference run when one is given, and the plugins'
+Markdown sections. Every piece of text from the results is escaped, since
+cell and plugin names are arbitrary and the comment is rendered as HTML.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from suite import analysis
+from suite.analysis import Doc
+from suite import ReportSection
+from suite.report.fmt import DASH, num, pct, ratio, signed_pct
+from suite.report.views import run_label
+
+__all__ = ["escape_md", "markdown_summary"]
+
+_MD_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "|": "\\|", "`": "\\`", "*": "\\*", "_": "\\_", "[": "\\["}
+
+
+def escape_md(text: object) -> str:
+    """Text safe inside a Markdown table cell: no HTML, no pipes, no emphasis, one line."""
+    out = "".join(_MD_ESCAPES.get(ch, ch) for ch in str(text))
+    return " ".join(out.split())
+
+
+def _as_docs(docs: Doc | Sequence[Doc]) -> list[Doc]:
+    return [docs] if isinstance(docs, Mapping) else list(docs)
+
+
+def _run_part(doc: Doc, compare_with: Doc | None) -> list[str]:
+    lines = [f"### {escape_md(run_label(doc))}", ""]
+    counts = analysis.status_counts(doc)
+    lines.append("**Cells:** " + ", ".join(f"{n} {escape_md(s)}" for s, n in counts.items() if n) + "")
+    lines.append("")
+    best = analysis.best_per_workload(doc)
+    if best:
+        lines += [
+            "| workload | best combination | batch | throughput | \u00d7FP32 | \u00d7TF32 | memory saving | numerics |",
+            "|---|---|---:|---:|---:|---:|---:|---|",
+        ]
+        for workload, b in best.items():
+            unit = (b.record.get("workload") or {}).get("unit") or "samples"
+            trust = "" if b.derived.trusted else " (untrusted)"
+            lines.append(
+                f"| {escape_md(workload)} | {escape_md(analysis.combination_label(b.record))} "
+                f"| {escape_md(b.record.get('batch_size'))} "
+                f"| {num(analysis.throughput(b.record))} {escape_md(unit)}/s{trust} "
+                f"| {ratio(b.derived.speedup_vs_fp32)} | {ratio(b.derived.speedup_vs_tf32)} "
+                f"| {pct(b.derived.memory_saving)} | {escape_md(b.derived.numerics_verdict)} |"
+            )
+        lines += ["", "\u00d7FP32: against plain FP32; \u00d7TF32: against FP32 with TF32 matmuls.", ""]
+    broken = [r for r in doc.get("cells") or [] if r.get("status") in analysis.FAILURE_STATUSES]
+    if broken:
+        lines.append("**Did not pass:** " + ", ".join(f"{escape_md(r.get('id'))} ({r.get('status')})" for r in broken))
+        lines.append("")
+    if compare_with is not None:
+        comparisons = analysis.compare(compare_with, doc)
+        regressions = [c for c in comparisons if c.verdict == "regressed"]
+        improved = sum(1 for c in comparisons if c.verdict == "improved")
+        lines.append(
+            f"**Against {escape_md(run_label(compare_with))}:** {len(regressions)} regressed, {improved} improved, "
+            f"{sum(1 for c in comparisons if c.verdict == 'not comparable')} not comparable."
+        )
+        lines.append("")
+        if regressions:
+            lines += ["| regressed cell | step time change | threshold | why |", "|---|---:|---:|---|"]
+            for c in regressions:
+                change = signed_pct(c.change) if c.change is not None else DASH
+                lines.append(
+                    f"| {escape_md(c.cell_id)} | {change} | {pct(c.threshold)} | {escape_md(c.reason)} |"
+                )
+            lines.append("")
+    return lines
+
+
+def markdown_summary(
+    docs: Doc | Sequence[Doc],
+    compare_with: Doc | None = None,
+    *,
+    extra_sections: Iterable[ReportSection] = (),
+) -> str:
+    """A Markdown summary of one or more runs (for a pull-request comment)."""
+    lines = ["## ampsuite results", ""]
+    for doc in _as_docs(docs):
+        lines += _run_part(doc, compare_with)
+    for section in extra_sections:
+        if section.markdown:
+            lines += [f"### {escape_md(section.title)}", "", section.markdown.rstrip(), ""]
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,345 @@
+"""Page contexts of the overview and the workload pages.
+
+Each function returns the plain data one template lays out. Charts are built
+here (inline SVG from :mod:`suite.report.charts`) because they need the raw
+numbers, not the formatted ones.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from markupsafe import Markup
+
+from suite import analysis
+from suite.analysis import Record
+from suite.report import charts
+from suite.report.fmt import DASH, bytes_, num, pct
+from suite.report.views import CellView, Run, cell_view, techniques_text, workload_page_name
+
+__all__ = ["RATIO_NOTE", "Chart", "index_context", "speedup_summary", "workload_contexts"]
+
+RATIO_NOTE = (
+    "Two ratios are quoted on purpose. \u00d7FP32 holds a cell against the same configuration with no "
+    "technique (FP32 storage and FP32 matmuls); \u00d7TF32 against FP32 storage with TF32 Tensor Core "
+    "matmuls, which is what most Ampere-or-newer setups already run. Many published \u201cmixed precision "
+    "is N\u00d7 faster\u201d figures quote the first; the second is the gain over a well-configured FP32 "
+    "baseline. Both are ratios of median step times at the same batch size on the same device."
+)
+
+
+@dataclass(frozen=True)
+class Chart:
+    title: str
+    caption: str
+    svg: Markup
+
+
+# ---------------------------------------------------------------------------
+# overview
+# ---------------------------------------------------------------------------
+
+
+def _environment_rows(run: Run) -> list[tuple[str, str]]:
+    env, info = run.env, run.run
+    gpu = env.get("gpu") if isinstance(env.get("gpu"), Mapping) else None
+    if gpu:
+        capability = gpu.get("capability")
+        cap = ".".join(str(c) for c in capability) if isinstance(capability, list) else str(capability or DASH)
+        gpu_text = f"{gpu.get('name')} \u00d7 {gpu.get('count', 1)}, {bytes_(gpu.get('memory_bytes'))}, sm {cap}"
+    else:
+        gpu_text = "none (CPU run)"
+    suite = info.get("suite") if isinstance(info.get("suite"), Mapping) else {}
+    measure = info.get("measure") if isinstance(info.get("measure"), Mapping) else {}
+    commit = env.get("ampsuite_commit")
+    rows = [
+        ("GPU", gpu_text),
+        ("NVIDIA driver", str(env.get("cuda_driver") or DASH)),
+        ("CUDA (torch build)", str(env.get("torch_cuda") or DASH)),
+        ("cuDNN", str(env.get("cudnn") or DASH)),
+        ("PyTorch", str(env.get("torch") or DASH)),
+        ("Python", str(env.get("python") or DASH)),
+        ("Platform", str(env.get("platform") or DASH)),
+        ("Host", f"{env.get('hostname') or DASH}, {env.get('cpu') or DASH} ({env.get('cpu_count') or '?'} CPUs)"),
+        ("ampsuite", f"{env.get('ampsuite_version') or DASH}" + (f" ({str(commit)[:12]})" if commit else "")),
+        ("Work tree commit", str(env.get("workdir_commit") or DASH)),
+        ("Suite", f"{suite.get('name') or DASH} ({suite.get('path') or '?'}, sha256 {str(suite.get('sha256'))[:12]})"),
+        ("Baseline combination", str(suite.get("baseline") or DASH)),
+        ("Numerics tolerance", pct(suite.get("numerics_tolerance", analysis.DEFAULT_NUMERICS_TOLERANCE))),
+        ("Noise target", pct(analysis.noise_target(run.doc)) + ("" if measure else " (default)")),
+        ("Started / finished", f"{info.get('started') or DASH} / {info.get('finished') or 'not finished'}"),
+        ("Command", " ".join(str(a) for a in info.get("argv") or []) or DASH),
+    ]
+    return rows
+
+
+def _peaks(run: Run) -> dict[str, Any] | None:
+    peaks = run.env.get("peaks")
+    if not isinstance(peaks, Mapping):
+        return None
+    table = peaks.get("matmul_tflops") if isinstance(peaks.get("matmul_tflops"), Mapping) else {}
+    return {
+        "device": str(peaks.get("device") or DASH),
+        "torch": str(peaks.get("torch") or DASH),
+        "matmul": [(str(k), num(v)) for k, v in table.items()],
+        "copy": num(peaks.get("copy_gbps")),
+    }
+
+
+def _status_by_workload(run: Run) -> list[dict[str, Any]]:
+    rows: dict[str, dict[str, int]] = {}
+    for record in run.cells:
+        counts = rows.setdefault(analysis.workload_id(record), dict.fromkeys(analysis.STATUSES, 0))
+        status = str(record.get("status"))
+        counts[status] = counts.get(status, 0) + 1
+    return [
+        {"workload": w, "page": workload_page_name(w), "counts": [counts.get(s, 0) for s in analysis.STATUSES]}
+        for w, counts in rows.items()
+    ]
+
+
+def _best_rows(run: Run) -> list[dict[str, Any]]:
+    rows = []
+    for workload, best in analysis.best_per_workload(run.doc).items():
+        view = cell_view(run, best.record)
+        rows.append(
+            {
+                "workload": workload,
+                "page": workload_page_name(workload),
+                "cell": view,
+                "unit": view.unit,
+            }
+        )
+    return rows
+
+
+def _warning_rows(run: Run) -> list[dict[str, str]]:
+    rows = []
+    for record in run.cells:
+        view = None
+        for message in record.get("warnings") or []:
+            view = view or cell_view(run, record)
+            rows.append({"cell": view.id, "href": f"{view.page}#{view.anchor}", "message": str(message)})
+    return rows
+
+
+def _untrusted_rows(run: Run) -> list[dict[str, str]]:
+    rows = []
+    for record in run.cells:
+        derived = run.derived.get(str(record.get("id")))
+        if record.get("status") == "passed" and derived is not None and not derived.trusted:
+            view = cell_view(run, record)
+            rows.append({"cell": view.id, "href": f"{view.page}#{view.anchor}", "message": view.trust_note})
+    return rows
+
+
+def index_context(runs: Sequence[Run]) -> dict[str, Any]:
+    run_views = []
+    for run in runs:
+        counts = analysis.status_counts(run.doc)
+        plugins = [
+            {k: str(p.get(k) or DASH) for k in ("name", "module", "version", "source")}
+            for p in run.run.get("plugins") or []
+            if isinstance(p, Mapping)
+        ]
+        run_views.append(
+            {
+                "label": run.label,
+                "environment": _environment_rows(run),
+                "peaks": _peaks(run),
+                "plugins": plugins,
+                "counts": list(counts.items()),
+                "total": sum(counts.values()),
+                "by_workload": _status_by_workload(run),
+                "best": _best_rows(run),
+                "warnings": _warning_rows(run),
+                "untrusted": _untrusted_rows(run),
+            }
+        )
+    return {"runs": run_views, "statuses": list(analysis.STATUSES), "ratio_note": RATIO_NOTE}
+
+
+# ---------------------------------------------------------------------------
+# workload pages
+# ---------------------------------------------------------------------------
+
+
+def _label(record: Record) -> str:
+    return f"{analysis.combination_label(record)} \u00b7 bs {record.get('batch_size')}"
+
+
+def _batch_key(value: Any) -> tuple[int, float, str]:
+    return (0, float(value), "") if isinstance(value, int | float) else (1, 0.0, str(value))
+
+
+def _charts(run: Run, records: list[Record], unit: str) -> list[Chart]:
+    timed = [r for r in records if analysis.throughput(r) is not None]
+    derived = [(r, run.derived[str(r.get("id"))]) for r in timed]
+    batches = sorted({r.get("batch_size") for r in records}, key=_batch_key)
+    categories = [str(b) for b in batches]
+    combos: dict[str, list[tuple[str, float]]] = {}
+    for record in timed:
+        value = analysis.throughput(record)
+        assert value is not None
+        combos.setdefault(analysis.combination_label(record), []).append((str(record.get("batch_size")), value))
+    out = [
+        Chart(
+            "Throughput against batch size",
+            f"{unit}/s per technique combination; each point is the median over the timed steps.",
+            charts.line_chart(
+                categories,
+                [charts.Series(name, pts) for name, pts in combos.items()],
+                title="Throughput against batch size",
+                x_label="batch size",
+                y_label=f"{unit}/s",
+                unit=f"{unit}/s",
+            ),
+        )
+    ]
+    for attr, title, ref in (
+        ("speedup_vs_fp32", "Speedup against FP32", "FP32 (no technique)"),
+        ("speedup_vs_tf32", "Speedup against TF32", "TF32 matmuls"),
+    ):
+        bars = [
+            charts.Bar(_label(r), v, tone="good" if v > 1 else "normal")
+            for r, d in derived
+            if (v := getattr(d, attr)) is not None
+        ]
+        if bars:
+            out.append(
+                Chart(
+                    title,
+                    f"Median step time of {ref} over the cell's, same batch size; the dashed line is 1\u00d7.",
+                    charts.bar_chart(
+                        bars,
+                        title=title,
+                        unit="\u00d7",
+                        fmt=lambda v: f"{v:.2f}",
+                        reference=1.0,
+                        reference_label=ref,
+                    ),
+                )
+            )
+    memory = []
+    for r, d in derived:
+        metrics = r.get("metrics") or {}
+        peak = metrics.get("peak_memory_bytes")
+        if isinstance(peak, int | float):
+            tone = "good" if (d.memory_saving or 0) > 0 else "normal"
+            tip = f"{_label(r)} ({int(peak)} bytes, {metrics.get('memory_kind', '?')})"
+            memory.append(charts.Bar(_label(r), peak / (1 << 30), tooltip=tip, tone=tone))
+    if memory:
+        out.append(
+            Chart(
+                "Peak memory",
+                "Peak memory during the timed steps (the kind, CUDA allocated or host RSS, is in the table).",
+                charts.bar_chart(memory, title="Peak memory", unit="GiB"),
+            )
+        )
+    flops = []
+    for r, d in derived:
+        if d.tflops is None:
+            continue
+        dtype = (r.get("metrics") or {}).get("matmul_dtype")
+        peak = analysis.peak_tflops(run.doc, dtype)
+        flops.append(
+            charts.Bar(
+                _label(r),
+                d.tflops,
+                tooltip=f"{_label(r)}, MFU {pct(d.mfu)}",
+                marker=peak,
+                marker_label=f"measured {dtype} matmul peak",
+            )
+        )
+    if flops:
+        out.append(
+            Chart(
+                "Achieved TFLOP/s against the measured peak",
+                "Bars: training FLOPs per step over the median step time. Black ticks: the matmul peak measured "
+                "on this device for the cell's matmul dtype (MFU = bar / tick).",
+                charts.bar_chart(flops, title="Achieved TFLOP/s", unit="TFLOP/s"),
+            )
+        )
+    tolerance = analysis.numerics_tolerance(run.doc)
+    losses = [
+        charts.Bar(_label(r), d.loss_rel_diff, tone="bad" if d.numerics_verdict == "drift" else "good")
+        for r, d in derived
+        if d.loss_rel_diff is not None and d.loss_rel_diff != float("inf")
+    ]
+    if losses:
+        out.append(
+            Chart(
+                "Loss difference from FP32",
+                "|loss - FP32 loss| / |FP32 loss| after the numerics steps; the dashed line is the tolerance.",
+                charts.bar_chart(
+                    losses,
+                    title="Relative loss difference from FP32",
+                    fmt=lambda v: f"{v * 100:.1f}%",
+                    reference=tolerance,
+                    reference_label="numerics tolerance",
+                ),
+            )
+        )
+    return out
+
+
+def _grid(views: list[CellView], records: list[Record]) -> dict[str, Any]:
+    batches = sorted({r.get("batch_size") for r in records}, key=_batch_key)
+    rows: dict[str, dict[str, CellView]] = {}
+    for view, record in zip(views, records, strict=True):
+        rows.setdefault(view.combination, {})[str(record.get("batch_size"))] = view
+    return {
+        "batches": [str(b) for b in batches],
+        "rows": [
+            {"combination": combo, "cells": [cells.get(str(b)) for b in batches]} for combo, cells in rows.items()
+        ],
+    }
+
+
+def workload_contexts(runs: Sequence[Run]) -> dict[str, dict[str, Any]]:
+    """Per workload id: the context of its page (sections per run and workload options)."""
+    pages: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        groups: dict[tuple[str, str], list[Record]] = {}
+        for record in run.cells:
+            workload = record.get("workload") or {}
+            key = (analysis.workload_id(record), json.dumps(workload.get("options") or {}, sort_keys=True))
+            groups.setdefault(key, []).append(record)
+        for (workload_id, options), records in groups.items():
+            first = records[0].get("workload") or {}
+            unit = str(first.get("unit") or "samples")
+            views = [cell_view(run, r) for r in records]
+            page = pages.setdefault(
+                workload_id,
+                {"workload": workload_id, "file": workload_page_name(workload_id), "sections": []},
+            )
+            page["sections"].append(
+                {
+                    "run": run.label,
+                    "plugin": str(first.get("plugin") or DASH),
+                    "options": options,
+                    "unit": unit,
+                    "grid": _grid(views, records),
+                    "cells": views,
+                    "charts": _charts(run, records, unit),
+                    "evidence": [v for v in views if v.evidence is not None],
+                    "tensor": [v for v in views if v.tensor_ops],
+                    "numerics": [v for v in views if v.status == "passed"],
+                    "techniques": sorted({techniques_text(r) for r in records}),
+                }
+            )
+    return pages
+
+
+def speedup_summary(cell: CellView) -> str:
+    """``3.21x FP32 \u00b7 1.67x TF32`` for compact places."""
+    parts = []
+    if cell.speedup_fp32 != DASH:
+        parts.append(f"{cell.speedup_fp32} FP32")
+    if cell.speedup_tf32 != DASH:
+        parts.append(f"{cell.speedup_tf32} TF32")
+    return " \u00b7 ".join(parts)
+

@@ -1,0 +1,146 @@
+"""Render the static report site with Jinja2: overview, workload pages, history, compare, CSV, Markdown.
+
+Templates and the stylesheet ship inside this package (``templates/``,
+``static/``); the environment autoescapes everything and uses
+StrictUndefined, so a template that reaches for a missing value fails the
+render instead of printing an empty cell. Pages use relative links only and
+load nothing from the network, so the site works from file:// and from any
+static host.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.resources
+import re
+import shutil
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+
+from suite import ReportSection, __version__
+from suite.analysis import Doc, HistoryPoint
+from suite.report import fmt
+from suite.report.compare import compare_context
+from suite.report.csv_export import write_csv
+from suite.report.history import history_context
+from suite.report.markdown import markdown_summary
+from suite.report.pages import index_context, speedup_summary, workload_contexts
+from suite.report.views import load_runs
+
+__all__ = ["CSV_NAME", "MARKDOWN_NAME", "environment", "render_site"]
+
+CSV_NAME = "results.csv"
+MARKDOWN_NAME = "summary.md"
+STATIC_DIR = "static"
+
+
+def environment() -> jinja2.Environment:
+    """The Jinja2 environment of the report: package templates, autoescape, StrictUndefined."""
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("suite.report", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters.update(num=fmt.num, pct=fmt.pct, ratio=fmt.ratio, secs=fmt.secs, bytes=fmt.bytes_)
+    env.globals.update(version=__version__, speedup_summary=speedup_summary)
+    return env
+
+
+def _copy_static(out_dir: Path) -> None:
+    target = out_dir / STATIC_DIR
+    target.mkdir(parents=True, exist_ok=True)
+    source = importlib.resources.files("suite.report") / STATIC_DIR
+    for item in source.iterdir():
+        if item.is_file():
+            with importlib.resources.as_file(item) as path:
+                shutil.copyfile(path, target / item.name)
+
+
+def _section_views(sections: Iterable[ReportSection]) -> list[dict[str, Any]]:
+    """Plugin sections with unique anchors; their HTML is trusted markup (see ReportSection)."""
+    out, used = [], set()
+    for section in sections:
+        base = section.anchor or re.sub(r"[^a-z0-9]+", "-", section.title.lower()).strip("-") or "section"
+        anchor = "plugin-" + re.sub(r"[^A-Za-z0-9_-]+", "-", base)
+        if anchor in used:
+            anchor += "-" + hashlib.sha1(section.title.encode()).hexdigest()[:6]
+        used.add(anchor)
+        out.append({"title": section.title, "anchor": anchor, "html": Markup(section.html)})
+    return out
+
+
+def _default_title(docs: Sequence[Doc]) -> str:
+    names = []
+    for doc in docs:
+        suite = (doc.get("run") or {}).get("suite") or {}
+        name = suite.get("name") if isinstance(suite, Mapping) else None
+        if name and name not in names:
+            names.append(str(name))
+    return "ampsuite report" + (f": {', '.join(names)}" if names else "")
+
+
+def render_site(
+    docs: Doc | Sequence[Doc],
+    out_dir: str | Path,
+    *,
+    compare_with: Doc | None = None,
+    history: Mapping[str, Sequence[HistoryPoint]] | None = None,
+    extra_sections: Iterable[ReportSection] = (),
+    title: str | None = None,
+) -> Path:
+    """Write the report site for ``docs`` (loaded results documents) into ``out_dir``.
+
+    :param compare_with: a reference run; adds compare.html (each doc against it).
+    :param history: :func:`suite.analysis.history` output; adds history.html.
+    :param extra_sections: plugin sections (``ampsuite_report_sections``), shown on
+        the index after the built-in ones and in summary.md when they carry Markdown.
+    :return: the path of index.html.
+
+    Files written: index.html, one workload-*.html per workload id, history.html
+    and compare.html when asked, results.csv, summary.md and static/style.css.
+    Other files in ``out_dir`` are left alone.
+    """
+    items = [docs] if isinstance(docs, Mapping) else list(docs)
+    if not items:
+        raise ValueError("render_site: no results documents given")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    sections = list(extra_sections)
+    runs = load_runs(items)
+    env = environment()
+    workloads = workload_contexts(runs)
+    nav = {
+        "workloads": [{"name": w, "file": page["file"]} for w, page in workloads.items()],
+        "history": history is not None,
+        "compare": compare_with is not None,
+        "csv": CSV_NAME,
+        "markdown": MARKDOWN_NAME,
+    }
+    base = {"site_title": title or _default_title(items), "nav": nav}
+
+    def write(name: str, template: str, **context: Any) -> Path:
+        path = out / name
+        html = env.get_template(template).render(**base, page=name, **context)
+        path.write_text(html, encoding="utf-8")
+        return path
+
+    index = write("index.html", "index.html", sections=_section_views(sections), **index_context(runs))
+    for page in workloads.values():
+        write(page["file"], "workload.html", **page)
+    if history is not None:
+        write("history.html", "history.html", **history_context(history))
+    if compare_with is not None:
+        write("compare.html", "compare.html", **compare_context(runs, compare_with))
+    write_csv(items, out / CSV_NAME)
+    (out / MARKDOWN_NAME).write_text(
+        markdown_summary(items, compare_with, extra_sections=sections), encoding="utf-8"
+    )
+    _copy_static(out)
+    return index

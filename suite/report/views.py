@@ -1,0 +1,260 @@
+"""View models: results records turned into the plain, pre-formatted data the templates show.
+
+Templates only lay out what this module prepared (StrictUndefined makes a
+missing key an error), so every figure is formatted once, here, with the
+helpers of :mod:`suite.report.fmt`. Text stays raw: Jinja2's autoescape
+escapes it when the page is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from markupsafe import Markup
+
+from suite import analysis
+from suite.analysis import Derived, Doc, Record
+from suite.report import charts
+from suite.report.fmt import DASH, bytes_, num, pct, ratio, secs
+
+__all__ = ["CellView", "Run", "cell_anchor", "cell_view", "load_runs", "workload_page_name"]
+
+EVIDENCE_TEXT_KEYS = ("traceback", "stderr_tail")
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:8]
+
+
+def workload_page_name(workload_id: str) -> str:
+    """A safe, stable file name for a workload's page (ids may hold any character)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", workload_id.lower()).strip("-")[:40] or "workload"
+    return f"workload-{slug}-{_digest(workload_id)}.html"
+
+
+def cell_anchor(run_index: int, cell_id: str) -> str:
+    return f"cell-{run_index}-{_digest(cell_id)}"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One results document with its derived figures and a label for headings."""
+
+    index: int
+    doc: Doc
+    derived: dict[str, Derived]
+    label: str
+
+    @property
+    def cells(self) -> list[Record]:
+        return list(self.doc.get("cells") or [])
+
+    @property
+    def env(self) -> Mapping[str, Any]:
+        env = self.doc.get("environment")
+        return env if isinstance(env, Mapping) else {}
+
+    @property
+    def run(self) -> Mapping[str, Any]:
+        run = self.doc.get("run")
+        return run if isinstance(run, Mapping) else {}
+
+
+def run_label(doc: Doc) -> str:
+    run = doc.get("run") or {}
+    env = doc.get("environment") or {}
+    gpu = env.get("gpu") if isinstance(env.get("gpu"), Mapping) else None
+    where = gpu.get("name") if gpu else (env.get("cpu") or "CPU")
+    return f"run {run.get('id', '?')} \u00b7 {where}"
+
+
+def load_runs(docs: Sequence[Doc]) -> list[Run]:
+    return [Run(i, doc, analysis.derive(doc), run_label(doc)) for i, doc in enumerate(docs)]
+
+
+def techniques_text(record: Record) -> str:
+    """``amp(dtype=bfloat16) + channels-last``; "none (FP32)" for the plain cell."""
+    parts = []
+    for technique in record.get("techniques") or []:
+        options = technique.get("options") or {}
+        args = ", ".join(f"{k}={v}" for k, v in options.items())
+        parts.append(f"{technique.get('name')}({args})" if args else str(technique.get("name")))
+    return " + ".join(parts) if parts else "none (FP32)"
+
+
+@dataclass(frozen=True)
+class EvidenceView:
+    """Why a cell did not pass: a one-line summary, facts, and long texts for <details>."""
+
+    summary: str
+    facts: list[tuple[str, str]] = field(default_factory=list)
+    blocks: list[tuple[str, str]] = field(default_factory=list)
+
+
+def evidence_view(record: Record) -> EvidenceView | None:
+    evidence = record.get("evidence")
+    if not isinstance(evidence, Mapping) or not evidence:
+        return None if record.get("status") == "passed" else EvidenceView("no evidence recorded")
+    rest = dict(evidence)
+    blocks = [(key.replace("_", " "), str(rest.pop(key))) for key in EVIDENCE_TEXT_KEYS if rest.get(key)]
+    if "reason" in rest:
+        summary = str(rest.pop("reason"))
+    elif "type" in rest or "message" in rest:
+        summary = f"{rest.pop('type', 'error')}: {rest.pop('message', '')}".rstrip(": ")
+    elif "timeout_seconds" in rest:
+        summary = f"no result within {rest.pop('timeout_seconds')} s"
+    elif "exitcode" in rest or "signal" in rest:
+        signal = rest.pop("signal", None)
+        summary = f"worker exited with code {rest.pop('exitcode', '?')}" + (f" ({signal})" if signal else "")
+    else:
+        summary = record.get("status", "")
+    facts = [(str(k), v if isinstance(v, str) else json.dumps(v)) for k, v in rest.items() if v is not None]
+    return EvidenceView(summary, facts, blocks)
+
+
+@dataclass(frozen=True)
+class CellView:
+    """Everything a page shows about one cell, formatted."""
+
+    id: str
+    anchor: str
+    page: str
+    status: str
+    combination: str
+    techniques: str
+    batch_size: str
+    unit: str
+    throughput: str
+    speedup_fp32: str
+    speedup_tf32: str
+    speedup_baseline: str
+    median: str
+    noise: str
+    p10: str
+    p90: str
+    samples: str
+    memory: str
+    memory_reserved: str
+    memory_saving: str
+    tflops: str
+    mfu: str
+    matmul_dtype: str
+    loss: str
+    loss_diff: str
+    verdict: str
+    nonfinite: str
+    skipped_steps: str
+    first_step: str
+    trusted: bool
+    trust_note: str
+    warnings: list[str]
+    evidence: EvidenceView | None
+    scale_spark: Markup
+    loss_spark: Markup
+    tensor_ops: list[dict[str, Any]]
+    misaligned: int
+    precision_ops: list[tuple[str, str]]
+    notes: str
+
+
+def _get(mapping: Any, key: str) -> Any:
+    return mapping.get(key) if isinstance(mapping, Mapping) else None
+
+
+def _tensor_ops(diagnostics: Mapping[str, Any]) -> tuple[list[dict[str, Any]], int]:
+    table = _get(diagnostics, "tensor_cores")
+    ops = _get(table, "ops") or []
+    rows = [
+        {
+            "op": str(op.get("op", "")),
+            "shapes": " \u00d7 ".join(json.dumps(s) for s in op.get("shapes") or []),
+            "dtype": str(op.get("dtype", "")),
+            "count": str(op.get("count", "")),
+            "aligned": bool(op.get("aligned", True)),
+            "phase": str(op.get("phase", "")),
+        }
+        for op in ops
+        if isinstance(op, Mapping)
+    ]
+    misaligned = _get(table, "misaligned")
+    count = misaligned if isinstance(misaligned, int) else sum(1 for r in rows if not r["aligned"])
+    return rows, count
+
+
+def _precision_ops(diagnostics: Mapping[str, Any]) -> list[tuple[str, str]]:
+    value = _get(diagnostics, "precision_ops")
+    if isinstance(value, Mapping):
+        return [(str(k), v if isinstance(v, str) else json.dumps(v)) for k, v in value.items()]
+    if value:
+        return [("", json.dumps(value, indent=1))]
+    return []
+
+
+def cell_view(run: Run, record: Record) -> CellView:
+    cell_id = str(record.get("id"))
+    d = run.derived.get(cell_id) or Derived(cell_id)
+    metrics = record.get("metrics") if isinstance(record.get("metrics"), Mapping) else {}
+    step = metrics.get("step_time") if isinstance(metrics.get("step_time"), Mapping) else {}
+    numerics = record.get("numerics") if isinstance(record.get("numerics"), Mapping) else {}
+    diagnostics = record.get("diagnostics") if isinstance(record.get("diagnostics"), Mapping) else {}
+    workload = record.get("workload") if isinstance(record.get("workload"), Mapping) else {}
+    unit = str(workload.get("unit") or "samples")
+    scale = numerics.get("scale_history")
+    losses = numerics.get("losses")
+    nonfinite = ""
+    if numerics.get("nonfinite_step") is not None:
+        nonfinite = f"{numerics.get('nonfinite_what') or 'value'} at step {numerics.get('nonfinite_step')}"
+    ops, misaligned = _tensor_ops(diagnostics)
+    memory_kind = metrics.get("memory_kind")
+    memory = bytes_(metrics.get("peak_memory_bytes"))
+    notes = record.get("notes")
+    return CellView(
+        id=cell_id,
+        anchor=cell_anchor(run.index, cell_id),
+        page=workload_page_name(str(workload.get("id", ""))),
+        status=str(record.get("status", "?")),
+        combination=analysis.combination_label(record),
+        techniques=techniques_text(record),
+        batch_size=str(record.get("batch_size", "")),
+        unit=unit,
+        throughput=num(analysis.throughput(record)),
+        speedup_fp32=ratio(d.speedup_vs_fp32),
+        speedup_tf32=ratio(d.speedup_vs_tf32),
+        speedup_baseline=ratio(d.speedup_vs_baseline),
+        median=secs(step.get("median")) if record.get("status") == "passed" else DASH,
+        noise=pct(step.get("noise"), 2),
+        p10=secs(step.get("p10")),
+        p90=secs(step.get("p90")),
+        samples=str(step.get("n", DASH)),
+        memory=f"{memory} ({memory_kind})" if memory_kind and memory != DASH else memory,
+        memory_reserved=bytes_(metrics.get("peak_memory_reserved_bytes")),
+        memory_saving=pct(d.memory_saving),
+        tflops=num(d.tflops),
+        mfu=pct(d.mfu),
+        matmul_dtype=str(metrics.get("matmul_dtype") or DASH),
+        loss=num(numerics.get("loss_at_n")),
+        loss_diff=pct(d.loss_rel_diff, 2),
+        verdict=d.numerics_verdict,
+        nonfinite=nonfinite,
+        skipped_steps=str(numerics.get("skipped_steps", DASH)),
+        first_step=secs(metrics.get("first_step_seconds")),
+        trusted=d.trusted,
+        trust_note=d.trust_note or "",
+        warnings=[str(w) for w in record.get("warnings") or []],
+        evidence=evidence_view(record),
+        scale_spark=charts.sparkline(scale, title=f"GradScaler scale, {cell_id}", log2=True)
+        if isinstance(scale, list) and scale
+        else Markup(""),
+        loss_spark=charts.sparkline(losses, title=f"loss per step, {cell_id}")
+        if isinstance(losses, list) and losses
+        else Markup(""),
+        tensor_ops=ops,
+        misaligned=misaligned,
+        precision_ops=_precision_ops(diagnostics),
+        notes=json.dumps(notes, indent=1, sort_keys=True) if notes else "",
+    )

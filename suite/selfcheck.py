@@ -1,0 +1,159 @@
+"""Fidelity: the harness against a plain hand-written training loop, in the same process.
+
+For each check, one step object is built through the plugins exactly as a
+cell would be. The harness times it with :func:`suite.measure.time_steps`
+(what every cell uses); the plain loop drives the same model, optimizer, loss
+and batches with the few lines a user would write, timed as users time it
+(one synchronisation, wall clock over N steps). Rounds alternate so drift in
+clocks or temperature hits both sides alike. A ratio near 1.00 says the
+harness adds nothing; the ratio is plain time / harness time.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from suite.manager import PluginSettings, load_registry
+from suite.measure import time_steps
+from suite.options import build_options, options_as_dict
+from suite.step import Batch, TrainStep
+from suite.suitefile import MeasureSpec
+from suite.worker import build_step
+
+__all__ = ["CHECKS", "Check", "CheckResult", "plain_step", "run_check"]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One configuration to compare: a workload, its options, techniques, batch size."""
+
+    name: str
+    workload: str
+    options: dict[str, Any]
+    techniques: tuple[str, ...]
+    batch_size: int
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    harness_median: float
+    harness_noise: float
+    plain_per_step: float
+    plain_spread: float
+    ratio: float
+    rounds: int
+    steps_per_round: int
+
+
+CHECKS: dict[str, tuple[Check, ...]] = {
+    "cuda": (
+        Check("gemm-fp16-8192", "gemm", {"dtype": "float16"}, (), 1),
+        Check("resnet50-amp-bf16-cl-bs256", "resnet", {"depth": 50}, ("amp-bf16", "channels-last"), 256),
+        Check("resnet50-amp-bf16-bs32", "resnet", {"depth": 50}, ("amp-bf16",), 32),
+        Check("bert-base-amp-bf16-bs128", "bert", {}, ("amp-bf16",), 128),
+        Check("vit-b16-amp-bf16-bs256", "vit", {}, ("amp-bf16",), 256),
+    ),
+    "cpu": (
+        Check("toy-fp32-bs128", "toy", {"hidden": 256}, (), 128),
+        Check("gemm-fp32-256", "gemm", {"m": 256, "n": 256, "k": 256}, (), 1),
+    ),
+}
+
+
+def plain_step(step: TrainStep) -> Callable[[Batch], Any]:
+    """The training step as a user writes it, from the step's own objects."""
+    model, optimizer, loss_fn, scaler = step.model, step.optimizer, step.loss_fn, step.scaler
+    dtype, device_type = step.autocast_dtype, step.device.type
+    if model is None or optimizer is None or loss_fn is None:
+        # Workloads without a model (GEMM) define the operation in their phase;
+        # there is no training loop around it to write by hand.
+        forward_backward = step.forward_backward or step.default_forward_backward
+        return forward_backward
+
+    def train_step(batch: Batch) -> Any:
+        with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
+            loss = loss_fn(model(*batch.inputs), batch.target)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    return train_step
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run_check(check: Check, device: str, *, rounds: int = 3, measure: MeasureSpec | None = None) -> CheckResult:
+    """Time the harness and the plain loop on the same step, alternating rounds."""
+    registry = load_registry(PluginSettings())
+    dev = torch.device(device)
+    workload = registry.workloads[check.workload]
+    cell = {
+        "workload": check.workload,
+        "options": options_as_dict(build_options(workload.options, check.options)),
+        "techniques": [
+            {"name": t, "options": options_as_dict(build_options(registry.techniques[t].options, {}))}
+            for t in sorted(check.techniques, key=lambda n: (registry.techniques[n].order, n))
+        ],
+        "batch_size": check.batch_size,
+    }
+    step = build_step(registry, cell, dev, seed=0, data_dir="reports/data")
+    if step.wrappers:
+        raise ValueError(f"{check.name}: selfcheck compares eager steps only; drop wrapping techniques")
+    run = step.compose()
+    plain = plain_step(step)
+    pool = [step.data() for _ in range(4)]
+    spec = measure or MeasureSpec(warmup_steps=5, min_steps=20, max_steps=200, max_seconds=3.0, noise_target=0.005)
+    for _ in range(spec.warmup_steps):
+        run(step.data())
+        plain(pool[0])
+    _sync(dev)
+
+    harness_medians: list[float] = []
+    harness_noise: list[float] = []
+    plain_times: list[float] = []
+    steps = spec.min_steps
+    for _ in range(rounds):
+        samples = time_steps(run, step.data, dev, spec)
+        harness_medians.append(statistics.median(samples))
+        from suite.measure import relative_noise
+
+        harness_noise.append(relative_noise(samples))
+        steps = max(spec.min_steps, len(samples))
+        _sync(dev)
+        t0 = time.perf_counter()
+        for i in range(steps):
+            plain(pool[i % len(pool)])
+        _sync(dev)
+        plain_times.append((time.perf_counter() - t0) / steps)
+    h = statistics.median(harness_medians)
+    p = statistics.median(plain_times)
+    return CheckResult(
+        name=check.name,
+        harness_median=h,
+        harness_noise=statistics.median(harness_noise),
+        plain_per_step=p,
+        plain_spread=(max(plain_times) - min(plain_times)) / p,
+        ratio=p / h,
+        rounds=rounds,
+        steps_per_round=steps,
+    )
+
+
+def as_dict(result: CheckResult) -> dict[str, Any]:
+    return asdict(result)

@@ -61,6 +61,7 @@ __all__ = [
     "instability_warnings",
     "is_nonfinite",
     "median_seconds",
+    "as_mapping",
     "noise",
     "noise_target",
     "numerics_tolerance",
@@ -108,6 +109,12 @@ def _num(value: Any) -> float | None:
         return None
     result = float(value)
     return result if math.isfinite(result) else None
+
+
+def as_mapping(value: Any) -> Mapping[str, Any]:
+    """``value`` when it is a mapping, else an empty one: records of cells that did not pass
+    hold nulls or nothing where passed cells hold objects."""
+    return value if isinstance(value, Mapping) else {}
 
 
 def _metrics(record: Record) -> Mapping[str, Any]:
@@ -713,11 +720,7 @@ def history(sources: HistorySource | Iterable[HistorySource]) -> dict[str, list[
     machine name, or GPU name for results files), each key is suffixed with
     ``" @ <machine>"`` so that no line mixes hardware.
     """
-    items: list[HistorySource]
-    if isinstance(sources, Mapping | str | os.PathLike):
-        items = [sources]
-    else:
-        items = list(sources)
+    items: list[HistorySource] = [sources] if isinstance(sources, Mapping | str | os.PathLike) else list(sources)
     found: list[tuple[str, str, HistoryPoint]] = []
     for item in items:
         if isinstance(item, Mapping):

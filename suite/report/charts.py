@@ -18,7 +18,7 @@ from markupsafe import Markup
 
 from suite.report.fmt import exact, num
 
-__all__ = ["PALETTE", "Bar", "Series", "bar_chart", "line_chart", "nice_ticks", "sparkline"]
+__all__ = ["PALETTE", "Bar", "Series", "bar_chart", "line_chart", "nice_ticks", "sparkline", "tick"]
 
 PALETTE = ("#0b6bcb", "#e08a00", "#1a9e6f", "#d1495b", "#8e5cc4", "#3fa7d6", "#8c564b", "#6b7280")
 """Distinguishable on white and for the common colour-vision deficiencies (after Okabe-Ito)."""
@@ -34,6 +34,11 @@ def _e(text: object) -> str:
 
 def _title(text: str) -> str:
     return f"<title>{_e(text)}</title>"
+
+
+def tick(value: float) -> str:
+    """An axis label: tick values are round, so the shortest form reads best (``2,000``, ``0.25``)."""
+    return f"{value:,.6g}"
 
 
 def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
@@ -84,7 +89,7 @@ def line_chart(
     x_label: str,
     y_label: str,
     unit: str = "",
-    fmt: Formatter = num,
+    tick_fmt: Formatter = tick,
 ) -> Markup:
     """A line per series over evenly spaced categories (batch sizes), y from zero."""
     values = [v for s in series for _, v in s.points if math.isfinite(v)]
@@ -104,10 +109,10 @@ def line_chart(
         return top + plot_h - plot_h * v / y_max
 
     out = [_svg_open(width, height, title)]
-    out.append(f'<g class="axis" font-size="11" fill="#4b5563">')
+    out.append('<g class="axis" font-size="11" fill="#4b5563">')
     for t in ticks:
         out.append(f'<line x1="{left}" x2="{width - right}" y1="{y(t):.1f}" y2="{y(t):.1f}" class="grid"/>')
-        out.append(f'<text x="{left - 6}" y="{y(t) + 4:.1f}" text-anchor="end">{_e(fmt(t))}</text>')
+        out.append(f'<text x="{left - 6}" y="{y(t) + 4:.1f}" text-anchor="end">{_e(tick_fmt(t))}</text>')
     for c, x in xs.items():
         out.append(f'<text x="{x:.1f}" y="{top + plot_h + 16}" text-anchor="middle">{_e(c)}</text>')
     out.append(
@@ -164,6 +169,7 @@ def bar_chart(
     title: str,
     unit: str = "",
     fmt: Formatter = num,
+    tick_fmt: Formatter = tick,
     reference: float | None = None,
     reference_label: str = "",
 ) -> Markup:
@@ -189,33 +195,42 @@ def bar_chart(
     out.append('<g class="axis" font-size="11" fill="#4b5563">')
     for t in ticks:
         out.append(f'<line x1="{x(t):.1f}" x2="{x(t):.1f}" y1="{top}" y2="{bottom}" class="grid"/>')
-        out.append(f'<text x="{x(t):.1f}" y="{bottom + 14}" text-anchor="middle">{_e(fmt(t))}</text>')
+        out.append(f'<text x="{x(t):.1f}" y="{bottom + 14}" text-anchor="middle">{_e(tick_fmt(t))}</text>')
     if unit:
-        out.append(f'<text x="{left + plot_w / 2:.1f}" y="{bottom + 30}" text-anchor="middle" class="label">'
-                   f"{_e(unit)}</text>")
+        out.append(
+            f'<text x="{left + plot_w / 2:.1f}" y="{bottom + 30}" text-anchor="middle" class="label">{_e(unit)}</text>'
+        )
     out.append("</g>")
     for i, b in enumerate(shown):
         y0 = top + i * row
         x0, x1 = sorted((x(0.0), x(b.value)))
         color = TONES.get(b.tone, TONES["normal"])
-        label = b.label if len(b.label) <= 36 else b.label[:35] + "\u2026"
+        label = b.label if len(b.label) <= 32 else b.label[:31] + "\u2026"
         tip = f"{b.tooltip or b.label}: {exact(b.value)} {unit}".rstrip()
-        out.append(f'<text x="{left - 8}" y="{y0 + 16}" text-anchor="end" font-size="12">{_e(label)}'
-                   f"{_title(b.label)}</text>")
-        out.append(f'<rect x="{x0:.1f}" y="{y0 + 4}" width="{max(x1 - x0, 1.0):.1f}" height="{row - 8}" rx="2" '
-                   f'fill="{color}">{_title(tip)}</rect>')
-        out.append(f'<text x="{max(x1, x(0.0)) + 6:.1f}" y="{y0 + 16}" font-size="11" fill="#374151">'
-                   f"{_e(fmt(b.value))}</text>")
+        out.append(
+            f'<text x="{left - 8}" y="{y0 + 16}" text-anchor="end" font-size="12">{_e(label)}{_title(b.label)}</text>'
+        )
+        out.append(
+            f'<rect x="{x0:.1f}" y="{y0 + 4}" width="{max(x1 - x0, 1.0):.1f}" height="{row - 8}" rx="2" '
+            f'fill="{color}">{_title(tip)}</rect>'
+        )
+        out.append(
+            f'<text x="{max(x1, x(0.0)) + 6:.1f}" y="{y0 + 16}" font-size="11" fill="#374151">{_e(fmt(b.value))}</text>'
+        )
         if b.marker is not None and math.isfinite(b.marker):
             mx = x(b.marker)
             mtip = f"{b.marker_label or 'marker'}: {exact(b.marker)} {unit}".rstrip()
-            out.append(f'<path d="M{mx:.1f},{y0 + 1} L{mx:.1f},{y0 + row - 1}" stroke="#111827" stroke-width="3" '
-                       f'class="marker">{_title(mtip)}</path>')
+            out.append(
+                f'<path d="M{mx:.1f},{y0 + 1} L{mx:.1f},{y0 + row - 1}" stroke="#111827" stroke-width="3" '
+                f'class="marker">{_title(mtip)}</path>'
+            )
     if reference is not None:
         rx = x(reference)
-        out.append(f'<path d="M{rx:.1f},{top - 4} L{rx:.1f},{bottom + 2}" stroke="#111827" stroke-width="1.5" '
-                   f'stroke-dasharray="4 3" class="reference">{_title(f"{reference_label}: {exact(reference)}")}'
-                   "</path>")
+        out.append(
+            f'<path d="M{rx:.1f},{top - 4} L{rx:.1f},{bottom + 2}" stroke="#111827" stroke-width="1.5" '
+            f'stroke-dasharray="4 3" class="reference">{_title(f"{reference_label}: {exact(reference)}")}'
+            "</path>"
+        )
     out.append("</svg>")
     return Markup("".join(out))
 
@@ -252,7 +267,8 @@ def sparkline(values: Sequence[float | None], *, title: str, log2: bool = False)
         dots = [p for k, p in enumerate(points) if k in keep]
     for i, v in dots:
         px, py = xy(i, v)
-        out.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2.2" fill="#0b6bcb">{_title(f"step {i}: {exact(v)}")}'
-                   "</circle>")
+        out.append(
+            f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2.2" fill="#0b6bcb">{_title(f"step {i}: {exact(v)}")}</circle>'
+        )
     out.append("</svg>")
     return Markup("".join(out))

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from suite import analysis
-from suite.analysis import Doc
+from suite.analysis import Doc, as_mapping
 from suite.report.views import techniques_text
 
 __all__ = ["COLUMNS", "csv_rows", "write_csv"]
@@ -86,10 +86,10 @@ def csv_rows(docs: Sequence[Doc]) -> list[dict[str, str]]:
         gpu_name = gpu.get("name") if isinstance(gpu, Mapping) else None
         for record in doc.get("cells") or []:
             d = derived[str(record.get("id"))]
-            metrics = record.get("metrics") if isinstance(record.get("metrics"), Mapping) else {}
-            step = metrics.get("step_time") if isinstance(metrics.get("step_time"), Mapping) else {}
-            workload = record.get("workload") if isinstance(record.get("workload"), Mapping) else {}
-            numerics = record.get("numerics") if isinstance(record.get("numerics"), Mapping) else {}
+            metrics = as_mapping(record.get("metrics"))
+            step = as_mapping(metrics.get("step_time"))
+            workload = as_mapping(record.get("workload"))
+            numerics = as_mapping(record.get("numerics"))
             timed = record.get("status") == "passed"
             rows.append(
                 {

@@ -32,7 +32,7 @@ def num(value: Any) -> str:
     if size >= 1000:
         return f"{v:,.0f}"
     if size >= 100:
-        return f"{v:.1f}"
+        return f"{v:.0f}" if v.is_integer() else f"{v:.1f}"
     if size >= 10:
         return f"{v:.2f}"
     if size == 0:

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from suite import analysis
+from suite import ReportSection, analysis
 from suite.analysis import Doc
-from suite import ReportSection
 from suite.report.fmt import DASH, num, pct, ratio, signed_pct
 from suite.report.views import run_label
 
@@ -70,9 +69,7 @@ def _run_part(doc: Doc, compare_with: Doc | None) -> list[str]:
             lines += ["| regressed cell | step time change | threshold | why |", "|---|---:|---:|---|"]
             for c in regressions:
                 change = signed_pct(c.change) if c.change is not None else DASH
-                lines.append(
-                    f"| {escape_md(c.cell_id)} | {change} | {pct(c.threshold)} | {escape_md(c.reason)} |"
-                )
+                lines.append(f"| {escape_md(c.cell_id)} | {change} | {pct(c.threshold)} | {escape_md(c.reason)} |")
             lines.append("")
     return lines
 

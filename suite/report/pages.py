@@ -15,7 +15,7 @@ from typing import Any
 from markupsafe import Markup
 
 from suite import analysis
-from suite.analysis import Record
+from suite.analysis import Record, as_mapping
 from suite.report import charts
 from suite.report.fmt import DASH, bytes_, num, pct
 from suite.report.views import CellView, Run, cell_view, techniques_text, workload_page_name
@@ -52,8 +52,8 @@ def _environment_rows(run: Run) -> list[tuple[str, str]]:
         gpu_text = f"{gpu.get('name')} \u00d7 {gpu.get('count', 1)}, {bytes_(gpu.get('memory_bytes'))}, sm {cap}"
     else:
         gpu_text = "none (CPU run)"
-    suite = info.get("suite") if isinstance(info.get("suite"), Mapping) else {}
-    measure = info.get("measure") if isinstance(info.get("measure"), Mapping) else {}
+    suite = as_mapping(info.get("suite"))
+    measure = as_mapping(info.get("measure"))
     commit = env.get("ampsuite_commit")
     rows = [
         ("GPU", gpu_text),
@@ -80,12 +80,14 @@ def _peaks(run: Run) -> dict[str, Any] | None:
     peaks = run.env.get("peaks")
     if not isinstance(peaks, Mapping):
         return None
-    table = peaks.get("matmul_tflops") if isinstance(peaks.get("matmul_tflops"), Mapping) else {}
+    table = as_mapping(peaks.get("matmul_tflops"))
     return {
         "device": str(peaks.get("device") or DASH),
         "torch": str(peaks.get("torch") or DASH),
+        "when": str(peaks.get("measured") or "")
+        + (" (from the peaks cache, not re-measured in this run)" if peaks.get("cached") else ""),
         "matmul": [(str(k), num(v)) for k, v in table.items()],
-        "copy": num(peaks.get("copy_gbps")),
+        "copy_gbps": num(peaks.get("copy_gbps")),
     }
 
 
@@ -236,7 +238,7 @@ def _charts(run: Run, records: list[Record], unit: str) -> list[Chart]:
             Chart(
                 "Peak memory",
                 "Peak memory during the timed steps (the kind, CUDA allocated or host RSS, is in the table).",
-                charts.bar_chart(memory, title="Peak memory", unit="GiB"),
+                charts.bar_chart(memory, title="Peak memory", unit="GiB", fmt=lambda v: f"{v:.2f}"),
             )
         )
     flops = []
@@ -277,7 +279,8 @@ def _charts(run: Run, records: list[Record], unit: str) -> list[Chart]:
                 charts.bar_chart(
                     losses,
                     title="Relative loss difference from FP32",
-                    fmt=lambda v: f"{v * 100:.1f}%",
+                    fmt=lambda v: f"{v * 100:.2f}%",
+                    tick_fmt=lambda v: f"{v * 100:g}%",
                     reference=tolerance,
                     reference_label="numerics tolerance",
                 ),
@@ -342,4 +345,3 @@ def speedup_summary(cell: CellView) -> str:
     if cell.speedup_tf32 != DASH:
         parts.append(f"{cell.speedup_tf32} TF32")
     return " \u00b7 ".join(parts)
-

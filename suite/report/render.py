@@ -139,8 +139,6 @@ def render_site(
     if compare_with is not None:
         write("compare.html", "compare.html", **compare_context(runs, compare_with))
     write_csv(items, out / CSV_NAME)
-    (out / MARKDOWN_NAME).write_text(
-        markdown_summary(items, compare_with, extra_sections=sections), encoding="utf-8"
-    )
+    (out / MARKDOWN_NAME).write_text(markdown_summary(items, compare_with, extra_sections=sections), encoding="utf-8")
     _copy_static(out)
     return index

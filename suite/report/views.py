@@ -18,7 +18,7 @@ from typing import Any
 from markupsafe import Markup
 
 from suite import analysis
-from suite.analysis import Derived, Doc, Record
+from suite.analysis import Derived, Doc, Record, as_mapping
 from suite.report import charts
 from suite.report.fmt import DASH, bytes_, num, pct, ratio, secs
 
@@ -158,7 +158,7 @@ class CellView:
     loss_spark: Markup
     tensor_ops: list[dict[str, Any]]
     misaligned: int
-    precision_ops: list[tuple[str, str]]
+    precision_ops: Table | None
     notes: str
 
 
@@ -176,33 +176,65 @@ def _tensor_ops(diagnostics: Mapping[str, Any]) -> tuple[list[dict[str, Any]], i
             "dtype": str(op.get("dtype", "")),
             "count": str(op.get("count", "")),
             "aligned": bool(op.get("aligned", True)),
+            "highlight": not op.get("aligned", True) and op.get("dtype") in LOW_PRECISION,
             "phase": str(op.get("phase", "")),
         }
         for op in ops
         if isinstance(op, Mapping)
     ]
     misaligned = _get(table, "misaligned")
-    count = misaligned if isinstance(misaligned, int) else sum(1 for r in rows if not r["aligned"])
+    count = misaligned if isinstance(misaligned, int) else sum(1 for r in rows if r["highlight"])
     return rows, count
 
 
-def _precision_ops(diagnostics: Mapping[str, Any]) -> list[tuple[str, str]]:
+LOW_PRECISION = ("float16", "bfloat16")
+"""The dtypes for which Tensor Core alignment matters and in which sensitive ops are worth a look."""
+
+
+@dataclass(frozen=True)
+class Row:
+    cells: list[str]
+    low: bool = False
+
+
+@dataclass(frozen=True)
+class Table:
+    """A generic table of probe evidence (columns from the rows' keys, in first-seen order)."""
+
+    columns: list[str]
+    rows: list[Row]
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _precision_ops(diagnostics: Mapping[str, Any]) -> Table | None:
+    """``precision_ops`` as a table: a list of rows (the tensor-cores probe) or a plain mapping.
+
+    Rows computed in float16/bfloat16 are marked: they are the numerically
+    sensitive ops (norms, softmax, losses) that a technique left in low precision.
+    """
     value = _get(diagnostics, "precision_ops")
     if isinstance(value, Mapping):
-        return [(str(k), v if isinstance(v, str) else json.dumps(v)) for k, v in value.items()]
+        return Table(["key", "value"], [Row([str(k), _text(v)]) for k, v in value.items()])
+    if isinstance(value, list) and value and all(isinstance(r, Mapping) for r in value):
+        columns = list(dict.fromkeys(k for r in value for k in r))
+        rows = [Row([_text(r.get(c, "")) for c in columns], r.get("dtype") in LOW_PRECISION) for r in value]
+        return Table(columns, rows)
     if value:
-        return [("", json.dumps(value, indent=1))]
-    return []
+        return Table(["value"], [Row([json.dumps(value)])])
+    return None
 
 
 def cell_view(run: Run, record: Record) -> CellView:
     cell_id = str(record.get("id"))
     d = run.derived.get(cell_id) or Derived(cell_id)
-    metrics = record.get("metrics") if isinstance(record.get("metrics"), Mapping) else {}
-    step = metrics.get("step_time") if isinstance(metrics.get("step_time"), Mapping) else {}
-    numerics = record.get("numerics") if isinstance(record.get("numerics"), Mapping) else {}
-    diagnostics = record.get("diagnostics") if isinstance(record.get("diagnostics"), Mapping) else {}
-    workload = record.get("workload") if isinstance(record.get("workload"), Mapping) else {}
+    metrics = as_mapping(record.get("metrics"))
+    step = as_mapping(metrics.get("step_time"))
+    numerics = as_mapping(record.get("numerics"))
+    diagnostics = as_mapping(record.get("diagnostics"))
+    workload = as_mapping(record.get("workload"))
     unit = str(workload.get("unit") or "samples")
     scale = numerics.get("scale_history")
     losses = numerics.get("losses")

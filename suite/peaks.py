@@ -45,6 +45,8 @@ CUDA_MATMUL = 8192
 CUDA_COPY_BYTES = 1 << 30
 CPU_MATMUL = 512
 CPU_COPY_BYTES = 64 << 20
+CPU_BUDGET_S = 0.3
+"""Seconds of timed calls per CPU figure (at least 3 calls each)."""
 
 _DTYPES = {"float32": torch.float32, "tf32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -98,6 +100,7 @@ def _store(path: Path, doc: dict[str, Any]) -> None:
         with os.fdopen(fd, "w") as f:
             json.dump(doc, f, indent=2)
             f.write("\n")
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a cache is for anyone on the machine
         os.replace(tmp, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -112,6 +115,14 @@ def _tf32(enabled: bool) -> Iterator[None]:
         yield
     finally:
         torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def _product(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> Callable[[], Any]:
+    return lambda: torch.mm(a, b, out=out)
+
+
+def _copy(src: torch.Tensor, dst: torch.Tensor) -> Callable[[], Any]:
+    return lambda: dst.copy_(src)
 
 
 def _best_cuda_seconds(fn: Callable[[], Any], iters: int, reps: int, warmup: int = 3) -> float:
@@ -155,12 +166,12 @@ def _measure_cuda() -> tuple[dict[str, float], float, dict[str, Any]]:
         out = torch.empty(n, n, device="cuda", dtype=_DTYPES[cls])
         with _tf32(cls == "tf32"):
             iters = 5 if cls == "float32" else 20
-            seconds = _best_cuda_seconds(lambda a=a, b=b, out=out: torch.mm(a, b, out=out), iters=iters, reps=5)
+            seconds = _best_cuda_seconds(_product(a, b, out), iters=iters, reps=5)
         tflops[cls] = 2 * n**3 / seconds / 1e12
         del a, b, out
     src = torch.empty(CUDA_COPY_BYTES // 4, device="cuda", dtype=torch.float32).fill_(1.0)
     dst = torch.empty_like(src)
-    seconds = _best_cuda_seconds(lambda: dst.copy_(src), iters=20, reps=5)
+    seconds = _best_cuda_seconds(_copy(src, dst), iters=20, reps=5)
     del src, dst
     torch.cuda.empty_cache()
     method = {"matmul": f"torch.mm {n}^3, best of 5 x (5-20 products), CUDA events", "copy_bytes": CUDA_COPY_BYTES}
@@ -175,11 +186,11 @@ def _measure_cpu() -> tuple[dict[str, float], float, dict[str, Any]]:
         a = torch.randn(n, n, generator=gen).to(_DTYPES[cls])
         b = torch.randn(n, n, generator=gen).to(_DTYPES[cls])
         out = torch.empty(n, n, dtype=_DTYPES[cls])
-        seconds = _best_cpu_seconds(lambda a=a, b=b, out=out: torch.mm(a, b, out=out), budget_s=0.4)
+        seconds = _best_cpu_seconds(_product(a, b, out), budget_s=CPU_BUDGET_S)
         tflops[cls] = 2 * n**3 / seconds / 1e12
     src = torch.ones(CPU_COPY_BYTES // 4)
     dst = torch.empty_like(src)
-    seconds = _best_cpu_seconds(lambda: dst.copy_(src), budget_s=0.2)
+    seconds = _best_cpu_seconds(_copy(src, dst), budget_s=CPU_BUDGET_S / 2)
     method = {"matmul": f"torch.mm {n}^3, best single product, perf_counter", "copy_bytes": CPU_COPY_BYTES}
     return tflops, 2 * CPU_COPY_BYTES / seconds / 1e9, method
 

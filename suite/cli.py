@@ -55,6 +55,7 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
         data_dir=Path(args.data_dir),
         timeout=args.timeout,
         measure_peaks=not args.no_peaks,
+        refresh_peaks=args.refresh_peaks,
         argv=sys.argv,
     )
     try:
@@ -138,7 +139,9 @@ def cmd_report(args: argparse.Namespace) -> ExitCode:
     if args.markdown:
         from suite.report import markdown_summary
 
-        Path(args.markdown).write_text(markdown_summary(docs, compare_with=compare_with), encoding="utf-8")
+        sections = [s for group in _registry(args).hook.ampsuite_report_sections(results=docs) for s in group]
+        text = markdown_summary(docs, compare_with=compare_with, extra_sections=sections)
+        Path(args.markdown).write_text(text, encoding="utf-8")
     return ExitCode.OK
 
 
@@ -155,7 +158,8 @@ def cmd_make_data(args: argparse.Namespace) -> ExitCode:
         if record.prepare is None or key in done:
             continue
         done.add(key)
-        print(f"{cell.workload_id}: {record.prepare(build_options(record.options, cell.options), args.data_dir)}")
+        where = record.prepare(build_options(record.options, cell.options), args.data_dir)
+        print(f"{cell.workload_id}: {where or 'synthetic data, nothing written'}")
     return ExitCode.OK
 
 
@@ -193,6 +197,17 @@ def cmd_selfcheck(args: argparse.Namespace) -> ExitCode:
     return worst
 
 
+def cmd_new_plugin(args: argparse.Namespace) -> ExitCode:
+    from suite import scaffold
+
+    target = scaffold.create(args.name, args.output)
+    names = scaffold.plugin_names(args.name)
+    print(f"created {target}: workload {names.workload!r}, technique {names.technique!r}")
+    where = target if target.is_absolute() else f"./{target}"  # pip reads a bare name as a PyPI project
+    print(f"next: pip install -e '{where}[test]' && ampsuite list && pytest {where}")
+    return ExitCode.OK
+
+
 def _add_plugin_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-p",
@@ -227,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--data-dir", default="reports/data", help="where generated data sets live")
     run.add_argument("--no-report", action="store_true", help="do not render the HTML report")
     run.add_argument("--no-peaks", action="store_true", help="do not measure the device's peak rates first")
+    run.add_argument("--refresh-peaks", action="store_true", help="measure the peaks again instead of using the cache")
 
     command("list", cmd_list, "show plugins, workloads, techniques and probes with their options")
 
@@ -244,6 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("suite", nargs="?")
     data.add_argument("--device", choices=("cpu", "cuda"))
     data.add_argument("--data-dir", default="reports/data")
+    new_plugin = command("new-plugin", cmd_new_plugin, "write a plugin package: one workload, one technique, a test")
+    new_plugin.add_argument("name", help="distribution name of the package, e.g. ampsuite-myplugin")
+    new_plugin.add_argument("-o", "--output", default=".", help="parent directory of the package (default .)")
     check = command("selfcheck", cmd_selfcheck, "time the harness against a plain hand-written loop, same process")
     check.add_argument("--device", choices=("cpu", "cuda"))
     check.add_argument("-k", dest="keyword", metavar="EXPR", help="only checks whose name matches EXPR")

@@ -54,6 +54,7 @@ class RunConfig:
     data_dir: Path = Path("reports/data")
     timeout: float | None = None
     measure_peaks: bool = True
+    refresh_peaks: bool = False
     argv: Sequence[str] = ()
 
 
@@ -208,10 +209,12 @@ def _open_results(spec: SuiteSpec, config: RunConfig, device: str, registry: Reg
     return results.ResultsWriter(out, doc)
 
 
-def _measure_peaks(ctx: BaseContext, device: str, log: Path, observer: Observer) -> dict[str, Any] | None:
+def _measure_peaks(
+    ctx: BaseContext, device: str, refresh: bool, log: Path, observer: Observer
+) -> dict[str, Any] | None:
     from suite import worker
 
-    kind, value = _in_worker(ctx, worker.peaks_main, (device, str(log)), PEAKS_TIMEOUT[device], log)
+    kind, value = _in_worker(ctx, worker.peaks_main, (device, refresh, str(log)), PEAKS_TIMEOUT[device], log)
     if kind == "result" and "peaks" in value:
         return dict(value["peaks"])
     observer.message(f"device peaks not measured ({kind}: {value.get('error') if isinstance(value, dict) else value})")
@@ -284,7 +287,9 @@ def run_cells(
     try:
         if config.measure_peaks and writer.doc["environment"].get("peaks") is None and ctx is not None:
             with contextlib.suppress(KeyboardInterrupt):
-                writer.doc["environment"]["peaks"] = _measure_peaks(ctx, device, logdir / "peaks.log", observer)
+                writer.doc["environment"]["peaks"] = _measure_peaks(
+                    ctx, device, config.refresh_peaks, logdir / "peaks.log", observer
+                )
                 writer.flush()
         for index, cell in enumerate(cells):
             if writer.has(cell.id):

@@ -6,6 +6,10 @@ data, autocast dtype, scaler) plus two phases, ``forward_backward`` and
 the final callable with :meth:`TrainStep.compose` once every technique has
 been applied, so the order in which techniques touch fields does not matter
 except where a technique wraps a phase (that is what ``Technique.order`` is for).
+
+Techniques change the step in place and return the same object: phases that a
+workload defines (GEMM's product) read fields such as ``autocast_dtype`` from
+the step they were built with, so a copy would silently lose them.
 """
 
 from __future__ import annotations

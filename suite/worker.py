@@ -294,7 +294,7 @@ def main(payload: dict[str, Any], conn: Any) -> None:
         os._exit(0)
 
 
-def peaks_main(device_type: str, log_path: str, conn: Any) -> None:
+def peaks_main(device_type: str, refresh: bool, log_path: str, conn: Any) -> None:
     """Entry point of the process that measures the device's peaks before the cells."""
     os.setsid()
     _die_with_parent()
@@ -304,7 +304,7 @@ def peaks_main(device_type: str, log_path: str, conn: Any) -> None:
     try:
         from suite.peaks import measure_peaks
 
-        conn.send({"peaks": measure_peaks(device_type)})
+        conn.send({"peaks": measure_peaks(device_type, refresh=refresh)})
     except BaseException as exc:
         conn.send({"error": f"{type(exc).__name__}: {exc}"})
     finally:

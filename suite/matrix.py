@@ -124,6 +124,7 @@ def _skip_reason(
     techniques: Sequence[Technique],
     device: str,
     batch_size: int,
+    tech_options: Mapping[str, Mapping[str, Any]],
 ) -> str | None:
     if record.requires and device not in record.requires:
         return f"workload {record.name!r} needs a {' or '.join(sorted(record.requires))} device; this run is on {device}"
@@ -142,7 +143,14 @@ def _skip_reason(
                     return f"{t.name} needs a CUDA device; this run is on {device}"
             elif req not in names:
                 return f"{t.name} requires {req} in the same combination"
-    ctx = CheckContext(record, options, device, tuple(sorted(names)), batch_size)
+    ctx = CheckContext(
+        record,
+        options,
+        device,
+        tuple(sorted(names)),
+        batch_size,
+        {t.name: build_options(t.options, tech_options[t.name]) for t in techniques},
+    )
     for t in techniques:
         if t.check is not None:
             reason = t.check(ctx)
@@ -199,7 +207,7 @@ def expand(spec: SuiteSpec, registry: Registry, device: str) -> list[Cell]:
                     continue
                 if any(_matches(r, cell, entry.plugin) for r in spec.exclude):
                     continue
-                cell.skip_reason = _skip_reason(spec, registry, record, opts_obj, techs, device, bs)
+                cell.skip_reason = _skip_reason(spec, registry, record, opts_obj, techs, device, bs, tech_options)
                 cells.append(cell)
     return cells
 

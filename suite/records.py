@@ -50,6 +50,8 @@ class CheckContext:
         device_type: ``"cpu"`` or ``"cuda"``.
         techniques: names of every technique in the cell's combination.
         batch_size: the cell's batch size.
+        technique_options: validated options instance of every technique in
+            the combination, by name.
     """
 
     workload: Workload
@@ -57,6 +59,7 @@ class CheckContext:
     device_type: str
     techniques: tuple[str, ...]
     batch_size: int
+    technique_options: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -230,6 +230,7 @@ def _payload(spec: SuiteSpec, cell: Cell, config: RunConfig, log: Path) -> dict[
         "plugins": config.plugins.as_dict(),
         "log_path": str(log),
         "memory_limit_bytes": int(spec.memory_limit_gb * 2**30),
+        "cpu_threads": spec.cpu_threads,
     }
 
 

@@ -73,6 +73,7 @@ class SuiteSpec:
     baseline: str
     numerics_tolerance: float
     memory_limit_gb: float
+    cpu_threads: int
     measure: MeasureSpec
     workloads: tuple[WorkloadEntry, ...]
     combinations: Mapping[str, tuple[str, ...]]
@@ -180,7 +181,17 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
         path,
         "suite",
         top.get("suite", dict, {}, "a table"),
-        ("name", "description", "device", "seed", "timeout", "baseline", "numerics_tolerance", "memory_limit_gb"),
+        (
+            "name",
+            "description",
+            "device",
+            "seed",
+            "timeout",
+            "baseline",
+            "numerics_tolerance",
+            "memory_limit_gb",
+            "cpu_threads",
+        ),
     )
     name = s.get("name", str, Path(path).stem, "a string")
     description = s.get("description", str, "", "a string")
@@ -192,6 +203,7 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
     baseline = s.get("baseline", str, None, "a combination id")
     tolerance = s.number("numerics_tolerance", 0.05, minimum=0)
     memory_limit = s.number("memory_limit_gb", 0.0, minimum=0)
+    cpu_threads = s.number("cpu_threads", 0, minimum=0, integer=True)
     s.finish()
 
     m = _Reader(path, "measure", top.get("measure", dict, {}, "a table"), tuple(MeasureSpec.__dataclass_fields__))
@@ -266,6 +278,7 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
         baseline=baseline,
         numerics_tolerance=tolerance,
         memory_limit_gb=memory_limit,
+        cpu_threads=cpu_threads,
         measure=measure,
         workloads=tuple(workloads),
         combinations=combinations,

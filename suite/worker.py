@@ -160,6 +160,10 @@ def run_cell(payload: dict[str, Any], state: dict[str, Any] | None = None, regis
         registry = load_registry(PluginSettings.from_dict(payload["plugins"]))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+    elif payload.get("cpu_threads"):
+        # Fewer threads than cores keeps tiny CPU cells from measuring the scheduler.
+        torch.set_num_threads(int(payload["cpu_threads"]))
+    state.setdefault("metrics", {})["torch_threads"] = torch.get_num_threads()
 
     metrics: dict[str, Any] = state.setdefault("metrics", {})
     t0 = time.perf_counter()

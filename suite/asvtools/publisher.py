@@ -1,0 +1,34 @@
+"""An asv output publisher that makes every ``asv publish`` site work offline.
+
+asv runs each subclass of ``asv.publishing.OutputPublisher`` after it has
+copied its page template into ``html_dir`` (sorted by ``order``); this one runs
+last and hands the site to :func:`suite.asvtools.offline.make_offline`. It is
+loaded through the ``plugins`` key of ``asv.conf.json`` (module
+:mod:`suite.asvtools.asv_plugin`), so plain ``asv publish`` is enough.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from asv.console import log
+from asv.publishing import OutputPublisher
+
+from suite.asvtools.offline import make_offline
+
+__all__ = ["OfflineAssets"]
+
+
+class OfflineAssets(OutputPublisher):  # type: ignore[misc]  # asv ships no type information
+    """Replace asv's CDN scripts and stylesheets with ampsuite's vendored copies."""
+
+    name = "ampsuite-offline"
+    button_label = None
+    description = "vendored JavaScript and CSS, so that the site needs no network"
+    order = math.inf
+
+    @classmethod
+    def publish(cls, conf: Any, repo: Any, benchmarks: Any, graphs: Any, revisions: Any) -> None:
+        changed = make_offline(conf.html_dir)
+        log.info(f"ampsuite: vendored assets referenced from {', '.join(p.name for p in changed) or 'no page'}")

@@ -1,0 +1,126 @@
+"""``ampsuite new-plugin NAME``: write a working plugin package from the templates.
+
+The skeleton is the shortest path from nothing to a plugin that ``ampsuite
+list`` shows: a pyproject with the ``ampsuite`` entry point, a module with one
+workload and one technique, a README and a test that uses ampsuite's pytest
+plugin and passes as generated. The templates live in
+``suite/templates/plugin/`` (package data): a path component ``__package__``
+becomes the import name, and the ``.j2`` suffix is dropped.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+import sys
+from dataclasses import dataclass
+from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
+
+import jinja2
+
+from suite import PLUGIN_API, __version__
+from suite.errors import UsageError
+
+__all__ = ["PluginNames", "create", "plugin_names", "render"]
+
+TEMPLATE_DIR = ("templates", "plugin")
+PACKAGE_PLACEHOLDER = "__package__"
+SUFFIX = ".j2"
+_DIST_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+RESERVED = frozenset({"suite", "plugins", "ampsuite", "torch", "test", "tests"})
+"""Import names that would shadow ampsuite, its built-ins or what its tests import."""
+
+
+@dataclass(frozen=True)
+class PluginNames:
+    """The names a generated package uses, all derived from the one the user gave."""
+
+    name: str
+    """The distribution (pip) name, also the plugin's name in ``ampsuite list``."""
+    package: str
+    """The import name: lower case, ``-`` and ``.`` as ``_``."""
+    workload: str
+    technique: str
+
+
+def plugin_names(name: str) -> PluginNames:
+    """Check ``name`` and derive the package, workload and technique names.
+
+    :raises UsageError: a name that is not a valid distribution name, whose
+        import name is not a Python identifier, or that shadows a module
+        ampsuite needs.
+    """
+    if not _DIST_NAME.fullmatch(name):
+        raise UsageError(
+            f"new-plugin: {name!r} is not a valid package name: use letters, digits, '-', '_' and '.', "
+            "starting and ending with a letter or digit (e.g. ampsuite-myplugin)"
+        )
+    package = re.sub(r"[-_.]+", "_", name).lower()
+    if not package.isidentifier() or keyword.iskeyword(package):
+        raise UsageError(f"new-plugin: {name!r} gives the import name {package!r}, which is not a Python identifier")
+    if package in RESERVED or package in sys.stdlib_module_names:
+        raise UsageError(
+            f"new-plugin: the import name {package!r} would shadow an existing module; choose another name"
+        )
+    return PluginNames(name=name, package=package, workload=f"{name}-mlp", technique=f"{name}-grad-clip")
+
+
+def _templates() -> Traversable:
+    root = resources.files("suite")
+    for part in TEMPLATE_DIR:
+        root = root / part
+    return root
+
+
+def _walk(node: Traversable, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Traversable]]:
+    found = []
+    for child in sorted(node.iterdir(), key=lambda c: c.name):
+        if child.name == "__pycache__":
+            continue
+        if child.is_dir():
+            found += _walk(child, (*prefix, child.name))
+        elif child.name.endswith(SUFFIX):
+            found.append(((*prefix, child.name), child))
+    return found
+
+
+def render(name: str) -> dict[str, str]:
+    """The files of the skeleton for ``name``: relative POSIX path -> text."""
+    names = plugin_names(name)
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    context = {
+        "name": names.name,
+        "package": names.package,
+        "workload": names.workload,
+        "technique": names.technique,
+        "ampsuite_version": __version__,
+        "plugin_api": PLUGIN_API,
+    }
+    files = {}
+    for parts, template in _walk(_templates()):
+        relative = "/".join(p.replace(PACKAGE_PLACEHOLDER, names.package) for p in parts)[: -len(SUFFIX)]
+        files[relative] = env.from_string(template.read_text(encoding="utf-8")).render(context)
+    if not files:
+        raise RuntimeError("ampsuite's plugin templates are missing from the installation (suite/templates/plugin)")
+    return files
+
+
+def create(name: str, parent: str | Path = ".") -> Path:
+    """Write the skeleton into ``parent/name`` and return that directory.
+
+    :raises UsageError: a bad name, or a target that already exists (nothing
+        is ever overwritten).
+    """
+    files = render(name)
+    target = Path(parent) / name
+    try:
+        target.mkdir(parents=True)
+    except FileExistsError:
+        raise UsageError(f"new-plugin: {target} already exists; choose another name or remove it first") from None
+    for relative, text in files.items():
+        path = target / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return target

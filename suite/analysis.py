@@ -296,10 +296,32 @@ def _loss_at_n(record: Record) -> float | None:
     return _num(_numerics(record).get("loss_at_n"))
 
 
+def _skipped_updates(record: Record) -> int:
+    """Optimizer steps a GradScaler skipped before the last numerics loss was computed.
+
+    ``scale_history`` starts with the scale before the first step, then one
+    entry after each step; a decrease means that step's update was skipped.
+    The loss of step i reflects the updates of steps 0..i-1.
+    """
+    numerics = _numerics(record)
+    history, losses = numerics.get("scale_history"), numerics.get("losses") or []
+    n = len(losses)
+    if not history or len(history) != n + 1:
+        return 0
+    return sum(1 for a, b in zip(history[: n - 1], history[1:n], strict=True) if b < a)
+
+
 def _loss_rel_diff(reference: Record | None, record: Record) -> float | None:
     if reference is None or not (passed(reference) and passed(record)):
         return None
     ref, own = _loss_at_n(reference), _loss_at_n(record)
+    # Loss scaling skips the first updates while it searches for a scale: hold
+    # the cell against FP32 after the same number of applied updates.
+    skipped = _skipped_updates(record)
+    ref_losses = _numerics(reference).get("losses") or []
+    own_n = len(_numerics(record).get("losses") or [])
+    if skipped and own_n and len(ref_losses) >= own_n:
+        ref = _num(ref_losses[own_n - 1 - skipped])
     if ref is None or own is None:
         return None
     if ref == 0:

@@ -197,6 +197,43 @@ def cmd_selfcheck(args: argparse.Namespace) -> ExitCode:
     return worst
 
 
+def cmd_max_batch(args: argparse.Namespace) -> ExitCode:
+    from suite import maxbatch, session
+
+    p = session.plan(args.suite, device=args.device, keyword=args.keyword, settings=_plugin_settings(args))
+    if not p.cells:
+        print(f"{p.spec.path}: no cells selected")
+        return ExitCode.NO_CELLS
+    output = Path(args.output) if args.output else Path("reports") / p.spec.name / "max-batch.json"
+    try:
+        config = maxbatch.SearchConfig(
+            output=output,
+            start=args.start,
+            limit=args.limit,
+            plugins=p.settings,
+            data_dir=Path(args.data_dir),
+            timeout=args.timeout,
+            argv=sys.argv,
+        )
+    except ValueError as exc:
+        raise UsageError(f"max-batch: {exc}") from None
+
+    def report(record: dict[str, Any]) -> None:
+        facts = record["metrics"].get("max_batch")
+        if facts is None:
+            print(f"{record['id']}: {record['status']}", flush=True)
+        elif record["status"] == "passed":
+            unit = record["workload"]["unit"]
+            print(f"{record['id']}: {facts['largest']} ({record['metrics']['throughput']:,.1f} {unit}/s)", flush=True)
+        else:
+            reason = (record.get("evidence") or {}).get("reason") or (record.get("evidence") or {}).get("message", "")
+            print(f"{record['id']}: {record['status']} {reason}".rstrip(), flush=True)
+
+    summaries = maxbatch.search(p, config, report)
+    print(f"results: {output}")
+    return ExitCode.OK if all(r["status"] in ("passed", "skipped") for r in summaries) else ExitCode.CELLS_FAILED
+
+
 def cmd_new_plugin(args: argparse.Namespace) -> ExitCode:
     from suite import scaffold
 
@@ -205,6 +242,17 @@ def cmd_new_plugin(args: argparse.Namespace) -> ExitCode:
     print(f"created {target}: workload {names.workload!r}, technique {names.technique!r}")
     where = target if target.is_absolute() else f"./{target}"  # pip reads a bare name as a PyPI project
     print(f"next: pip install -e '{where}[test]' && ampsuite list && pytest {where}")
+    return ExitCode.OK
+
+
+def cmd_asv_machine(args: argparse.Namespace) -> ExitCode:
+    from suite.asvtools.machine import write_machine_file
+
+    try:
+        path = write_machine_file(args.file, args.machine)
+    except ValueError as exc:
+        raise UsageError(f"asv-machine: {exc}") from exc
+    print(f"asv machine file: {path}")
     return ExitCode.OK
 
 
@@ -263,6 +311,19 @@ def build_parser() -> argparse.ArgumentParser:
     new_plugin = command("new-plugin", cmd_new_plugin, "write a plugin package: one workload, one technique, a test")
     new_plugin.add_argument("name", help="distribution name of the package, e.g. ampsuite-myplugin")
     new_plugin.add_argument("-o", "--output", default=".", help="parent directory of the package (default .)")
+    mb = command("max-batch", cmd_max_batch, "find the largest batch size that runs, per workload and combination")
+    mb.add_argument("suite", nargs="?", help="suite file (TOML)")
+    mb.add_argument("-k", dest="keyword", metavar="EXPR", help="only cells whose id matches EXPR (and, or, not)")
+    mb.add_argument("--start", type=int, help="first batch size (default: the suite's smallest for that workload)")
+    mb.add_argument("--limit", type=int, default=65536, help="largest batch size to try (default 65536)")
+    mb.add_argument("-o", "--output", help="results file (default reports/SUITE-NAME/max-batch.json)")
+    mb.add_argument("--device", choices=("cpu", "cuda"), help="override the suite's device")
+    mb.add_argument("--timeout", type=float, help="seconds per attempt (overrides suite.timeout)")
+    mb.add_argument("--data-dir", default="reports/data", help="where generated data sets live")
+    machine = command("asv-machine", cmd_asv_machine, "write asv's machine file (GPU, driver, CUDA) without prompts")
+    machine.add_argument("--machine", help="entry name (default: the host name, as asv uses)")
+    machine.add_argument("--file", help="machine file (default ~/.asv-machine.json)")
+
     check = command("selfcheck", cmd_selfcheck, "time the harness against a plain hand-written loop, same process")
     check.add_argument("--device", choices=("cpu", "cuda"))
     check.add_argument("-k", dest="keyword", metavar="EXPR", help="only checks whose name matches EXPR")

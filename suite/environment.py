@@ -21,9 +21,25 @@ import suite
 __all__ = ["collect", "detect_device", "git_commit"]
 
 
-def git_commit(path: str | Path) -> str | None:
-    """The commit checked out at ``path`` (with ``+dirty`` when modified), or None."""
+def git_commit(path: str | Path, *, toplevel: str | Path | None = None) -> str | None:
+    """The commit checked out at ``path`` (with ``+dirty`` when modified), or None.
+
+    :param toplevel: when given, report a commit only if the repository's top
+        folder is exactly this one: an ampsuite installed in an ignored folder
+        of some other repository (asv's environments, a .venv) is not that
+        repository's commit.
+    """
     try:
+        if toplevel is not None:
+            top = subprocess.run(
+                ["git", "-C", str(path), "rev-parse", "--show-toplevel"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=True,
+            ).stdout.strip()
+            if Path(top).resolve() != Path(toplevel).resolve():
+                return None
         out = subprocess.run(
             ["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
         ).stdout.strip()
@@ -123,7 +139,7 @@ def collect(device: str) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "ampsuite_version": suite.__version__,
-        "ampsuite_commit": git_commit(Path(suite.__file__).parent),
+        "ampsuite_commit": git_commit(Path(suite.__file__).parent, toplevel=Path(suite.__file__).parent.parent),
         "workdir_commit": git_commit(Path.cwd()),
         "peaks": None,
     }

@@ -59,6 +59,20 @@ def _grads_finite(step: TrainStep) -> bool:
     return all(bool(torch.isfinite(g).all()) for g in grads)
 
 
+SCALE_FLOOR = 1.0
+SCALE_COLLAPSE_FACTOR = 2.0**10
+
+
+def scale_collapsed(scale: float, start: float | None) -> bool:
+    """Whether a GradScaler's scale has collapsed: below 1.0, or 2**10 below where it started.
+
+    Each step with inf/NaN gradients halves the scale (by default); ten halvings
+    in a row, or a scale that no longer amplifies at all, mean the gradients
+    overflow whatever the scale, and fp16 training is lost.
+    """
+    return scale < SCALE_FLOOR or (start is not None and scale <= start / SCALE_COLLAPSE_FACTOR)
+
+
 def _numerics(step: TrainStep, run: Callable[..., torch.Tensor], n: int, metrics: dict[str, Any]) -> dict[str, Any]:
     """Run the first ``n`` steps from the seeded start and read every loss.
 
@@ -67,7 +81,13 @@ def _numerics(step: TrainStep, run: Callable[..., torch.Tensor], n: int, metrics
     the phases when the step is eager (no wrappers), where they are reachable.
     """
     losses: list[float | None] = []
-    scales: list[float] | None = [] if step.scaler is not None else None
+    scaler = step.scaler
+    start_scale = float(scaler.get_scale()) if scaler is not None else None
+    # The scale before the first step leads the history, so that a skip in the
+    # very first step shows as a decrease like any other.
+    scales: list[float] | None = [start_scale] if start_scale is not None else None
+    collapsed_step: int | None = None
+    collapsed_scale: float | None = None
     nonfinite_step: int | None = None
     nonfinite_what: str | None = None
     eager = not step.wrappers
@@ -91,8 +111,10 @@ def _numerics(step: TrainStep, run: Callable[..., torch.Tensor], n: int, metrics
             nonfinite_step, nonfinite_what = i, "loss"
         elif nonfinite_step is None and not grads_ok:
             nonfinite_step, nonfinite_what = i, "gradients"
-        if scales is not None:
-            scales.append(float(step.scaler.get_scale()))
+        if scaler is not None and scales is not None:
+            scales.append(float(scaler.get_scale()))
+            if collapsed_step is None and scale_collapsed(scales[-1], start_scale):
+                collapsed_step, collapsed_scale = i, scales[-1]
     skipped = None
     if scales is not None:
         skipped = sum(1 for a, b in zip(scales, scales[1:], strict=False) if b < a)
@@ -103,6 +125,9 @@ def _numerics(step: TrainStep, run: Callable[..., torch.Tensor], n: int, metrics
         "nonfinite_what": nonfinite_what,
         "scale_history": scales,
         "skipped_steps": skipped,
+        "scale_start": start_scale,
+        "scale_collapsed_step": collapsed_step,
+        "scale_at_collapse": collapsed_scale,
     }
 
 
@@ -199,6 +224,12 @@ def run_cell(payload: dict[str, Any], state: dict[str, Any] | None = None, regis
     numerics["final_loss"] = _finite(final_loss)
     if numerics["nonfinite_step"] is None and not math.isfinite(final_loss):
         numerics["nonfinite_step"], numerics["nonfinite_what"] = spec.numerics_steps + spec.warmup_steps, "loss"
+    if step.scaler is not None and numerics["scale_collapsed_step"] is None:
+        # Read once after timing (a read syncs): the step given is the last one, when it was seen.
+        scale = float(step.scaler.get_scale())
+        if scale_collapsed(scale, numerics["scale_start"]):
+            numerics["scale_collapsed_step"] = spec.numerics_steps + spec.warmup_steps + len(samples)
+            numerics["scale_at_collapse"] = scale
 
     stats = summarize(samples)
     metrics["step_time"] = stats.as_dict(samples)
@@ -215,6 +246,11 @@ def run_cell(payload: dict[str, Any], state: dict[str, Any] | None = None, regis
         warnings.append(f"unstable: interquartile range is {stats.rel_iqr:.0%} of the median")
     if numerics["nonfinite_step"] is not None:
         warnings.append(f"non-finite {numerics['nonfinite_what']} at step {numerics['nonfinite_step']}")
+    if numerics["scale_collapsed_step"] is not None:
+        warnings.append(
+            f"loss scale collapsed to {numerics['scale_at_collapse']:g} at step {numerics['scale_collapsed_step']} "
+            f"(from {numerics['scale_start']:g}): gradients overflow in float16"
+        )
     return {
         "status": "passed",
         "metrics": metrics,

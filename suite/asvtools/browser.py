@@ -131,8 +131,9 @@ class _Devtools:
                 else:
                     self.events.put(message)
 
-    def call(self, method: str, params: Mapping[str, Any] | None = None, session: str | None = None,
-             timeout: float = 30.0) -> dict[str, Any]:
+    def call(
+        self, method: str, params: Mapping[str, Any] | None = None, session: str | None = None, timeout: float = 30.0
+    ) -> dict[str, Any]:
         self._next_id += 1
         ident = self._next_id
         message: dict[str, Any] = {"id": ident, "method": method, "params": dict(params or {})}
@@ -194,7 +195,8 @@ def load_page(
     *,
     expressions: Mapping[str, str] | None = None,
     hashes: Sequence[str] = (),
-    settle: float = 3.0,
+    ready: Mapping[str, str] | None = None,
+    settle: float = 1.0,
     timeout: float = 60.0,
     chromium: str | None = None,
     screenshots: str | Path | None = None,
@@ -205,9 +207,12 @@ def load_page(
         of ``hashes``) settled; their JSON values land in ``PageReport.values``
         under their name, suffixed ``@HASH`` for those evaluated after a hash.
     :param hashes: location hashes visited in turn after the load (asv's pages
-        are hash routes), each given ``settle`` seconds.
-    :param settle: seconds to keep collecting events after the load event
-        (pages fetch their data after it).
+        are hash routes).
+    :param ready: JavaScript conditions, by hash (``""`` for the first load),
+        polled until true (within ``timeout``) before the page counts as drawn:
+        pages fetch and draw their data after the load event.
+    :param settle: seconds to keep collecting events once the page is ready
+        (late requests, errors after drawing).
     :param screenshots: a folder for a PNG of the page after the load and after
         each hash (``page.png``, ``page-1.png``, ...), to look at what it shows.
     :raises BrowserError: no Chromium, or it did not load the page in ``timeout``.
@@ -266,15 +271,29 @@ def load_page(
                     event = tools.events.get(timeout=min(left, 0.5))
                     loaded = _record(event, report, urls) and event.get("sessionId") == session
 
-            def settle_and_evaluate(suffix: str, shot: str) -> None:
-                end = time.monotonic() + settle
+            def evaluate(expression: str) -> Any:
+                reply = tools.call(
+                    "Runtime.evaluate", {"expression": expression, "returnByValue": True}, session=session
+                )
+                return reply.get("result", {}).get("value")
+
+            def drain(seconds: float) -> None:
+                end = time.monotonic() + seconds
                 while (left := end - time.monotonic()) > 0:
                     with contextlib.suppress(queue.Empty):
                         _record(tools.events.get(timeout=min(left, 0.2)), report, urls)
+
+            def settle_and_evaluate(location_hash: str, shot: str) -> None:
+                condition = (ready or {}).get(location_hash)
+                give_up = time.monotonic() + timeout
+                while condition and not evaluate(condition):
+                    if time.monotonic() > give_up:
+                        raise BrowserError(f"{url}{location_hash}: {condition} still false after {timeout} s")
+                    drain(0.2)
+                drain(settle)
+                suffix = f"@{location_hash}" if location_hash else ""
                 for name, expression in (expressions or {}).items():
-                    reply = tools.call("Runtime.evaluate", {"expression": expression, "returnByValue": True},
-                                       session=session)
-                    report.values[name + suffix] = reply.get("result", {}).get("value")
+                    report.values[name + suffix] = evaluate(expression)
                 if screenshots is not None:
                     png = tools.call("Page.captureScreenshot", {"format": "png"}, session=session)["data"]
                     Path(screenshots).mkdir(parents=True, exist_ok=True)
@@ -282,9 +301,10 @@ def load_page(
 
             settle_and_evaluate("", "page.png")
             for i, location_hash in enumerate(hashes, 1):
-                tools.call("Runtime.evaluate", {"expression": f"location.hash = {json.dumps(location_hash)}"},
-                           session=session)
-                settle_and_evaluate(f"@{location_hash}", f"page-{i}.png")
+                tools.call(
+                    "Runtime.evaluate", {"expression": f"location.hash = {json.dumps(location_hash)}"}, session=session
+                )
+                settle_and_evaluate(location_hash, f"page-{i}.png")
             with contextlib.suppress(BrowserError):
                 tools.call("Browser.close", timeout=10)
         except BrowserError as exc:

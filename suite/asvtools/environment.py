@@ -98,7 +98,7 @@ def probe(executable: str, names: list[str]) -> dict[str, Any]:
     )
     if out.returncode != 0:
         raise environment.EnvironmentUnavailable(f"{executable} failed to report its packages: {out.stderr[-500:]}")
-    result: dict[str, Any] = json.loads(out.stdout)
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])  # after anything an import printed
     return result
 
 
@@ -136,7 +136,7 @@ def resolve_requirements(requirements: dict[str, str], found: dict[str, str | No
     return resolved
 
 
-class AmpsuiteVenv(environment.Environment):  # type: ignore[misc]  # asv ships no type information
+class AmpsuiteVenv(environment.Environment):
     """A venv on top of the asv interpreter's packages, with only ampsuite installed per commit."""
 
     tool_name = TOOL_NAME
@@ -153,12 +153,13 @@ class AmpsuiteVenv(environment.Environment):  # type: ignore[misc]  # asv ships 
         self._python = python
         self._requirements = resolve_requirements(dict(requirements), facts["versions"], executable)
         super().__init__(conf, python, self._requirements, tagged_env_vars)
-        if self._build_command is None:
-            self._build_command = list(BUILD_COMMAND)
-        if self._install_command is None:
-            self._install_command = list(INSTALL_COMMAND)
-        if self._uninstall_command is None:
-            self._uninstall_command = list(UNINSTALL_COMMAND)
+        for attr, default in (
+            ("_build_command", BUILD_COMMAND),
+            ("_install_command", INSTALL_COMMAND),
+            ("_uninstall_command", UNINSTALL_COMMAND),
+        ):
+            if getattr(self, attr) is None:  # asv.conf.json did not set it
+                setattr(self, attr, list(default))
 
     @classmethod
     def matches(cls, python: str) -> bool:
@@ -180,7 +181,10 @@ class AmpsuiteVenv(environment.Environment):  # type: ignore[misc]  # asv ships 
         util.check_call([self._executable, "-m", "venv", "--without-pip", self._path])
         (self._site_packages() / PTH_FILE).write_text(self._pth_line(), encoding="utf-8")
         missing = self.run(
-            ["-c", "import importlib.util as u; print(' '.join(m for m in ('pip', 'asv_runner') if not u.find_spec(m)))"]
+            [
+                "-c",
+                "import importlib.util as u; print(' '.join(m for m in ('pip', 'asv_runner') if not u.find_spec(m)))",
+            ]
         ).strip()
         if missing:
             raise util.UserError(

@@ -14,6 +14,7 @@ share it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import shutil
@@ -147,7 +148,8 @@ def _is_remote(url: str) -> bool:
     return bool(_REMOTE.match(url.strip()))
 
 
-def _rewrite_tag(tag: str, by_url: dict[str, Asset], page: Path) -> str:
+def _rewrite_tag(found: re.Match[str], by_url: dict[str, Asset], page: Path) -> str:
+    tag = found.group(0)
     match = _URL_ATTR.search(tag)
     if match is None or not _is_remote(match.group(3)):
         return tag
@@ -186,7 +188,7 @@ def make_offline(html_dir: str | Path) -> list[Path]:
     changed = []
     for page in sorted(root.glob("*.html")):
         text = page.read_text(encoding="utf-8")
-        new = _TAG.sub(lambda m, p=page: _rewrite_tag(m.group(0), by_url, p), text)  # type: ignore[misc]
+        new = _TAG.sub(functools.partial(_rewrite_tag, by_url=by_url, page=page), text)
         if new != text:
             page.write_text(new, encoding="utf-8")
             changed.append(page)
@@ -212,5 +214,7 @@ def remote_references(html_dir: str | Path) -> list[str]:
             found.append(f"{page.relative_to(root)}: {attr.group(3)}")
     for sheet in sorted(root.rglob("*.css")):
         text = sheet.read_text(encoding="utf-8", errors="replace")
-        found.extend(f"{sheet.relative_to(root)}: {m.group(2)}" for m in _CSS_URL.finditer(text) if _is_remote(m.group(2)))
+        found.extend(
+            f"{sheet.relative_to(root)}: {m.group(2)}" for m in _CSS_URL.finditer(text) if _is_remote(m.group(2))
+        )
     return found

@@ -20,7 +20,7 @@ from suite.asvtools.offline import make_offline
 __all__ = ["OfflineAssets"]
 
 
-class OfflineAssets(OutputPublisher):  # type: ignore[misc]  # asv ships no type information
+class OfflineAssets(OutputPublisher):
     """Replace asv's CDN scripts and stylesheets with ampsuite's vendored copies."""
 
     name = "ampsuite-offline"

@@ -1,0 +1,401 @@
+"""The pieces of asv tracking, one behaviour at a time (the whole flow is tests/test_asv.py).
+
+- benchmarks/cells.py: parameters, versions, and how a record becomes a value,
+  an n/a or a failure;
+- suite/asvtools/offline.py: the published page loads only vendored files;
+- suite/asvtools/environment.py: requirements are read from the base interpreter;
+- suite/asvtools/machine.py: asv's machine file with the GPU keys;
+- suite/asvtools/browser.py: the offline check can see a request leave and an error.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from suite.asvtools import offline
+from suite.asvtools.offline import ASSETS, Asset, OfflineError, make_offline, remote_references, vendored_file
+
+REPO = Path(__file__).resolve().parent.parent
+ASV_WWW = Path(importlib.util.find_spec("asv").origin).parent / "www"  # type: ignore[arg-type,union-attr]
+
+SUITE = """\
+[suite]
+name = "asv-unit"
+device = "cpu"
+baseline = "fp32"
+
+[measure]
+warmup_steps = 1
+min_steps = 3
+max_steps = 5
+numerics_steps = 2
+max_seconds = 0.5
+
+[workloads.toy]
+plugin = "toy"
+batch_size = [8, 16]
+hidden = 8
+
+[combinations]
+fp32 = []
+graphs = ["cuda-graphs"]
+"""
+
+
+# ---------------------------------------------------------------------------
+# benchmarks/cells.py
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cells(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleType]:
+    """benchmarks/cells.py imported as asv imports it, with a small suite outside the repository."""
+    suite = tmp_path_factory.mktemp("suite") / "asv-unit.toml"
+    suite.write_text(SUITE)
+    saved = {k: os.environ.get(k) for k in ("AMPSUITE_ASV_SUITE", "ASV_CONF_DIR", "AMPSUITE_ASV_DEVICE")}
+    os.environ.update(AMPSUITE_ASV_SUITE=str(suite), ASV_CONF_DIR=str(REPO))
+    os.environ.pop("AMPSUITE_ASV_DEVICE", None)
+    try:
+        spec = importlib.util.spec_from_file_location("asv_unit_cells", REPO / "benchmarks" / "cells.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+TRACKS = ("track_seconds_per_sample", "track_peak_memory_bytes", "track_loss_at_n")
+
+
+def test_every_metric_is_one_benchmark_over_the_suites_cell_ids(cells: ModuleType) -> None:
+    expected = ["toy/fp32/bs8", "toy/graphs/bs8", "toy/fp32/bs16", "toy/graphs/bs16"]
+    assert sorted(cells.PLAN["cells"]) == sorted(expected)
+    for name in TRACKS:
+        fn = getattr(cells, name)
+        assert fn.params == cells.PLAN["cells"]
+        assert fn.param_names == ["cell"]
+    assert (cells.track_seconds_per_sample.unit, cells.track_peak_memory_bytes.unit) == ("seconds", "bytes")
+    assert len({getattr(cells, name).version for name in TRACKS}) == 3
+    assert cells.PLAN["skipped"] == {
+        "toy/graphs/bs8": cells.PLAN["skipped"]["toy/graphs/bs8"],
+        "toy/graphs/bs16": cells.PLAN["skipped"]["toy/graphs/bs16"],
+    }
+    assert "cuda" in cells.PLAN["skipped"]["toy/graphs/bs8"].lower()
+
+
+def _plan(**changes: Any) -> dict[str, Any]:
+    plan = {
+        "sha256": "a" * 64,
+        "device": "cpu",
+        "cells": ["toy/fp32/bs8"],
+        "plugins": [
+            {"name": "toy", "version": "0.1.0", "source": "builtin"},
+            {"name": "extras", "version": "1.0", "source": "entry point (ampsuite-extras)"},
+        ],
+    }
+    plan.update(changes)
+    return plan
+
+
+def test_version_changes_with_the_suite_device_and_outside_plugins_only(cells: ModuleType) -> None:
+    version = cells.benchmark_version
+    base = version("seconds_per_sample", _plan())
+    assert version("seconds_per_sample", _plan()) == base
+    assert version("seconds_per_sample", _plan(sha256="b" * 64)) != base
+    assert version("seconds_per_sample", _plan(device="cuda")) != base
+    newer = _plan()
+    newer["plugins"][1]["version"] = "1.1"
+    assert version("seconds_per_sample", newer) != base
+    more = _plan()
+    more["plugins"].append({"name": "mine", "version": "0.3", "source": "-p"})
+    assert version("seconds_per_sample", more) != base
+    # ampsuite's own plugins are the code under test: their version and set do not hide history
+    builtin = _plan()
+    builtin["plugins"][0]["version"] = "0.2.0"
+    builtin["plugins"].append({"name": "amp", "version": "0.2.0", "source": "builtin"})
+    assert version("seconds_per_sample", builtin) == base
+    assert version("peak_memory_bytes", _plan()) != base
+    assert version("seconds_per_sample", _plan(cells=["toy/fp32/bs8", "toy/fp32/bs16"])) == base
+
+
+def _record(status: str = "passed", **over: Any) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "id": "toy/fp32/bs8",
+        "status": status,
+        "metrics": {"step_time": {"median": 0.004}, "samples_per_step": 8, "peak_memory_bytes": 1000},
+        "numerics": {"losses": [2.0, 1.9], "loss_at_n": 1.9, "nonfinite_step": None},
+        "evidence": None,
+    }
+    record.update(over)
+    return record
+
+
+def _cache(cells: ModuleType, *records: dict[str, Any]) -> dict[str, Any]:
+    return {"suite": "s.toml", "commit": None, "cells": {r["id"]: cells.summarize(r) for r in records}}
+
+
+def test_a_passed_cell_gives_seconds_per_sample_bytes_and_loss(cells: ModuleType) -> None:
+    cache = _cache(cells, _record())
+    cells.setup(cache, "toy/fp32/bs8")
+    assert cells.track_seconds_per_sample(cache, "toy/fp32/bs8") == pytest.approx(0.004 / 8)
+    assert cells.track_peak_memory_bytes(cache, "toy/fp32/bs8") == 1000.0
+    assert cells.track_loss_at_n(cache, "toy/fp32/bs8") == pytest.approx(1.9)
+
+
+def test_a_skipped_or_absent_cell_is_na(cells: ModuleType) -> None:
+    cache = _cache(cells, _record("skipped", id="toy/graphs/bs8", metrics={}, evidence={"reason": "needs cuda"}))
+    with pytest.raises(NotImplementedError, match="needs cuda"):
+        cells.setup(cache, "toy/graphs/bs8")
+    with pytest.raises(NotImplementedError, match="toy/fp32/bs16"):
+        cells.setup(cache, "toy/fp32/bs16")
+
+
+@pytest.mark.parametrize(
+    ("status", "evidence", "message"),
+    [
+        ("failed", {"type": "InjectedFault", "message": "boom", "traceback": "..."}, "InjectedFault: boom"),
+        ("oom", {"type": "OutOfMemoryError", "message": "CUDA out of memory"}, "out of memory"),
+        ("timeout", {"timeout_seconds": 60, "stderr_tail": ""}, "timed out after 60"),
+        ("crashed", {"exitcode": -11, "signal": "SIGSEGV", "stderr_tail": "x\nSegmentation fault"}, "SIGSEGV"),
+    ],
+)
+def test_a_cell_that_did_not_pass_is_a_failure_with_its_evidence(
+    cells: ModuleType, status: str, evidence: dict[str, Any], message: str
+) -> None:
+    cache = _cache(cells, _record(status, metrics={}, evidence=evidence))
+    cells.setup(cache, "toy/fp32/bs8")  # not a skip: the benchmark itself must fail
+    for name in TRACKS:
+        with pytest.raises(cells.CellFailed, match=message):
+            getattr(cells, name)(cache, "toy/fp32/bs8")
+
+
+def test_a_missing_metric_is_na_and_a_non_finite_loss_a_failure(cells: ModuleType) -> None:
+    from asv_runner.benchmarks.mark import SkipNotImplemented
+
+    no_memory = _record(metrics={"step_time": {"median": 0.004}, "samples_per_step": 8})
+    with pytest.raises(SkipNotImplemented):
+        cells.track_peak_memory_bytes(_cache(cells, no_memory), "toy/fp32/bs8")
+    diverged = _record(numerics={"losses": [2.0, None], "loss_at_n": None, "nonfinite_step": 1})
+    cache = _cache(cells, diverged)
+    with pytest.raises(cells.CellFailed, match="non-finite"):
+        cells.track_loss_at_n(cache, "toy/fp32/bs8")
+    assert cells.track_seconds_per_sample(cache, "toy/fp32/bs8") == pytest.approx(0.0005)
+
+
+def test_each_commit_measures_its_own_copy_of_a_suite_inside_the_repository(cells: ModuleType, tmp_path: Path) -> None:
+    root, checkout = tmp_path / "repo", tmp_path / "env" / "project"
+    (root / "suites").mkdir(parents=True)
+    (checkout / "suites").mkdir(parents=True)
+    for folder in (root, checkout):
+        (folder / "suites" / "a.toml").write_text("x")
+    (root / "suites" / "new.toml").write_text("x")
+    outside = tmp_path / "elsewhere.toml"
+    pick = cells.suite_for_commit
+    assert pick({"suite": str(root / "suites" / "a.toml")}, root, str(checkout)) == checkout / "suites" / "a.toml"
+    assert pick({"suite": str(root / "suites" / "new.toml")}, root, str(checkout)) == root / "suites" / "new.toml"
+    assert pick({"suite": str(root / "suites" / "a.toml")}, root, None) == root / "suites" / "a.toml"
+    assert pick({"suite": str(outside)}, root, str(checkout)) == outside
+
+
+def test_results_must_be_a_finished_strict_version_1_file(cells: ModuleType, tmp_path: Path) -> None:
+    good = {"format": "ampsuite-results", "version": 1, "run": {"finished": "2024-01-01T00:00:00"}, "cells": []}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(good))
+    assert cells.read_results(path)["cells"] == []
+    path.write_text(json.dumps({**good, "run": {"finished": None}}))
+    with pytest.raises(RuntimeError, match="did not finish"):
+        cells.read_results(path)
+    path.write_text(json.dumps({**good, "version": 2}))
+    with pytest.raises(RuntimeError, match="version 1"):
+        cells.read_results(path)
+    path.write_text(json.dumps(good)[:-1] + ', "x": NaN}')
+    with pytest.raises(ValueError, match="NaN"):
+        cells.read_results(path)
+
+
+# ---------------------------------------------------------------------------
+# offline site
+# ---------------------------------------------------------------------------
+
+
+def _asv_site(tmp_path: Path) -> Path:
+    site = tmp_path / "html"
+    shutil.copytree(ASV_WWW, site)
+    return site
+
+
+def test_asvs_page_loads_only_vendored_files_after_make_offline(tmp_path: Path) -> None:
+    site = _asv_site(tmp_path)
+    before = remote_references(site)
+    assert len(before) == len(ASSETS) and all(r.startswith("index.html: https://") for r in before)
+    changed = make_offline(site)
+    assert [p.name for p in changed] == ["index.html"]
+    assert remote_references(site) == []
+    html = (site / "index.html").read_text()
+    for asset in ASSETS:
+        assert f'"vendor/{asset.file}"' in html
+        assert (site / "vendor" / asset.file).read_bytes() == vendored_file(asset).read_bytes()
+    assert "integrity=" not in html and "crossorigin" not in html
+    assert (site / "vendor" / "LICENSES.txt").is_file()
+    assert make_offline(site) == []  # idempotent
+
+
+def test_an_asset_ampsuite_does_not_vendor_is_an_error_naming_it(tmp_path: Path) -> None:
+    site = _asv_site(tmp_path)
+    page = site / "index.html"
+    page.write_text(page.read_text().replace("</head>", '<script src="https://cdn.example/new.js"></script></head>'))
+    with pytest.raises(OfflineError, match=r"https://cdn\.example/new\.js"):
+        make_offline(site)
+
+
+def test_remote_references_counts_loads_not_links(tmp_path: Path) -> None:
+    (tmp_path / "index.html").write_text(
+        textwrap.dedent("""\
+            <a href="https://example.org/">a link</a>
+            <link rel="alternate" type="application/atom+xml" href="https://example.org/feed.xml"/>
+            <link rel="stylesheet" href="//cdn.example/x.css">
+            <img src="https://cdn.example/logo.png">
+            <script src="local.js"></script>
+            """)
+    )
+    (tmp_path / "a.css").write_text("body { background: url('https://cdn.example/bg.png') } p { x: url(local.png) }")
+    assert remote_references(tmp_path) == [
+        "index.html: //cdn.example/x.css",
+        "index.html: https://cdn.example/logo.png",
+        "a.css: https://cdn.example/bg.png",
+    ]
+
+
+def test_vendored_files_match_their_recorded_digests() -> None:
+    for asset in ASSETS:
+        assert vendored_file(asset).stat().st_size > 0
+    damaged = Asset(ASSETS[0].url, ASSETS[0].file, ASSETS[0].package, ASSETS[0].path, "0" * 64)
+    with pytest.raises(OfflineError, match="sha256"):
+        vendored_file(damaged)
+    readme = (Path(offline.__file__).parent / "vendor" / "README.md").read_text()
+    for asset in ASSETS:
+        assert asset.sha256 in readme and asset.package in readme
+
+
+# ---------------------------------------------------------------------------
+# the environment's view of the base interpreter
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("found", "wanted", "ok"),
+    [
+        ("2.4.1+cu124", "", True),
+        ("2.4.1+cu124", "2.4.1", True),
+        ("2.4.1+cu124", "2.4.1+cu124", True),
+        ("2.4.1+cu124", "2.4.1+cu121", False),
+        ("2.4.1", "2.5.0", False),
+        ("2.4.1+cu124", ">=2.4,<3", True),
+        ("2.3.0", ">=2.4", False),
+    ],
+)
+def test_requirement_versions_match_as_pip_would(found: str, wanted: str, ok: bool) -> None:
+    from suite.asvtools.environment import version_matches
+
+    assert version_matches(found, wanted) is ok
+
+
+def test_requirements_come_from_the_base_interpreter_and_are_never_installed() -> None:
+    import torch
+    from asv.environment import EnvironmentUnavailable
+
+    from suite.asvtools.environment import find_python, probe, resolve_requirements
+
+    exe = find_python(f"{sys.version_info[0]}.{sys.version_info[1]}")
+    assert exe == sys.executable
+    facts = probe(exe, ["torch", "surely-not-installed-pkg"])
+    assert facts["versions"]["torch"] == torch.__version__
+    assert any(Path(p, "torch").is_dir() for p in facts["site"])
+    assert resolve_requirements({"torch": ""}, facts["versions"], exe) == {"torch": torch.__version__}
+    with pytest.raises(EnvironmentUnavailable, match="surely-not-installed-pkg is not installed"):
+        resolve_requirements({"surely-not-installed-pkg": ""}, facts["versions"], exe)
+    with pytest.raises(EnvironmentUnavailable, match=re.escape("asks for torch '0.1'")):
+        resolve_requirements({"torch": "0.1"}, facts["versions"], exe)
+
+
+# ---------------------------------------------------------------------------
+# machine file
+# ---------------------------------------------------------------------------
+
+
+def test_gpu_facts_are_strings_and_none_without_a_gpu() -> None:
+    from suite.asvtools.machine import GPU_KEYS, gpu_facts
+
+    assert gpu_facts({"gpu": None}) == dict.fromkeys(GPU_KEYS, "none")
+    facts = gpu_facts(
+        {
+            "gpu": {"name": "NVIDIA H200", "count": 1, "memory_bytes": 150_000_000_000, "capability": "9.0"},
+            "driver": "570.86.15",
+            "cuda_driver": "12.8",
+        }
+    )
+    assert facts == {
+        "gpu": "NVIDIA H200",
+        "num_gpu": "1",
+        "gpu_memory": "150000000000",
+        "nvidia_driver": "570.86.15",
+        "cuda": "12.8",
+    }
+
+
+def test_machine_file_is_one_asv_reads_and_keeps_other_machines(tmp_path: Path) -> None:
+    from asv.machine import MachineCollection
+
+    from suite.asvtools.machine import GPU_KEYS, write_machine_file
+
+    path = tmp_path / ".asv-machine.json"
+    path.write_text(json.dumps({"version": 1, "other": {"machine": "other", "os": "x"}}))
+    assert write_machine_file(path, machine="bench-1") == path
+    entry = MachineCollection.load("bench-1", _path=str(path))
+    assert entry["machine"] == "bench-1"
+    assert set(GPU_KEYS) <= set(entry) and all(isinstance(v, str) for v in entry.values())
+    assert MachineCollection.load("other", _path=str(path)) == {"machine": "other", "os": "x"}
+    with pytest.raises(ValueError, match="machine"):
+        write_machine_file(path, machine="a/b")
+
+
+# ---------------------------------------------------------------------------
+# the browser check itself
+# ---------------------------------------------------------------------------
+
+
+def test_the_offline_check_sees_a_request_leave_and_a_console_error(tmp_path: Path) -> None:
+    from suite.asvtools.browser import find_chromium, load_page, serve
+
+    if find_chromium() is None:
+        if os.environ.get("CI"):
+            pytest.fail("Chromium is required under CI (apt-get install chromium)")
+        pytest.skip("no Chromium (apt-get install chromium)")
+    (tmp_path / "index.html").write_text(
+        '<html><head><link rel="icon" href="data:,"><script src="https://cdn.example/x.js"></script></head>'
+        '<body><script>console.error("boom"); window.answer = 6 * 7;</script></body></html>'
+    )
+    with serve(tmp_path) as origin:
+        report = load_page(f"{origin}/index.html", expressions={"answer": "window.answer"}, settle=0.3)
+    assert report.values == {"answer": 42}
+    assert report.offsite(origin) == ["https://cdn.example/x.js"]
+    assert any("cdn.example/x.js" in f and "NAME_NOT_RESOLVED" in f for f in report.failed)
+    assert "error: boom" in report.console
+    assert len(report.errors()) >= 2

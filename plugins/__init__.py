@@ -23,5 +23,6 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "plugins.probes.memory",
     "plugins.probes.flops",
     "plugins.probes.tensorcores",
+    "plugins.probes.clocks",
     "plugins.faults",
 )

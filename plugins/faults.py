@@ -1,50 +1,193 @@
-"""Fault injection: a technique that makes its cell fail in a chosen way.
+"""Fault injection: techniques that make their cell fail in a chosen way.
 
-Used by ampsuite's own tests and by anyone checking that a harness keeps
-every other cell's record intact. Every fault fires at a chosen place: while
-the technique is applied ("apply") or in the N-th call of the step ("step").
+Used by ampsuite's own tests and by anyone checking that a harness keeps every
+other cell's record intact. ``inject-fault`` takes the fault as its ``kind``
+option; because technique options hold for a whole suite, every kind is also
+registered as its own technique, ``fault-KIND`` (``fault-nan``, ``fault-oom``,
+...), so one suite can interleave many faults with healthy cells.
+
+A fault fires at a chosen place: while the technique is applied (``at =
+"apply"``) or in every call of the step after ``after_steps`` healthy ones
+(``at = "step"``). Most kinds wrap the composed step; three act inside the
+step's phases, where a wrapper cannot reach:
+
+* ``graph-capture`` wraps ``forward_backward``, which is what ``cuda-graphs``
+  captures (``fault-graph-capture`` has order 80, before cuda-graphs' 90);
+* ``scale-collapse`` wraps the loss function, so the overflow happens inside
+  the backward pass that the GradScaler checks;
+* ``corrupt`` leaves the step healthy and puts values that are not JSON data
+  into the cell's notes, so the worker sends back a malformed result that the
+  runner must refuse.
+
+What each kind should end as (the contract the tests check):
+
+    raise           failed (InjectedFault, with traceback)
+    abort, segfault crashed (SIGABRT, SIGSEGV)
+    exit            crashed (exit code 3, no result)
+    hang            timeout
+    oom             oom (allocates 256 MiB chunks at once until it runs out)
+    leak            oom (leaks 64 MiB in the first faulty step, twice as much in each next one)
+    nan             passed; numerics record the step of the non-finite loss
+    corrupt         failed: "malformed result from worker: ..."
+    scale-collapse  passed; numerics record the step where the loss scale collapsed
+    cuda-assert     failed (device-side assert; CUDA only for fault-cuda-assert)
+    illegal-address failed on CUDA (illegal memory access, a sticky error); crashed (SIGSEGV) on a CPU
+    graph-capture   failed (cuda-graphs' capture refuses the host sync)
+
+On a CPU, ``oom`` and ``leak`` need ``suite.memory_limit_gb`` so that the
+worker's address-space limit, not the host's OOM killer, ends them. ``leak``
+reserves address space without touching it, so a CPU run without a limit ends
+at ``oom_limit_gb`` with a failed cell rather than exhausting the host.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import torch
+from torch import nn
 
-from suite import Batch, StepFn, TrainStep, Technique, hookimpl
+from suite import Batch, SkipCell, StepFn, Technique, TrainStep, hookimpl
 
-Fault = Literal["raise", "abort", "segfault", "exit", "hang", "oom", "nan", "cuda-assert"]
+__all__ = ["KINDS", "FaultOptions", "InjectedFault", "KindOptions", "apply", "fire"]
+
+Fault = Literal[
+    "raise",
+    "abort",
+    "segfault",
+    "exit",
+    "hang",
+    "oom",
+    "leak",
+    "nan",
+    "corrupt",
+    "scale-collapse",
+    "cuda-assert",
+    "illegal-address",
+    "graph-capture",
+]
+
+KINDS: dict[str, str] = {
+    "raise": "raises InjectedFault",
+    "abort": "the worker aborts (SIGABRT)",
+    "segfault": "the worker gets SIGSEGV",
+    "exit": "the worker exits with code 3 without a result",
+    "hang": "the step sleeps forever",
+    "oom": "allocates memory at once until it runs out",
+    "leak": "leaks more memory in every step until it runs out",
+    "nan": "NaN parameters and loss",
+    "corrupt": "the worker sends back a result that is not JSON data",
+    "scale-collapse": "gradients overflow in every step, so the GradScaler's scale collapses (needs amp-fp16)",
+    "cuda-assert": "a device-side assert: a sticky CUDA error",
+    "illegal-address": "a kernel reads an unmapped address (CUDA: illegal memory access; CPU: SIGSEGV)",
+    "graph-capture": "a host sync inside the step, which a CUDA graph capture refuses (needs cuda-graphs)",
+}
+
+STEP_ONLY = frozenset({"nan", "leak", "scale-collapse", "graph-capture"})
+"""Kinds that only make sense inside a step."""
+
+OOM_CHUNK_BYTES = 256 * 2**20
+LEAK_FIRST_BYTES = 64 * 2**20
+"""What ``leak`` keeps in its first faulty step; each later step keeps twice as much as the one before,
+so any device runs out within a dozen or so steps, while several steps are still seen to grow."""
+OVERFLOW_FACTOR = 2.0**120
+"""What ``scale-collapse`` multiplies the loss gradient by: past float32's range at the initial scale and
+past float16's at any scale above 2**-104, so every step overflows while the GradScaler halves its scale."""
+BAD_ADDRESS = 0x1000
+"""An address below any mapping (Linux's mmap_min_addr, CUDA's reserved low range)."""
+CORRUPTION: dict[str, Any] = {"not_json": {1, 2, 3}, "not_finite": float("inf")}
+"""What ``corrupt`` puts into the cell's notes: a set (not JSON) and an infinity (not allowed in results)."""
+
+
+def _check(kind: str, at: str, after_steps: int, oom_limit_gb: float) -> None:
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    if at not in ("apply", "step"):
+        raise ValueError(f"at must be 'apply' or 'step', got {at!r}")
+    if at == "apply" and kind in STEP_ONLY:
+        raise ValueError(f"at='apply' is not possible with kind={kind!r}: that fault happens inside a step")
+    if after_steps < 0:
+        raise ValueError(f"after_steps must be >= 0, got {after_steps}")
+    if not (math.isfinite(oom_limit_gb) and oom_limit_gb > 0):
+        raise ValueError(f"oom_limit_gb must be a number > 0, got {oom_limit_gb!r}")
 
 
 @dataclass(frozen=True)
 class FaultOptions:
-    kind: Fault = field(default="raise", metadata={"help": "what goes wrong"})
+    """Options of ``inject-fault``."""
+
+    kind: Fault = field(default="raise", metadata={"help": "what goes wrong: " + ", ".join(KINDS)})
     at: Literal["apply", "step"] = field(default="step", metadata={"help": "when: while applying, or in a step"})
     after_steps: int = field(default=0, metadata={"help": "with at='step': healthy steps before the fault"})
-    oom_limit_gb: float = field(default=64.0, metadata={"help": "with kind='oom': give up allocating past this"})
+    oom_limit_gb: float = field(
+        default=64.0, metadata={"help": "with kind='oom' or 'leak': give up (a failed cell) past this many GiB"}
+    )
 
     def __post_init__(self) -> None:
-        if self.after_steps < 0:
-            raise ValueError(f"after_steps must be >= 0, got {self.after_steps}")
+        _check(self.kind, self.at, self.after_steps, self.oom_limit_gb)
+
+
+@dataclass(frozen=True)
+class KindOptions:
+    """Options of the ``fault-KIND`` techniques: those of ``inject-fault`` with the kind fixed."""
+
+    kind: ClassVar[str] = "raise"
+    at: Literal["apply", "step"] = field(default="step", metadata={"help": "when: while applying, or in a step"})
+    after_steps: int = field(default=0, metadata={"help": "with at='step': healthy steps before the fault"})
+    oom_limit_gb: float = field(
+        default=64.0, metadata={"help": "for oom and leak: give up (a failed cell) past this many GiB"}
+    )
+
+    def __post_init__(self) -> None:
+        _check(self.kind, self.at, self.after_steps, self.oom_limit_gb)
 
 
 class InjectedFault(RuntimeError):
-    """The error raised by kind='raise'."""
+    """The error raised by kind='raise' (and by oom/leak that never ran out of memory)."""
 
 
 def _exhaust_memory(device: torch.device, limit_gb: float) -> None:
     hoard = []
-    chunk = 256 * 2**20
-    for _ in range(int(limit_gb * 2**30 // chunk) + 1):
-        hoard.append(torch.ones(chunk // 4, dtype=torch.float32, device=device))
+    for _ in range(int(limit_gb * 2**30 // OOM_CHUNK_BYTES) + 1):
+        hoard.append(torch.ones(OOM_CHUNK_BYTES // 4, dtype=torch.float32, device=device))
     raise InjectedFault(f"allocated {limit_gb} GiB without running out of memory")
 
 
-def fire(kind: str, step: TrainStep, options: FaultOptions) -> None:
+class _Leak:
+    """Memory kept forever, more in each step: what a step that holds on to its tensors does."""
+
+    def __init__(self, device: torch.device, limit_gb: float) -> None:
+        self.device = device
+        self.limit = int(limit_gb * 2**30)
+        self.kept: list[torch.Tensor] = []
+        self.total = 0
+        self.next = LEAK_FIRST_BYTES
+
+    def grow(self) -> None:
+        if self.total + self.next > self.limit:
+            raise InjectedFault(f"leaked {self.total / 2**30:.2f} GiB without running out of memory")
+        self.kept.append(torch.empty(self.next, dtype=torch.uint8, device=self.device))
+        self.total += self.next
+        self.next *= 2
+
+
+def _read_bad_address(device: torch.device) -> None:
+    # A tensor over memory nobody allocated; reading it runs a kernel on an
+    # unmapped address: a sticky "illegal memory access" on CUDA, SIGSEGV on a CPU.
+    storage = torch._C._construct_storage_from_data_pointer(BAD_ADDRESS, device, 4096)
+    bad = torch.empty(0, dtype=torch.float32, device=device).set_(storage, 0, (1024,), (1,))
+    float(bad.sum())
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def fire(kind: str, step: TrainStep, options: FaultOptions | KindOptions) -> None:
+    """Make the fault happen now (the kinds that are not tied to a phase of the step)."""
     if kind == "raise":
         raise InjectedFault("injected fault")
     if kind == "abort":
@@ -58,30 +201,89 @@ def fire(kind: str, step: TrainStep, options: FaultOptions) -> None:
             time.sleep(1)
     if kind == "oom":
         _exhaust_memory(step.device, options.oom_limit_gb)
+    if kind == "corrupt":
+        step.notes["injected_corruption"] = dict(CORRUPTION)
     if kind == "cuda-assert":
         # An out-of-range index trips a device-side assert: a sticky error that
         # leaves the CUDA context unusable for the rest of the process.
         x = torch.zeros(4, device=step.device)
         x[torch.tensor([1 << 20], device=step.device)] = 1.0
-        torch.cuda.synchronize(step.device)
+        if step.device.type == "cuda":
+            torch.cuda.synchronize(step.device)
+    if kind == "illegal-address":
+        _read_bad_address(step.device)
 
 
-def apply(step: TrainStep, options: FaultOptions) -> TrainStep:
-    if options.at == "apply" and options.kind != "nan":
-        fire(options.kind, step, options)
+class _Overflow(torch.autograd.Function):
+    """Identity forward; backward multiplies the gradient past float16's (and float32's) range."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad * OVERFLOW_FACTOR
+
+
+class _OverflowingLoss(nn.Module):
+    """The workload's loss, whose gradient overflows once ``fires()`` says so; the value is unchanged."""
+
+    def __init__(self, inner: nn.Module, fires: Any) -> None:
+        super().__init__()
+        self.inner = inner
+        self.fires = fires
+
+    def forward(self, out: Any, target: Any) -> torch.Tensor:
+        loss = self.inner(out, target)
+        return _Overflow.apply(loss) if self.fires() else loss
+
+
+def apply(step: TrainStep, options: FaultOptions | KindOptions) -> TrainStep:
+    kind = options.kind
+    if kind == "graph-capture" and step.device.type != "cuda":
+        raise SkipCell(f"fault graph-capture needs a CUDA device; this step runs on {step.device.type}")
+    if kind == "scale-collapse" and (step.scaler is None or step.loss_fn is None):
+        raise SkipCell("fault scale-collapse needs a GradScaler (amp-fp16) and a workload with a loss_fn")
+    if options.at == "apply":
+        fire(kind, step, options)
         return step
     calls = {"n": 0}
 
+    def fires() -> bool:
+        calls["n"] += 1
+        return calls["n"] > options.after_steps
+
+    if kind == "scale-collapse":
+        assert step.loss_fn is not None
+        step.loss_fn = _OverflowingLoss(step.loss_fn, fires)
+        return step
+    if kind == "graph-capture":
+        inner, _ = step.phases()
+
+        def synced(batch: Batch) -> torch.Tensor:
+            loss = inner(batch)
+            if fires():
+                float(loss)  # a host sync: fine eagerly, refused while a CUDA graph is being captured
+            return loss
+
+        step.forward_backward = synced
+        return step
+    leak = _Leak(step.device, options.oom_limit_gb) if kind == "leak" else None
+
     def wrap(fn: StepFn, step: TrainStep) -> StepFn:
         def faulty(batch: Batch) -> torch.Tensor:
-            calls["n"] += 1
-            if calls["n"] > options.after_steps:
-                if options.kind == "nan":
-                    if step.model is not None:
-                        with torch.no_grad():
-                            next(step.model.parameters()).fill_(float("nan"))
-                    return fn(batch) * float("nan")
-                fire(options.kind, step, options)
+            if not fires():
+                return fn(batch)
+            if kind == "nan":
+                if step.model is not None:
+                    with torch.no_grad():
+                        next(step.model.parameters()).fill_(float("nan"))
+                return fn(batch) * float("nan")
+            if leak is not None:
+                leak.grow()
+                return fn(batch)
+            fire(kind, step, options)
             return fn(batch)
 
         return faulty
@@ -90,14 +292,33 @@ def apply(step: TrainStep, options: FaultOptions) -> TrainStep:
     return step
 
 
+def _kind_technique(kind: str) -> Technique:
+    options = type(f"{kind.title().replace('-', '')}FaultOptions", (KindOptions,), {"kind": kind, "__doc__": None})
+    requires = {
+        "cuda-assert": frozenset({"cuda"}),
+        "graph-capture": frozenset({"cuda", "cuda-graphs"}),
+        "scale-collapse": frozenset({"amp-fp16"}),
+    }.get(kind, frozenset())
+    return Technique(
+        name=f"fault-{kind}",
+        summary=f"inject-fault with kind={kind!r}: {KINDS[kind]}",
+        apply=apply,
+        options=options,
+        # graph-capture must be inside what cuda-graphs (order 90) captures.
+        order=80 if kind == "graph-capture" else 99,
+        requires=requires,
+    )
+
+
 @hookimpl
 def ampsuite_techniques() -> list[Technique]:
     return [
         Technique(
             name="inject-fault",
-            summary="makes the cell fail on purpose (raise, abort, segfault, exit, hang, oom, nan, cuda-assert)",
+            summary="makes the cell fail on purpose (" + ", ".join(KINDS) + ")",
             apply=apply,
             options=FaultOptions,
             order=99,
-        )
+        ),
+        *(_kind_technique(kind) for kind in KINDS),
     ]

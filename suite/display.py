@@ -59,7 +59,7 @@ def line_for(record: Mapping[str, Any]) -> str:
         st = record["metrics"]["step_time"]
         unit = record["workload"]["unit"]
         return (
-            f"{_time(st["median"])} +-{st["noise"]:.2%}  {record['metrics']['throughput']:,.1f} {unit}/s"
+            f"{_time(st['median'])} +-{st['noise']:.2%}  {record['metrics']['throughput']:,.1f} {unit}/s"
             if st["noise"] is not None
             else f"{_time(st['median'])}  {record['metrics']['throughput']:,.1f} {unit}/s"
         )

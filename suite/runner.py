@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import math
 import multiprocessing as mp
 import os
 import signal
@@ -234,6 +235,78 @@ def _payload(spec: SuiteSpec, cell: Cell, config: RunConfig, log: Path) -> dict[
     }
 
 
+WORKER_STATUSES = ("passed", "skipped", "failed", "oom")
+"""What a worker may say about its own cell; timeout, crashed and interrupted are the runner's to say."""
+WORKER_FIELDS: dict[str, tuple[type, ...]] = {
+    "status": (str,),
+    "metrics": (dict,),
+    "numerics": (dict, type(None)),
+    "diagnostics": (dict,),
+    "notes": (dict,),
+    "warnings": (list,),
+    "evidence": (dict, type(None)),
+}
+
+
+def _json_problem(value: Any, where: str) -> str | None:
+    """The first place where ``value`` is not strict JSON data (finite numbers, string keys), or None."""
+    if value is None or isinstance(value, bool | int | str):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{where}: non-finite number {value!r}"
+    if isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            problem = _json_problem(item, f"{where}[{i}]")
+            if problem:
+                return problem
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"{where}: key {key!r} is not a string"
+            problem = _json_problem(item, f"{where}.{key}" if where else key)
+            if problem:
+                return problem
+        return None
+    return f"{where}: a {type(value).__name__} is not JSON data"
+
+
+def malformed(result: Any) -> str | None:
+    """Why a worker's result cannot become a record (None when it can).
+
+    A plugin runs inside the worker and can put anything into metrics, notes
+    or diagnostics; what the parent writes must stay strict JSON, and a worker
+    must not claim a status only the parent can observe.
+    """
+    if not isinstance(result, dict):
+        return f"expected a dict, got a {type(result).__name__}"
+    unknown = sorted(str(k) for k in result if k not in WORKER_FIELDS)
+    if unknown:
+        return f"unexpected field {unknown[0]!r}"
+    if result.get("status") not in WORKER_STATUSES:
+        return f"status {result.get('status')!r} is not one of {', '.join(WORKER_STATUSES)}"
+    for name, kinds in WORKER_FIELDS.items():
+        if name in result and not isinstance(result[name], kinds):
+            return f"{name}: expected {' or '.join(k.__name__ for k in kinds)}, got a {type(result[name]).__name__}"
+    if not all(isinstance(w, str) for w in result.get("warnings", [])):
+        return "warnings: expected a list of strings"
+    return _json_problem(result, "")
+
+
+def _checked(result: Any, log: Path) -> dict[str, Any]:
+    problem = malformed(result)
+    if problem is None:
+        return dict(result)
+    return {
+        "status": "failed",
+        "evidence": {
+            "type": "MalformedResult",
+            "message": f"malformed result from worker: {problem}",
+            "stderr_tail": _tail(log),
+        },
+    }
+
+
 def _run_one(
     ctx: BaseContext | None,
     spec: SuiteSpec,
@@ -249,14 +322,14 @@ def _run_one(
     if ctx is None:
         state: dict[str, Any] = {}
         try:
-            return worker.run_cell(payload, state, registry)
+            return _checked(worker.run_cell(payload, state, registry), log)
         except KeyboardInterrupt:
             raise
         except Exception as exc:
             return worker.classify(exc, state)
     kind, value = _in_worker(ctx, worker.main, (payload,), timeout, log)
     if kind == "result":
-        return dict(value)
+        return _checked(value, log)
     if kind == "timeout":
         return {"status": "timeout", "evidence": {"timeout_seconds": timeout, "stderr_tail": _tail(log)}}
     return {

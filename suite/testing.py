@@ -51,7 +51,7 @@ import pytest
 from suite.errors import PluginError, SuiteFileError, UsageError
 
 if TYPE_CHECKING:
-    from suite.manager import Registry
+    from suite.manager import PluginSettings, Registry
     from suite.matrix import Cell
     from suite.suitefile import SuiteSpec
 
@@ -277,13 +277,12 @@ class _QuietObserver:
     """Collects what the runner would print instead of drawing progress."""
 
     messages: list[str] = field(default_factory=list)
-    started: list[str] = field(default_factory=list)
 
     def run_started(self, total: int, path: Path) -> None:
         pass
 
     def cell_started(self, index: int, cell: Cell) -> None:
-        self.started.append(cell.id)
+        pass
 
     def cell_finished(self, index: int, record: dict[str, Any]) -> None:
         pass
@@ -296,7 +295,7 @@ def _module_name(plugin: PluginRef) -> str:
     return plugin.__name__ if isinstance(plugin, types.ModuleType) else str(plugin)
 
 
-def _settings(plugins: Sequence[PluginRef], blocked: Sequence[str], autoload: bool) -> Any:
+def _settings(plugins: Sequence[PluginRef], blocked: Sequence[str], autoload: bool) -> PluginSettings:
     from suite.manager import PluginSettings
 
     return PluginSettings(tuple(_module_name(p) for p in plugins), tuple(blocked), autoload)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pluggy
 
-from suite.errors import CaptureFailed, ExitCode, SkipCell
+from suite.errors import CaptureFailed, ExitCode, PluginError, SkipCell, SuiteFileError
 from suite.records import (
     BuildContext,
     CheckContext,
@@ -37,11 +37,13 @@ __all__ = [
     "CheckContext",
     "ExitCode",
     "NoOptions",
+    "PluginError",
     "Probe",
     "ProbeContext",
     "ReportSection",
     "SkipCell",
     "StepFn",
+    "SuiteFileError",
     "Technique",
     "TrainStep",
     "Workload",

@@ -7,11 +7,12 @@ whose one-line message names the plugin.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import os
 import types
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -165,6 +166,8 @@ def load_registry(settings: PluginSettings | None = None, objects: Sequence[tupl
         if pm.is_blocked(name) or pm.has_plugin(name):
             return
         plugin = _import(name, module)
+        if pm.is_registered(plugin):  # -p of a module that a built-in or entry point already loaded
+            return
         _register(pm, plugin, name)
         registry.plugins.append(PluginInfo(name, module, version, source))
 
@@ -206,8 +209,14 @@ def load_registry(settings: PluginSettings | None = None, objects: Sequence[tupl
     return registry
 
 
+@functools.cache
+def _distributions() -> Mapping[str, list[str]]:
+    # Scanning every installed distribution costs ~0.3 s: once per process is enough.
+    return importlib.metadata.packages_distributions()
+
+
 def _module_version(module: str) -> str:
-    dists = importlib.metadata.packages_distributions().get(module.split(".", 1)[0], [])
+    dists = _distributions().get(module.split(".", 1)[0], [])
     if dists:
         return importlib.metadata.version(dists[0])
     return str(getattr(importlib.import_module(module), "__version__", "unknown"))

@@ -13,6 +13,7 @@ import datetime as dt
 import math
 import multiprocessing as mp
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -400,6 +401,7 @@ def run_cells(
         writer.order([c.id for c in cells])
         writer.doc["run"]["finished"] = _now()
         writer.flush()
+        shutil.rmtree(logdir, ignore_errors=True)
     return writer.doc, interrupted
 
 

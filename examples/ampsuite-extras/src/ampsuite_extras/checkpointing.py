@@ -1,0 +1,246 @@
+"""``activation-checkpointing``: recompute block activations in the backward pass.
+
+A training step normally keeps every intermediate activation of the forward
+pass until backward needs it. Checkpointing a block keeps only the block's
+inputs and runs its forward a second time during backward, so peak memory
+falls by roughly the activations inside the checkpointed blocks while the
+step costs one extra forward of each. Mixed precision and checkpointing are
+the two usual answers to "the batch does not fit"; a suite can measure both
+and their combination.
+
+Which modules are "blocks": the ``nn.ModuleList`` or ``nn.Sequential`` found at
+``model.<attribute>`` (``blocks`` by default, as in timm's ViT and in
+``lstm-lm``; ``encoder.layer`` for Hugging Face BERT). A model without one
+makes the cell *skipped* with the reason, from inside the worker
+(:class:`suite.SkipCell`); a workload that has no model at all (it builds
+its own step) is skipped earlier, when the matrix is expanded, by ``check``.
+
+How: each chosen block is replaced in its container by a :class:`Checkpointed`
+wrapper that calls :func:`torch.utils.checkpoint.checkpoint` with
+``use_reentrant=False``, the variant that works with ``torch.compile``,
+autocast (the recomputation replays the autocast state) and inputs that do
+not require gradients. Parameter *names* gain a ``.block`` component
+(``blocks.0.lstm.weight_ih_l0`` becomes ``blocks.0.block.lstm.weight_ih_l0``);
+the parameters themselves are the same objects, so the optimizer that the
+workload built keeps working.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from suite import CheckContext, ReportSection, SkipCell, Technique, TrainStep, hookimpl
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+AMPSUITE_PLUGIN_API = 1
+"""The ampsuite plugin API this module was written for (checked when it is loaded)."""
+
+NAME = "activation-checkpointing"
+NOTES_KEY = "activation_checkpointing"
+ORDER = 25
+"""After the loaders (10) and channels-last (20), which do not touch the blocks;
+before autocast (30), fp32 islands (40), torch.compile (80) and CUDA graphs (90),
+which must see the wrapped blocks."""
+
+__all__ = ["NAME", "CheckpointOptions", "Checkpointed", "apply", "check", "find_blocks"]
+
+
+@dataclass(frozen=True)
+class CheckpointOptions:
+    """Options of ``activation-checkpointing``."""
+
+    attribute: str = field(
+        default="blocks",
+        metadata={"help": "dotted path from the model to its blocks (an nn.ModuleList or nn.Sequential)"},
+    )
+    every: int = field(default=1, metadata={"help": "checkpoint blocks 0, N, 2N, ... (1: every block)"})
+    preserve_rng_state: bool = field(
+        default=True, metadata={"help": "replay dropout exactly in the recomputation (saves the RNG state per block)"}
+    )
+
+    def __post_init__(self) -> None:
+        if not self.attribute or not all(part.isidentifier() for part in self.attribute.split(".")):
+            raise ValueError(f"attribute must be a dotted Python attribute path like 'blocks', got {self.attribute!r}")
+        if self.every < 1:
+            raise ValueError(f"every must be >= 1, got {self.every!r}")
+
+
+class Checkpointed(nn.Module):
+    """Runs ``block`` under activation checkpointing whenever gradients are being recorded."""
+
+    def __init__(self, block: nn.Module, *, preserve_rng_state: bool = True) -> None:
+        super().__init__()
+        self.block = block
+        self.preserve_rng_state = preserve_rng_state
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if not torch.is_grad_enabled():  # evaluation: nothing is saved, so nothing to recompute
+            return self.block(*args, **kwargs)
+        return checkpoint(self.block, *args, use_reentrant=False, preserve_rng_state=self.preserve_rng_state, **kwargs)
+
+
+def find_blocks(model: nn.Module, attribute: str) -> nn.ModuleList | nn.Sequential:
+    """The container at ``model.<attribute>``.
+
+    :raises SkipCell: when the model has no such attribute, or it is not a
+        non-empty ``nn.ModuleList`` / ``nn.Sequential``.
+    """
+    try:
+        blocks = functools.reduce(getattr, attribute.split("."), model)
+    except AttributeError:
+        raise SkipCell(
+            f"{NAME}: the model ({type(model).__name__}) has no blocks at model.{attribute}; "
+            "set the technique's 'attribute' option to where its blocks are"
+        ) from None
+    if not isinstance(blocks, nn.ModuleList | nn.Sequential):
+        raise SkipCell(f"{NAME}: model.{attribute} is a {type(blocks).__name__}, not an nn.ModuleList or nn.Sequential")
+    if len(blocks) == 0:
+        raise SkipCell(f"{NAME}: model.{attribute} is empty")
+    return blocks
+
+
+def apply(step: TrainStep, options: CheckpointOptions) -> TrainStep:
+    """Wrap every ``options.every``-th block in :class:`Checkpointed`; record which in ``step.notes``."""
+    if step.model is None:
+        raise SkipCell(f"{NAME}: this workload's step has no model")
+    blocks = find_blocks(step.model, options.attribute)
+    wrapped = []
+    for index in range(0, len(blocks), options.every):
+        if not isinstance(blocks[index], Checkpointed):
+            blocks[index] = Checkpointed(blocks[index], preserve_rng_state=options.preserve_rng_state)
+        wrapped.append(f"{options.attribute}.{index}")
+    step.notes[NOTES_KEY] = {
+        "attribute": options.attribute,
+        "blocks": len(blocks),
+        "checkpointed": wrapped,
+        "preserve_rng_state": options.preserve_rng_state,
+    }
+    return step
+
+
+def check(ctx: CheckContext) -> str | None:
+    """Skip, without starting a worker, workloads that say they have no model."""
+    if "model" not in ctx.workload.traits:
+        return f"workload {ctx.workload.name!r} builds its own step without a model; there are no blocks to checkpoint"
+    return None
+
+
+@hookimpl
+def ampsuite_techniques() -> list[Technique]:
+    return [
+        Technique(
+            name=NAME,
+            summary="recompute each block's activations in backward (torch.utils.checkpoint): less memory, more time",
+            apply=apply,
+            options=CheckpointOptions,
+            order=ORDER,
+            check=check,
+        )
+    ]
+
+
+# ---------------------------------------------------------------------------
+# report: memory saved and time paid, against the same cell without the technique
+# ---------------------------------------------------------------------------
+
+
+def _techniques(record: Mapping[str, Any]) -> frozenset[str]:
+    return frozenset(t["name"] for t in record.get("techniques", []))
+
+
+def _reference_key(record: Mapping[str, Any], techniques: frozenset[str]) -> tuple[str, int, frozenset[str]]:
+    workload = str(record["id"]).split("/", 1)[0]  # the workload id with its option axes
+    return workload, int(record["batch_size"]), techniques
+
+
+def _median(record: Mapping[str, Any] | None) -> float | None:
+    value = ((record or {}).get("metrics") or {}).get("step_time", {}).get("median")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _memory(record: Mapping[str, Any] | None) -> float | None:
+    value = ((record or {}).get("metrics") or {}).get("peak_memory_bytes")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _mib(value: float | None) -> str:
+    return "-" if value is None else f"{value / 2**20:.1f} MiB"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1e3:.2f} ms"
+
+
+def _ratio(new: float | None, old: float | None) -> str:
+    return "-" if new is None or not old else f"{new / old:.2f}x"
+
+
+def _rows(docs: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+    rows = []
+    for doc in docs:
+        cells = doc.get("cells", [])
+        index = {_reference_key(r, _techniques(r)): r for r in cells}
+        for record in cells:
+            names = _techniques(record)
+            if NAME not in names:
+                continue
+            reference = index.get(_reference_key(record, names - {NAME}))
+            notes = (record.get("notes") or {}).get(NOTES_KEY) or {}
+            if record.get("status") == "passed":
+                what = f"{len(notes.get('checkpointed', []))} of {notes.get('blocks', '?')} blocks"
+            else:
+                what = f"{record.get('status')}: {(record.get('evidence') or {}).get('reason', '')}".strip()
+            rows.append(
+                [
+                    str(record["id"]),
+                    str(reference["id"]) if reference else "-",
+                    what,
+                    _mib(_memory(record)),
+                    _ratio(_memory(record), _memory(reference)),
+                    _ms(_median(record)),
+                    _ratio(_median(record), _median(reference)),
+                ]
+            )
+    return rows
+
+
+HEADER = [
+    "cell",
+    "compared with",
+    "checkpointed",
+    "peak memory",
+    "memory vs. reference",
+    "step time",
+    "time vs. reference",
+]
+
+
+@hookimpl
+def ampsuite_report_sections(results: Sequence[Mapping[str, Any]]) -> Iterable[ReportSection]:
+    rows = _rows(results)
+    if not rows:
+        return []
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in HEADER)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+    intro = (
+        "Each checkpointed cell against the same workload, batch size and other techniques without "
+        "checkpointing: the memory it saves and the recomputation it pays for."
+    )
+    markdown = "\n".join(
+        [intro, "", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+        + ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+    )
+    return [
+        ReportSection(
+            title="Activation checkpointing",
+            html=f"<p>{html.escape(intro)}</p><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>",
+            markdown=markdown,
+            anchor=NAME,
+        )
+    ]

@@ -179,6 +179,8 @@ class _Leak:
 def _read_bad_address(device: torch.device) -> None:
     # A tensor over memory nobody allocated; reading it runs a kernel on an
     # unmapped address: a sticky "illegal memory access" on CUDA, SIGSEGV on a CPU.
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())  # storages need the explicit index
     storage = torch._C._construct_storage_from_data_pointer(BAD_ADDRESS, device, 4096)
     bad = torch.empty(0, dtype=torch.float32, device=device).set_(storage, 0, (1024,), (1,))
     float(bad.sum())

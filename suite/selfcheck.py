@@ -72,10 +72,13 @@ def plain_step(step: TrainStep) -> Callable[[Batch], Any]:
     model, optimizer, loss_fn, scaler = step.model, step.optimizer, step.loss_fn, step.scaler
     dtype, device_type = step.autocast_dtype, step.device.type
     if model is None or optimizer is None or loss_fn is None:
-        # Workloads without a model (GEMM) define the operation in their phase;
-        # there is no training loop around it to write by hand.
-        forward_backward = step.forward_backward or step.default_forward_backward
-        return forward_backward
+        # A workload without a model is a raw product (GEMM): the plain loop is
+        # a bare torch.matmul on the same operands.
+        def product(batch: Batch) -> Any:
+            with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
+                return torch.matmul(*batch.inputs)
+
+        return product
 
     def train_step(batch: Batch) -> Any:
         with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):

@@ -1,0 +1,217 @@
+"""GPU clocks, power and temperature during the timed steps (NVML, through nvidia-ml-py).
+
+A GPU that heats up or reaches a power limit lowers its clocks in the middle of
+a measurement, and the step time then says more about the cooling than about
+the technique. A background thread samples the SM and memory clocks, the
+board power, the temperature and NVML's clock event ("throttle") reasons every
+``SAMPLE_SECONDS`` while the timed steps run; the record gets a summary in
+``metrics["clocks"]``, and a warning containing "throttled" (which the analysis
+counts as "not trusted") when
+
+* the SM clock fell more than ``CLOCK_DROP`` below the larger of its first
+  sample and its median, or
+* a thermal, hardware-slowdown or power-brake reason appeared.
+
+The software power cap alone is recorded but not flagged: a busy H100/H200
+sits at its power cap for whole GEMMs with steady clocks; when the cap does
+lower the clocks, the clock rule above catches it.
+
+NVML calls are host-side driver queries: they do not synchronise the GPU or
+enter its stream. On a CPU, without nvidia-ml-py or without a working NVML,
+the probe does nothing and records nothing. pynvml is imported when a cell
+starts, never at import time, so the fork server that preloads this module
+holds no NVML state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from suite import Probe, ProbeContext, hookimpl
+
+__all__ = ["CLOCK_DROP", "FLAGGED_REASONS", "REASONS", "SAMPLE_SECONDS", "around", "summarize"]
+
+SAMPLE_SECONDS = 0.05
+CLOCK_DROP = 0.10
+
+REASONS: dict[int, str] = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+"""NVML's clock event reason bits (nvml.h ``nvmlClocksEventReason*``; the values are part of its ABI)."""
+FLAGGED_REASONS = frozenset({"hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"})
+
+Sample = dict[str, Any]
+
+
+def _reason_names(mask: int) -> list[str]:
+    return [REASONS.get(1 << bit, f"0x{1 << bit:x}") for bit in range(mask.bit_length()) if mask >> bit & 1]
+
+
+class _Sampler:
+    """Reads one device's clocks; each quantity that NVML does not support on this device stays None."""
+
+    def __init__(self, nvml: Any, handle: Any) -> None:
+        self.nvml = nvml
+        self.handle = handle
+        self.samples: list[Sample] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="ampsuite-clocks", daemon=True)
+        self._reasons = self._reasons_function()
+
+    def _reasons_function(self) -> Any:
+        # Drivers before 535 have only the older name; newer pynvml may drop it.
+        for name in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+            fn = getattr(self.nvml, name, None)
+            if fn is not None and self._read(fn) is not None:
+                return fn
+        return None
+
+    def _read(self, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(self.handle, *args)
+        except Exception:  # NVMLError_NotSupported and friends: that quantity is unknown here
+            return None
+
+    def sample(self) -> None:
+        nvml = self.nvml
+        power = self._read(nvml.nvmlDeviceGetPowerUsage)
+        self.samples.append(
+            {
+                "sm_mhz": self._read(nvml.nvmlDeviceGetClockInfo, getattr(nvml, "NVML_CLOCK_SM", 1)),
+                "mem_mhz": self._read(nvml.nvmlDeviceGetClockInfo, getattr(nvml, "NVML_CLOCK_MEM", 2)),
+                "power_w": None if power is None else power / 1000.0,
+                "temp_c": self._read(nvml.nvmlDeviceGetTemperature, getattr(nvml, "NVML_TEMPERATURE_GPU", 0)),
+                "reasons": None if self._reasons is None else self._read(self._reasons),
+            }
+        )
+
+    def _loop(self) -> None:
+        while not self._stop.wait(SAMPLE_SECONDS):
+            self.sample()
+
+    def start(self) -> None:
+        self.sample()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+
+def _series(samples: list[Sample], key: str) -> list[float]:
+    return [float(s[key]) for s in samples if s.get(key) is not None]
+
+
+def _stats(values: list[float], *names: str) -> dict[str, float] | None:
+    if not values:
+        return None
+    pick = {
+        "start": values[0],
+        "end": values[-1],
+        "min": min(values),
+        "max": max(values),
+        "median": statistics.median(values),
+    }
+    return {name: pick[name] for name in names}
+
+
+def summarize(samples: list[Sample]) -> tuple[dict[str, Any], list[str]]:
+    """The ``metrics["clocks"]`` summary of a list of samples, and the warnings it calls for."""
+    sm = _series(samples, "sm_mhz")
+    seen = 0
+    for s in samples:
+        if s.get("reasons") is not None:
+            seen |= int(s["reasons"])
+    reasons = _reason_names(seen)
+    summary = {
+        "samples": len(samples),
+        "interval_seconds": SAMPLE_SECONDS,
+        "sm_mhz": _stats(sm, "start", "min", "median", "end"),
+        "mem_mhz": _stats(_series(samples, "mem_mhz"), "start", "min", "median", "end"),
+        "power_w": _stats(_series(samples, "power_w"), "start", "median", "max", "end"),
+        "temp_c": _stats(_series(samples, "temp_c"), "start", "max", "end"),
+        "throttle_reasons": reasons,
+    }
+    warnings = []
+    if sm:
+        reference = max(sm[0], statistics.median(sm))
+        if reference > 0 and min(sm) < (1 - CLOCK_DROP) * reference:
+            warnings.append(
+                f"clocks throttled: the SM clock fell to {min(sm):.0f} MHz, "
+                f"{1 - min(sm) / reference:.0%} below {reference:.0f} MHz, during the timed steps"
+            )
+    flagged = [r for r in reasons if r in FLAGGED_REASONS]
+    if flagged:
+        warnings.append(f"clocks throttled: {', '.join(flagged)} during the timed steps")
+    return summary, warnings
+
+
+def _handle(nvml: Any, device: torch.device) -> Any:
+    index = device.index
+    if torch.cuda.is_available():
+        index = torch.cuda.current_device() if index is None else index
+        # CUDA_VISIBLE_DEVICES renumbers devices for CUDA, not for NVML: match by UUID.
+        with contextlib.suppress(Exception):
+            uuid = str(torch.cuda.get_device_properties(index).uuid)
+            return nvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+    return nvml.nvmlDeviceGetHandleByIndex(index or 0)
+
+
+@contextlib.contextmanager
+def around(ctx: ProbeContext) -> Iterator[None]:
+    device = ctx.step.device
+    if device.type != "cuda":
+        yield
+        return
+    try:
+        import pynvml as nvml
+
+        nvml.nvmlInit()
+    except Exception:  # no nvidia-ml-py, no driver library, no permission: nothing to record
+        yield
+        return
+    try:
+        sampler = _Sampler(nvml, _handle(nvml, device))
+        sampler.start()
+    except Exception:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()
+        yield
+        return
+    try:
+        yield
+    finally:
+        sampler.stop()
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()
+    summary, warnings = summarize(sampler.samples)
+    ctx.metrics["clocks"] = summary
+    for w in warnings:
+        ctx.warn(w)
+
+
+@hookimpl
+def ampsuite_probes() -> list[Probe]:
+    return [
+        Probe(
+            name="clocks",
+            summary="GPU SM/memory clocks, power, temperature and throttle reasons over the timed steps (NVML)",
+            around=around,
+            order=95,
+        )
+    ]

@@ -1,0 +1,10 @@
+"""The other plugin that registers the workload name "twin"."""
+
+from _bp_common import build
+
+from suite import Workload, hookimpl
+
+
+@hookimpl
+def ampsuite_workloads() -> list[Workload]:
+    return [Workload(name="twin", summary="registered by bp_duplicate_b", build=build)]

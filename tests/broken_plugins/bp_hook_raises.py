@@ -1,0 +1,8 @@
+"""Broken on purpose: the registration hook raises."""
+
+from suite import Technique, hookimpl
+
+
+@hookimpl
+def ampsuite_techniques() -> list[Technique]:
+    raise RuntimeError("cannot find my configuration file")

@@ -1,0 +1,8 @@
+"""Broken on purpose: the hook takes an argument that the hook spec does not have."""
+
+from suite import Workload, hookimpl
+
+
+@hookimpl
+def ampsuite_workloads(device: str) -> list[Workload]:
+    return []

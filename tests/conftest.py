@@ -1,0 +1,127 @@
+"""Shared fixtures of the core tests.
+
+Installed third-party plugins must not leak into these tests: plugin autoload
+is off for the whole session unless the environment says otherwise (the
+entry-point test turns it back on for its own subprocess only).
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+AUTOLOAD_ENV = "AMPSUITE_DISABLE_PLUGIN_AUTOLOAD"
+
+FAST_MEASURE = """\
+[measure]
+warmup_steps = 1
+min_steps = 3
+max_steps = 5
+numerics_steps = 2
+max_seconds = 0.5
+"""
+"""A [measure] table that makes a toy cell take well under a second on a CPU."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Set before any test imports suite.manager, and inherited by every
+    # subprocess and worker the tests start.
+    os.environ.setdefault(AUTOLOAD_ENV, "1")
+
+
+SuiteWriter = Callable[..., Path]
+
+
+@pytest.fixture
+def fast_measure() -> str:
+    """The fast CPU [measure] table as TOML text, to paste into a suite."""
+    return FAST_MEASURE
+
+
+@pytest.fixture
+def write_suite(tmp_path: Path) -> SuiteWriter:
+    """``write_suite(text, name="suite.toml")`` writes a dedented suite file into tmp_path and returns its path."""
+
+    def write(text: str, name: str = "suite.toml") -> Path:
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(text), encoding="utf-8")
+        return path
+
+    return write
+
+
+@pytest.fixture(scope="session")
+def registry() -> Any:
+    """The built-in plugins only (autoload off), loaded once: loading imports torch and every built-in."""
+    from suite.manager import PluginSettings, load_registry
+
+    return load_registry(PluginSettings(autoload=False))
+
+
+HEALTHY_SUITE = (
+    """\
+[suite]
+name = "healthy"
+device = "cpu"
+timeout = 120
+
+"""
+    + FAST_MEASURE
+    + """
+[workloads.toy]
+batch_size = 8
+hidden = 16
+
+[combinations]
+fp32 = []
+noop = ["noop"]
+"""
+)
+
+
+@pytest.fixture(scope="session")
+def healthy_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """A real two-cell toy run through isolated workers: (results path, document as returned by the runner)."""
+    from suite import session
+    from suite.runner import RunConfig
+
+    root = tmp_path_factory.mktemp("healthy")
+    suite_path = root / "healthy.toml"
+    suite_path.write_text(HEALTHY_SUITE, encoding="utf-8")
+    out = root / "results.json"
+    plan = session.plan(suite_path, device="cpu")
+    config = RunConfig(output=out, data_dir=root / "data", measure_peaks=False, argv=["test"])
+    doc, interrupted = session.run_plan(plan, config, QuietObserver())
+    assert not interrupted
+    return out, doc
+
+
+class QuietObserver:
+    """A runner observer that only remembers what it was told."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.finished: list[tuple[str, str]] = []
+        self.messages: list[str] = []
+
+    def run_started(self, total: int, path: Path) -> None:
+        self.total = total
+
+    def cell_started(self, index: int, cell: Any) -> None:
+        self.started.append(cell.id)
+
+    def cell_finished(self, index: int, record: dict[str, Any]) -> None:
+        self.finished.append((record["id"], record["status"]))
+
+    def message(self, text: str) -> None:
+        self.messages.append(text)
+
+
+@pytest.fixture
+def observer() -> QuietObserver:
+    return QuietObserver()

@@ -1,0 +1,213 @@
+"""The clocks probe, against a scripted stand-in for pynvml (no GPU needed).
+
+The fake module is put into ``sys.modules`` for one test; ``around`` imports
+pynvml when a cell starts, so it picks the fake up. The step's device is
+``cuda:0`` only as a label: nothing runs on it.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from plugins.probes import clocks
+from suite import ProbeContext
+from suite.analysis import instability_warnings
+
+
+class FakeNVMLError(Exception):
+    pass
+
+
+class FakeNVML(types.ModuleType):
+    """pynvml as the probe uses it: SM clocks follow a script (the last value repeats)."""
+
+    NVML_CLOCK_SM = 1
+    NVML_CLOCK_MEM = 2
+    NVML_TEMPERATURE_GPU = 0
+    NVMLError = FakeNVMLError
+
+    def __init__(self, sm: list[int], reasons: int = 0, power_mw: int | None = 500_000, init_fails: bool = False):
+        super().__init__("pynvml")
+        self.sm = list(sm)
+        self.reasons = reasons
+        self.power_mw = power_mw
+        self.init_fails = init_fails
+        self.calls: list[str] = []
+        self.sm_reads = 0
+
+    def nvmlInit(self) -> None:
+        self.calls.append("init")
+        if self.init_fails:
+            raise FakeNVMLError("NVML Shared Library Not Found")
+
+    def nvmlShutdown(self) -> None:
+        self.calls.append("shutdown")
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> str:
+        self.calls.append(f"handle {index}")
+        return f"gpu{index}"
+
+    def nvmlDeviceGetClockInfo(self, handle: str, kind: int) -> int:
+        if kind == self.NVML_CLOCK_MEM:
+            return 3201
+        value = self.sm[min(self.sm_reads, len(self.sm) - 1)]
+        self.sm_reads += 1
+        return value
+
+    def nvmlDeviceGetPowerUsage(self, handle: str) -> int:
+        if self.power_mw is None:
+            raise FakeNVMLError("Not Supported")
+        return self.power_mw
+
+    def nvmlDeviceGetTemperature(self, handle: str, sensor: int) -> int:
+        return 61
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: str) -> int:
+        return self.reasons
+
+
+@pytest.fixture
+def use_nvml(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    def install(fake: Any) -> Any:
+        monkeypatch.setitem(sys.modules, "pynvml", fake)
+        return fake
+
+    yield install
+
+
+def _ctx(device: str = "cuda:0") -> ProbeContext:
+    step = types.SimpleNamespace(device=torch.device(device))
+    return ProbeContext(step=step, run=lambda batch: None, cell={"id": "x/fp32/bs8"})  # type: ignore[arg-type]
+
+
+def _measure(ctx: ProbeContext, seconds: float = 0.0) -> ProbeContext:
+    with clocks.around(ctx):
+        time.sleep(seconds)
+    return ctx
+
+
+def test_steady_clocks_are_summarised_without_warnings(use_nvml) -> None:
+    fake = use_nvml(FakeNVML(sm=[1980]))
+    ctx = _measure(_ctx())
+    c = ctx.metrics["clocks"]
+    assert c["sm_mhz"] == {"start": 1980.0, "min": 1980.0, "median": 1980.0, "end": 1980.0}
+    assert c["mem_mhz"]["median"] == 3201.0
+    assert c["power_w"] == {"start": 500.0, "median": 500.0, "max": 500.0, "end": 500.0}
+    assert c["temp_c"] == {"start": 61.0, "max": 61.0, "end": 61.0}
+    assert c["throttle_reasons"] == []
+    assert c["samples"] >= 2  # one when the timed steps start, one when they end
+    assert ctx.warnings == []
+    assert fake.calls == ["init", "handle 0", "shutdown"]
+
+
+def test_a_falling_sm_clock_flags_the_cell(use_nvml) -> None:
+    use_nvml(FakeNVML(sm=[1980, 1600]))
+    ctx = _measure(_ctx())
+    assert ctx.metrics["clocks"]["sm_mhz"]["start"] == 1980.0
+    assert ctx.metrics["clocks"]["sm_mhz"]["min"] == 1600.0
+    assert ctx.warnings == [
+        "clocks throttled: the SM clock fell to 1600 MHz, 19% below 1980 MHz, during the timed steps"
+    ]
+    assert instability_warnings({"warnings": ctx.warnings}) == ctx.warnings  # the analysis counts it as untrusted
+
+
+def test_a_small_dip_is_not_throttling(use_nvml) -> None:
+    use_nvml(FakeNVML(sm=[1980, 1900]))
+    assert _measure(_ctx()).warnings == []
+
+
+def test_a_thermal_reason_flags_the_cell(use_nvml) -> None:
+    use_nvml(FakeNVML(sm=[1980], reasons=0x20 | 0x1))
+    ctx = _measure(_ctx())
+    assert ctx.metrics["clocks"]["throttle_reasons"] == ["gpu_idle", "sw_thermal_slowdown"]
+    assert ctx.warnings == ["clocks throttled: sw_thermal_slowdown during the timed steps"]
+
+
+def test_the_power_cap_alone_is_recorded_not_flagged(use_nvml) -> None:
+    use_nvml(FakeNVML(sm=[1980], reasons=0x4))
+    ctx = _measure(_ctx())
+    assert ctx.metrics["clocks"]["throttle_reasons"] == ["sw_power_cap"]
+    assert ctx.warnings == []
+
+
+def test_an_unsupported_quantity_is_none_and_the_rest_is_kept(use_nvml) -> None:
+    use_nvml(FakeNVML(sm=[1980], power_mw=None))
+    c = _measure(_ctx()).metrics["clocks"]
+    assert c["power_w"] is None
+    assert c["sm_mhz"]["median"] == 1980.0
+
+
+def test_samples_are_taken_in_the_background_while_the_steps_run(use_nvml, monkeypatch) -> None:
+    monkeypatch.setattr(clocks, "SAMPLE_SECONDS", 0.01)
+    fake = use_nvml(FakeNVML(sm=[1980]))
+    ctx = _measure(_ctx(), seconds=0.2)
+    assert ctx.metrics["clocks"]["samples"] >= 5
+    assert fake.sm_reads == ctx.metrics["clocks"]["samples"]
+
+
+def test_nothing_on_a_cpu(use_nvml) -> None:
+    fake = use_nvml(FakeNVML(sm=[1980]))
+    ctx = _measure(_ctx("cpu"))
+    assert "clocks" not in ctx.metrics and ctx.warnings == []
+    assert fake.calls == []
+
+
+def test_nothing_without_nvml(use_nvml) -> None:
+    fake = use_nvml(FakeNVML(sm=[1980], init_fails=True))
+    ctx = _measure(_ctx())
+    assert "clocks" not in ctx.metrics and ctx.warnings == []
+    assert fake.calls == ["init"]
+
+
+def test_nothing_without_nvidia_ml_py(use_nvml) -> None:
+    use_nvml(None)  # sys.modules[name] = None makes the import fail
+    ctx = _measure(_ctx())
+    assert "clocks" not in ctx.metrics and ctx.warnings == []
+
+
+def test_an_error_in_the_timed_steps_stops_the_sampler_and_propagates(use_nvml) -> None:
+    fake = use_nvml(FakeNVML(sm=[1980]))
+    ctx = _ctx()
+    with pytest.raises(RuntimeError, match="step failed"), clocks.around(ctx):
+        raise RuntimeError("step failed")
+    assert fake.calls[-1] == "shutdown"
+    assert not any(t.name == "ampsuite-clocks" for t in threading.enumerate())
+
+
+@pytest.mark.parametrize(
+    ("mask", "names"),
+    [(0, []), (0x1, ["gpu_idle"]), (0x8 | 0x40, ["hw_slowdown", "hw_thermal_slowdown"]), (0x400, ["0x400"])],
+)
+def test_reason_bits_have_names(mask: int, names: list[str]) -> None:
+    assert clocks._reason_names(mask) == names
+
+
+def test_registered_as_a_probe(registry) -> None:
+    probe = registry.probes["clocks"]
+    assert probe.around is clocks.around
+    assert probe.inspect is None
+
+
+class OldDriverNVML(FakeNVML):
+    """A driver before 535: only the older name of the reasons query works."""
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: str) -> int:
+        raise FakeNVMLError("Function Not Found")
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: str) -> int:
+        return self.reasons
+
+
+def test_reasons_come_from_the_older_query_on_older_drivers(use_nvml) -> None:
+    use_nvml(OldDriverNVML(sm=[1980], reasons=0x40))
+    ctx = _measure(_ctx())
+    assert ctx.metrics["clocks"]["throttle_reasons"] == ["hw_thermal_slowdown"]
+    assert ctx.warnings == ["clocks throttled: hw_thermal_slowdown during the timed steps"]

@@ -1,0 +1,250 @@
+"""Plugin loading: a real entry point, -p, -p no:, the autoload switch, and every broken plugin.
+
+The entry-point test installs tests/plugin_dist into a throw-away virtual
+environment that sees the system site-packages (torch and ampsuite itself are
+reused, nothing is installed globally). The broken plugins live in
+tests/broken_plugins/, one fault per module.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from suite import matrix, suitefile
+from suite.errors import PluginError, SuiteFileError
+from suite.manager import AUTOLOAD_ENV, PluginSettings, load_registry
+
+TESTS = Path(__file__).parent
+BROKEN = TESTS / "broken_plugins"
+DIST = TESTS / "plugin_dist"
+BUILTINS = PluginSettings(autoload=False)
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in (AUTOLOAD_ENV, "AMPSUITE_PLUGINS")}
+    env["COLUMNS"] = "200"  # rich tables stay on one line per row
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A virtual environment holding only the example plugin distribution, on top of the system packages."""
+    root = tmp_path_factory.mktemp("venv")
+    env_dir = root / "env"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(env_dir)], check=True, timeout=120
+    )
+    src = root / "plugin_dist"  # build from a copy: the build writes into the source tree
+    shutil.copytree(DIST, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    python = env_dir / "bin" / "python"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index", "-q", str(src)],
+        check=True,
+        timeout=300,
+        env=_env(PIP_DISABLE_PIP_VERSION_CHECK="1"),
+    )
+    return python
+
+
+def _list(python: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(python), "-m", "suite", "list", *args], capture_output=True, text=True, timeout=120, env=_env(**env)
+    )
+
+
+def test_entry_point_plugin_is_listed_with_its_version(venv: Path) -> None:
+    proc = _list(venv, **{AUTOLOAD_ENV: "0"})
+    assert proc.returncode == 0, proc.stderr
+    row = next((line for line in proc.stdout.splitlines() if re.search(r"\bexample\b.*\b1\.2\.3\b", line)), None)
+    assert row is not None, proc.stdout
+    assert "entry point (ampsuite-example-plugin)" in row
+    assert "workload example-regression (plugin example) [unit: rows]: linear regression from the example plugin" in (
+        proc.stdout
+    )
+    assert "    features (int, default 7): input features of the regression" in proc.stdout
+
+
+@pytest.fixture
+def venv_on_path(venv: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The venv's site-packages on this process's path, so its entry point is visible in-process."""
+    (site,) = (venv.parent.parent / "lib").glob("python3*/site-packages")
+    monkeypatch.syspath_prepend(str(site))
+
+
+def test_autoload_switch_hides_the_entry_point(venv_on_path: None) -> None:
+    assert "example-regression" in load_registry(PluginSettings.from_args([], env={AUTOLOAD_ENV: "0"})).workloads
+    hidden = load_registry(PluginSettings.from_args([], env={AUTOLOAD_ENV: "1"}))
+    assert "example-regression" not in hidden.workloads
+    assert "toy" in hidden.workloads  # built-ins still load
+
+
+def test_entry_point_plugin_can_be_blocked(venv_on_path: None) -> None:
+    registry = load_registry(PluginSettings.from_args(["no:example"], env={AUTOLOAD_ENV: "0"}))
+    assert "example-regression" not in registry.workloads
+    assert "example" not in [p.name for p in registry.plugins]
+
+
+@pytest.mark.parametrize(
+    ("value", "autoload"), [("", True), ("0", True), ("false", True), ("1", False), ("yes", False), ("TRUE", False)]
+)
+def test_autoload_environment_values(value: str, autoload: bool) -> None:
+    assert PluginSettings.from_args([], env={AUTOLOAD_ENV: value}).autoload is autoload
+
+
+def test_plugin_arguments_split_into_extra_and_blocked() -> None:
+    settings = PluginSettings.from_args(["mod_a", "no:noop", "pkg.mod_b"], env={"AMPSUITE_PLUGINS": "env_mod, other"})
+    assert settings.extra == ("env_mod", "other", "mod_a", "pkg.mod_b")
+    assert settings.blocked == ("noop",)
+    assert PluginSettings.from_dict(settings.as_dict()) == settings
+
+
+def test_p_loads_a_module_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(DIST / "src"))
+    registry = load_registry(PluginSettings(extra=("ampsuite_example_plugin",), autoload=False))
+    assert "example-regression" in registry.workloads
+    assert registry.owner[("technique", "example-mark")] == "ampsuite_example_plugin"
+    info = registry.plugin_of("workload", "example-regression")
+    assert (info.name, info.version, info.source) == ("ampsuite_example_plugin", "1.2.3", "-p")
+
+
+def test_builtins_load_without_any_option(registry) -> None:
+    assert {"toy"} <= set(registry.workloads)
+    assert {"noop", "inject-fault"} <= set(registry.techniques)
+    assert {p.source for p in registry.plugins} == {"builtin"}
+
+
+def test_p_no_blocks_a_builtin(write_suite) -> None:
+    registry = load_registry(PluginSettings(blocked=("noop",), autoload=False))
+    assert "noop" not in registry.techniques
+    assert "noop" not in [p.name for p in registry.plugins]
+    path = write_suite("[workloads.toy]\nbatch_size = 8\n[combinations]\nfp32 = []\nquiet = ['noop']\n")
+    with pytest.raises(SuiteFileError, match=r"combinations\.quiet\[0\]: unknown technique 'noop'"):
+        matrix.expand(suitefile.load(path), registry, "cpu")
+
+
+# (module(s) given with -p, the plugin the message must name, regex for the fault after "plugin 'NAME': ")
+BROKEN_CASES = [
+    pytest.param(
+        ("bp_import_error",),
+        "bp_import_error",
+        r"cannot import 'bp_import_error': ModuleNotFoundError: No module named 'ampsuite_no_such_dependency'",
+        id="import-error",
+        marks=pytest.mark.xfail(
+            strict=True,
+            raises=ModuleNotFoundError,
+            reason="core bug: suite/manager.py load_registry calls _module_version(module) (line 188) before "
+            "_import, so a -p module that fails to import escapes as a raw ModuleNotFoundError",
+        ),
+    ),
+    pytest.param(
+        ("bp_misspelled_hook",),
+        "bp_misspelled_hook",
+        r"unknown hook 'ampsuite_workload' in plugin .*",
+        id="misspelled-hook",
+    ),
+    pytest.param(
+        ("bp_wrong_signature",),
+        "bp_wrong_signature",
+        r".*hook 'ampsuite_workloads'.*Argument\(s\) \{'device'\} are declared in the hookimpl but can not be found "
+        r"in the hookspec",
+        id="wrong-signature",
+    ),
+    pytest.param(
+        ("bp_duplicate_a", "bp_duplicate_b"),
+        "bp_duplicate_a",
+        r"workload 'twin' is already registered by plugin 'bp_duplicate_b'; rename one, or block one with "
+        r"-p no:bp_duplicate_a",
+        id="duplicate-workload",
+    ),
+    pytest.param(
+        ("bp_wrong_type",),
+        "bp_wrong_type",
+        r"hook ampsuite_workloads returned dict, expected suite\.Workload",
+        id="wrong-return-type",
+    ),
+    pytest.param(
+        ("bp_api_mismatch",),
+        "bp_api_mismatch",
+        r"written for ampsuite plugin API 99, but this ampsuite \(\S+\) provides API 1; upgrade the plugin or ampsuite",
+        id="api-mismatch",
+    ),
+    pytest.param(
+        ("bp_hook_raises",),
+        "bp_hook_raises",
+        r"hook ampsuite_techniques raised RuntimeError: cannot find my configuration file",
+        id="hook-raises",
+    ),
+]
+
+
+@pytest.mark.parametrize(("modules", "plugin", "fault"), BROKEN_CASES)
+def test_broken_plugin_is_one_line_naming_plugin_and_fault(
+    monkeypatch: pytest.MonkeyPatch, modules: tuple[str, ...], plugin: str, fault: str
+) -> None:
+    monkeypatch.syspath_prepend(str(BROKEN))
+    with pytest.raises(PluginError) as info:
+        load_registry(PluginSettings(extra=modules, autoload=False))
+    message = str(info.value)
+    assert "\n" not in message
+    assert info.value.plugin == plugin
+    assert re.fullmatch(re.escape(f"plugin {plugin!r}: ") + fault, message), message
+
+
+def test_duplicate_of_a_builtin_name_names_both_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A third-party plugin that registers "toy" again collides with the built-in, and the message says so."""
+    monkeypatch.syspath_prepend(str(BROKEN))
+    from suite import Workload, hookimpl
+
+    class Impostor:
+        @hookimpl
+        def ampsuite_workloads(self) -> list[Workload]:
+            from _bp_common import build
+
+            return [Workload(name="toy", summary="a second toy", build=build)]
+
+    with pytest.raises(PluginError) as info:
+        load_registry(BUILTINS, objects=[("impostor", Impostor())])
+    message = str(info.value)
+    assert re.fullmatch(
+        r"plugin '(impostor|toy)': workload 'toy' is already registered by plugin '(impostor|toy)'; .*", message
+    ), message
+    assert "plugin 'impostor'" in message and "plugin 'toy'" in message
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="core bug: suite/manager.py load_registry lists pm.hook.__dict__ as the valid hooks, which "
+    "includes the misspelled name itself; it should list only hooks with a spec",
+)
+def test_misspelled_hook_message_lists_only_real_hooks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(BROKEN))
+    with pytest.raises(PluginError) as info:
+        load_registry(PluginSettings(extra=("bp_misspelled_hook",), autoload=False))
+    listed = str(info.value).split("hooks are: ", 1)[1]
+    assert "ampsuite_workload," not in listed + ","
+
+
+def test_cli_broken_plugin_is_one_line_and_exit_4() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "suite", "list", "-p", "bp_hook_raises"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_env(PYTHONPATH=str(BROKEN), **{AUTOLOAD_ENV: "1"}),
+    )
+    assert proc.returncode == 4, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines == [
+        "ampsuite: error: plugin 'bp_hook_raises': hook ampsuite_techniques raised RuntimeError: "
+        "cannot find my configuration file"
+    ]
+    assert proc.stdout == ""

@@ -308,7 +308,7 @@ def _skipped_updates(record: Record) -> int:
     n = len(losses)
     if not history or len(history) != n + 1:
         return 0
-    return sum(1 for a, b in zip(history[: n - 1], history[1:n], strict=True) if b < a)
+    return sum(1 for a, b in itertools.pairwise(history[:n]) if b < a)
 
 
 def _loss_rel_diff(reference: Record | None, record: Record) -> float | None:

@@ -74,7 +74,9 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
     return ExitCode.OK
 
 
-def _render(registry: Any, docs: list[dict[str, Any]], out_dir: Path, compare_with: Any = None, history: Any = None) -> Path:
+def _render(
+    registry: Any, docs: list[dict[str, Any]], out_dir: Path, compare_with: Any = None, history: Any = None
+) -> Path:
     from suite.report import render_site
 
     sections = [s for group in registry.hook.ampsuite_report_sections(results=docs) for s in group]
@@ -82,20 +84,21 @@ def _render(registry: Any, docs: list[dict[str, Any]], out_dir: Path, compare_wi
 
 
 def cmd_list(args: argparse.Namespace) -> ExitCode:
-    from rich.console import Console
     from rich.table import Table
 
+    from suite.display import make_console
     from suite.options import describe
 
     registry = _registry(args)
-    console = Console(highlight=False)
+    console = make_console()  # piped output must not wrap at rich's assumed 80 columns
     plugins = Table(title="plugins")
     for col in ("name", "version", "source", "module"):
         plugins.add_column(col)
     for p in registry.plugins:
         plugins.add_row(p.name, p.version, p.source, p.module)
     console.print(plugins)
-    for kind, records in (("workload", registry.workloads), ("technique", registry.techniques), ("probe", registry.probes)):
+    kinds = (("workload", registry.workloads), ("technique", registry.techniques), ("probe", registry.probes))
+    for kind, records in kinds:
         for name in sorted(records):
             rec = records[name]
             extra = ""
@@ -166,7 +169,7 @@ def cmd_make_data(args: argparse.Namespace) -> ExitCode:
 def cmd_selfcheck(args: argparse.Namespace) -> ExitCode:
     import json
 
-    from suite import environment, session, selfcheck
+    from suite import environment, selfcheck, session
     from suite.display import make_console
     from suite.matrix import KeywordExpression
 
@@ -347,5 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     except Exception:
         traceback.print_exc()
-        print("ampsuite: internal error (a bug in ampsuite; please report it with the traceback above)", file=sys.stderr)
+        print(
+            "ampsuite: internal error (a bug in ampsuite; please report it with the traceback above)", file=sys.stderr
+        )
         return int(ExitCode.INTERNAL_ERROR)

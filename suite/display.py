@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -174,5 +173,3 @@ def print_summary(doc: Mapping[str, Any], console: Console | None = None) -> Non
     for rec in doc["cells"]:
         counts[rec["status"]] = counts.get(rec["status"], 0) + 1
     console.print(", ".join(f"{n} {s}" for s, n in counts.items()) or "no cells", markup=False)
-
-

@@ -7,6 +7,7 @@ whose one-line message names the plugin.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib
 import importlib.metadata
@@ -46,7 +47,9 @@ class PluginSettings:
     autoload: bool = True
 
     @classmethod
-    def from_args(cls, plugin_args: Sequence[str], env: os._Environ[str] | dict[str, str] | None = None) -> PluginSettings:
+    def from_args(
+        cls, plugin_args: Sequence[str], env: os._Environ[str] | dict[str, str] | None = None
+    ) -> PluginSettings:
         env = os.environ if env is None else env
         extra = [m.strip() for m in env.get(PLUGINS_ENV, "").split(",") if m.strip()]
         blocked: list[str] = []
@@ -162,17 +165,19 @@ def load_registry(settings: PluginSettings | None = None, objects: Sequence[tupl
         pm.set_blocked(name)
     registry = Registry(pm)
 
-    def add(name: str, module: str, version: str, source: str) -> None:
+    def add(name: str, module: str, source: str, version: str | None = None) -> None:
         if pm.is_blocked(name) or pm.has_plugin(name):
             return
+        # Import first: a module that cannot be imported is that plugin's error (PluginError),
+        # and only an imported module can say its version.
         plugin = _import(name, module)
         if pm.is_registered(plugin):  # -p of a module that a built-in or entry point already loaded
             return
         _register(pm, plugin, name)
-        registry.plugins.append(PluginInfo(name, module, version, source))
+        registry.plugins.append(PluginInfo(name, module, version or _module_version(module, plugin), source))
 
     for module in BUILTIN_PLUGINS:
-        add(module.rsplit(".", 1)[-1], module, __version__, "builtin")
+        add(module.rsplit(".", 1)[-1], module, "builtin", __version__)
     if settings.autoload:
         for ep in _entry_points():
             dist = ep.dist.name if ep.dist else "?"
@@ -188,20 +193,17 @@ def load_registry(settings: PluginSettings | None = None, objects: Sequence[tupl
             _register(pm, plugin, ep.name)
             registry.plugins.append(PluginInfo(ep.name, ep.value, version, f"entry point ({dist})"))
     for module in settings.extra:
-        add(module, module, _module_version(module), "-p")
+        add(module, module, "-p")
     for name, obj in objects:
         if not pm.is_blocked(name):
             _register(pm, obj, name)
-            registry.plugins.append(PluginInfo(name, getattr(obj, "__name__", type(obj).__name__), "unregistered", "object"))
+            module = getattr(obj, "__name__", type(obj).__name__)
+            registry.plugins.append(PluginInfo(name, module, "unregistered", "object"))
 
     try:
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
-        plugin_name = pm.get_name(exc.plugin) or "?"
-        raise PluginError(
-            plugin_name,
-            f"{_one_line(str(exc))}; hooks are: {', '.join(sorted(pm.hook.__dict__))}",
-        ) from exc
+        raise PluginError(pm.get_name(exc.plugin) or "?", _unknown_hook_message(pm, exc)) from exc
 
     _collect(registry, "workload", pm.hook.ampsuite_workloads, Workload, registry.workloads)
     _collect(registry, "technique", pm.hook.ampsuite_techniques, Technique, registry.techniques)
@@ -215,11 +217,37 @@ def _distributions() -> Mapping[str, list[str]]:
     return importlib.metadata.packages_distributions()
 
 
-def _module_version(module: str) -> str:
+def _module_version(module: str, plugin: object) -> str:
+    """The version of the distribution that installs ``module``, else the module's ``__version__``."""
     dists = _distributions().get(module.split(".", 1)[0], [])
     if dists:
-        return importlib.metadata.version(dists[0])
-    return str(getattr(importlib.import_module(module), "__version__", "unknown"))
+        try:
+            return importlib.metadata.version(dists[0])
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return str(getattr(plugin, "__version__", "unknown"))
+
+
+def _unknown_hook_message(pm: pluggy.PluginManager, exc: pluggy.PluginValidationError) -> str:
+    """pluggy's message, the closest real hook, and the real hooks (those with a spec) to choose from."""
+    hooks = sorted(name for name, caller in vars(pm.hook).items() if _has_spec(caller))
+    unknown = [
+        name
+        for name, caller in vars(pm.hook).items()
+        if isinstance(caller, pluggy.HookCaller)
+        and not caller.has_spec()
+        and any(impl.plugin is exc.plugin for impl in caller.get_hookimpls())
+    ]
+    hint = ""
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], hooks, n=1)
+        if close:
+            hint = f"; did you mean {close[0]!r}?"
+    return f"{_one_line(str(exc))}{hint}; hooks are: {', '.join(hooks)}"
+
+
+def _has_spec(caller: object) -> bool:
+    return isinstance(caller, pluggy.HookCaller) and caller.has_spec()
 
 
 def _collect(
@@ -229,16 +257,20 @@ def _collect(
     record_type: type[_R],
     into: dict[str, _R],
 ) -> None:
-    # Each implementation is called on its own so that an error or a
-    # duplicate can be pinned on the plugin that caused it.
-    for impl in reversed(hook.get_hookimpls()):
+    # Each implementation is called on its own so that an error or a duplicate
+    # can be pinned on the plugin that caused it. They are called in
+    # registration order (built-ins, entry points, -p, objects), so that a
+    # duplicate name is blamed on the later plugin: a third-party plugin that
+    # reuses a built-in's name is told to rename itself, not to block the built-in.
+    order = {p.name: i for i, p in enumerate(registry.plugins)}
+    impls = sorted(hook.get_hookimpls(), key=lambda impl: order.get(impl.plugin_name, len(order)))
+    for impl in impls:
         plugin = impl.plugin_name
         try:
-            records: Iterable[Any] = impl.function() or ()
-            records = list(records)
+            returned = impl.function()
         except Exception as exc:
             raise PluginError(plugin, f"hook {hook.name} raised {type(exc).__name__}: {_one_line(str(exc))}") from exc
-        for record in records:
+        for record in _as_list(plugin, hook.name, returned, record_type):
             if not isinstance(record, record_type):
                 raise PluginError(
                     plugin, f"hook {hook.name} returned {type(record).__name__}, expected suite.{record_type.__name__}"
@@ -255,11 +287,28 @@ def _collect(
             registry.owner[(kind, record.name)] = plugin
 
 
+def _as_list(plugin: str, hook_name: str, returned: object, record_type: type) -> list[Any]:
+    """A registration hook's result as a list; a single record or a non-list is a clear contract error."""
+    if returned is None:
+        return []
+    expected = f"hook {hook_name} must return a list of suite.{record_type.__name__}"
+    if isinstance(returned, Workload | Technique | Probe):
+        raise PluginError(plugin, f"{expected}, got a single {type(returned).__name__}")
+    if isinstance(returned, str | bytes | Mapping) or not isinstance(returned, Iterable):
+        raise PluginError(plugin, f"{expected}, got {type(returned).__name__}")
+    try:
+        return list(returned)
+    except Exception as exc:  # a generator hook fails while it is consumed
+        raise PluginError(plugin, f"hook {hook_name} raised {type(exc).__name__}: {_one_line(str(exc))}") from exc
+
+
 def _check_record(plugin: str, kind: str, record: Any) -> None:
     from dataclasses import is_dataclass
 
     if not record.name or not isinstance(record.name, str) or any(c.isspace() or c in "/[]," for c in record.name):
-        raise PluginError(plugin, f"{kind} name {record.name!r} must be a non-empty string without spaces, '/', '[', ']' or ','")
+        raise PluginError(
+            plugin, f"{kind} name {record.name!r} must be a non-empty string without spaces, '/', '[', ']' or ','"
+        )
     options = getattr(record, "options", None)
     if options is not None and not (isinstance(options, type) and is_dataclass(options)):
         raise PluginError(plugin, f"{kind} {record.name!r}: options must be a dataclass type, got {options!r}")

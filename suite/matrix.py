@@ -7,6 +7,7 @@ that are axes in the suite file appear in brackets.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import itertools
 import re
@@ -76,20 +77,23 @@ def _technique_options(spec: SuiteSpec, registry: Registry) -> dict[str, dict[st
         for i, t in enumerate(combo):
             _lookup(spec, f"combinations.{cid}[{i}]", registry.techniques, "technique", t)
     out: dict[str, dict[str, Any]] = {}
-    for name, values in spec.technique_options.items():
+    for name in spec.technique_options:
         _lookup(spec, f"techniques.{name}", registry.techniques, "technique", name)
         if name not in used:
             raise SuiteFileError(spec.path, f"techniques.{name}", "options given for a technique no combination uses")
     for name in used:
+        record = registry.techniques[name]
         try:
-            out[name] = options_as_dict(build_options(registry.techniques[name].options, spec.technique_options.get(name, {})))
+            out[name] = options_as_dict(build_options(record.options, spec.technique_options.get(name, {})))
         except OptionError as exc:
             key = f"techniques.{name}" + (f".{exc.key}" if exc.key else "")
             raise SuiteFileError(spec.path, key, exc.message) from exc
     return out
 
 
-def _workload_configs(spec: SuiteSpec, registry: Registry) -> list[tuple[Any, Workload, dict[str, Any], dict[str, Any]]]:
+def _workload_configs(
+    spec: SuiteSpec, registry: Registry
+) -> list[tuple[Any, Workload, dict[str, Any], dict[str, Any]]]:
     """(entry, record, options, axis values) for every point of each workload's option axes."""
     configs = []
     for entry in spec.workloads:
@@ -127,7 +131,8 @@ def _skip_reason(
     tech_options: Mapping[str, Mapping[str, Any]],
 ) -> str | None:
     if record.requires and device not in record.requires:
-        return f"workload {record.name!r} needs a {' or '.join(sorted(record.requires))} device; this run is on {device}"
+        needs = " or ".join(sorted(record.requires))
+        return f"workload {record.name!r} needs a {needs} device; this run is on {device}"
     if record.check is not None:
         reason = record.check(options, device)
         if reason:
@@ -159,6 +164,40 @@ def _skip_reason(
     return None
 
 
+def _check_rules(spec: SuiteSpec, registry: Registry) -> None:
+    """Refuse rule values that name nothing in the suite: such a rule would silently match no cell."""
+    workload_ids = {e.id: e for e in spec.workloads}
+    plugins_used = {e.plugin for e in spec.workloads}
+    techniques_used = {t for combo in spec.combinations.values() for t in combo}
+    for kind, rules in (("include", spec.include), ("exclude", spec.exclude)):
+        for i, rule in enumerate(rules):
+            key = f"{kind}[{i}]"
+            if rule.workload is not None:
+                _lookup_id(spec, f"{key}.workload", workload_ids, "workload id", rule.workload)
+            if rule.combination is not None:
+                _lookup_id(spec, f"{key}.combination", spec.combinations, "combination", rule.combination)
+            if rule.plugin is not None:
+                _lookup(spec, f"{key}.plugin", registry.workloads, "workload", rule.plugin)
+                if rule.plugin not in plugins_used:
+                    raise SuiteFileError(
+                        spec.path, f"{key}.plugin", f"no workload of this suite uses plugin {rule.plugin!r}"
+                    )
+            if rule.technique is not None:
+                _lookup(spec, f"{key}.technique", registry.techniques, "technique", rule.technique)
+                if rule.technique not in techniques_used:
+                    raise SuiteFileError(
+                        spec.path, f"{key}.technique", f"no combination of this suite uses {rule.technique!r}"
+                    )
+
+
+def _lookup_id(spec: SuiteSpec, key: str, names: Mapping[str, Any], kind: str, name: str) -> None:
+    """Like :func:`_lookup`, for names the suite file itself declares."""
+    if name not in names:
+        close = difflib.get_close_matches(name, list(names), n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"the suite declares: {', '.join(names)}"
+        raise SuiteFileError(spec.path, key, f"unknown {kind} {name!r}; {hint}")
+
+
 def _matches(rule: Rule, cell: Cell, entry_plugin: str) -> bool:
     if rule.workload is not None and rule.workload != cell.workload_id:
         return False
@@ -180,9 +219,12 @@ def expand(spec: SuiteSpec, registry: Registry, device: str) -> list[Cell]:
     then combinations with the baseline first (so that comparisons against
     it are available as soon as possible).
 
-    :raises SuiteFileError: for unknown plugins, options or bad option values.
+    :raises SuiteFileError: for unknown plugins, options or bad option values, and for
+        include/exclude rules that name a workload, combination, plugin or technique
+        the suite does not have.
     """
     tech_options = _technique_options(spec, registry)
+    _check_rules(spec, registry)
     combos = sorted(spec.combinations.items(), key=lambda kv: kv[0] != spec.baseline)
     cells: list[Cell] = []
     for entry, record, options, axis_values in _workload_configs(spec, registry):
@@ -191,14 +233,15 @@ def expand(spec: SuiteSpec, registry: Registry, device: str) -> list[Cell]:
         for bs in entry.batch_sizes:
             for cid, names in combos:
                 techs = sorted((registry.techniques[n] for n in names), key=lambda t: (t.order, t.name))
+                # Every cell owns its dicts: ampsuite_modify_cells may change one cell without touching others.
                 cell = Cell(
                     id=f"{entry.id}{suffix}/{cid}/bs{bs}",
                     workload_id=entry.id,
                     workload=record.name,
-                    options=options,
-                    axes=axis_values,
+                    options=copy.deepcopy(options),
+                    axes=copy.deepcopy(axis_values),
                     combination=cid,
-                    techniques=[(t.name, tech_options[t.name]) for t in techs],
+                    techniques=[(t.name, copy.deepcopy(tech_options[t.name])) for t in techs],
                     batch_size=bs,
                     device=device,
                     baseline=spec.baseline,

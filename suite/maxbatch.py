@@ -35,9 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import signal
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.context import BaseContext
@@ -48,7 +46,15 @@ from suite import results
 from suite.errors import UsageError
 from suite.manager import PluginSettings, Registry
 from suite.matrix import Cell
-from suite.runner import RunConfig, _base_record, _context, _now, _open_results, _run_one, _sigterm
+from suite.runner import (
+    RunConfig,
+    base_record,
+    now,
+    open_results,
+    run_record,
+    sigterm_interrupts,
+    worker_context,
+)
 from suite.session import Plan
 from suite.suitefile import MeasureSpec, SuiteSpec
 
@@ -125,11 +131,11 @@ class _Search:
             measure_peaks=False,
             argv=config.argv,
         )
-        self.ctx: BaseContext = _context()
+        self.ctx: BaseContext = worker_context()
         self.timeout = config.timeout or plan.spec.timeout
         self.attempt_spec = dataclasses.replace(plan.spec, measure=attempt_measure(plan.spec.measure))
         self.logdir = Path(tempfile.mkdtemp(prefix="ampsuite-maxbatch-"))
-        self.writer = _open_results(plan.spec, self.run_config, plan.device, plan.registry, set())
+        self.writer = open_results(plan.spec, self.run_config, plan.device, plan.registry, set())
         self.writer.doc["run"]["max_batch"] = {
             "start": config.start,
             "limit": config.limit,
@@ -141,22 +147,17 @@ class _Search:
         self.count = 0
 
     def run(self, cell: Cell, spec: SuiteSpec, *, report: bool = True) -> dict[str, Any]:
-        """One cell in a fresh worker; its record is written before this returns."""
+        """One cell in a fresh worker, exactly as ``ampsuite run`` runs it; its record is written before this returns.
+
+        :raises KeyboardInterrupt: after writing the record, when the attempt was interrupted.
+        """
         registry: Registry = self.plan.registry
-        record = _base_record(cell, registry)
         self.count += 1
         log = self.logdir / f"attempt-{self.count}.log"
-        t0 = time.perf_counter()
-        try:
-            outcome = _run_one(self.ctx, spec, cell, self.run_config, log, self.timeout, registry)
-        except KeyboardInterrupt:
-            record.update(status="interrupted", evidence={"reason": "interrupted while running"})
-            record["wall_seconds"] = time.perf_counter() - t0
-            self.writer.add(record)
-            raise
-        record.update({k: v for k, v in outcome.items() if v is not None or k == "evidence"})
-        record["wall_seconds"] = time.perf_counter() - t0
+        record = run_record(self.ctx, spec, cell, self.run_config, log, self.timeout, registry)
         self.writer.add(record)
+        if record["status"] == "interrupted":
+            raise KeyboardInterrupt(record["id"])
         if report:
             self.report(record)
         return record
@@ -226,7 +227,7 @@ def _search_one(s: _Search, key: str, cell: Cell, start: int) -> dict[str, Any]:
             warnings.append(f"batch {fit} ran in the search but ended {summary['status']} when measured again")
     else:
         assert bound is not None
-        summary = _base_record(
+        summary = base_record(
             dataclasses.replace(cell, id=f"{key}/max-batch", batch_size=bound["batch_size"]), s.plan.registry
         )
         summary.update(
@@ -260,26 +261,29 @@ def search(plan: Plan, config: SearchConfig, report: Report = lambda record: Non
             "ends an attempt in its worker instead of calling the host's OOM killer"
         )
     s = _Search(plan, config, report)
-    previous = signal.signal(signal.SIGTERM, _sigterm)
-    summaries = []
     try:
-        for key, cells in _groups(plan.cells).items():
-            runnable = [c for c in cells if not c.skip_reason]
-            if not runnable:
-                record = _base_record(dataclasses.replace(cells[0], id=f"{key}/max-batch"), plan.registry)
-                record.update(status="skipped", evidence={"reason": cells[0].skip_reason})
-                s.writer.add(record)
-                report(record)
-                summaries.append(record)
-                continue
-            start = config.start or min(c.batch_size for c in runnable)
-            summaries.append(_search_one(s, key, runnable[0], start))
+        with sigterm_interrupts():
+            return _search_all(s, plan, config, report)
     finally:
-        signal.signal(signal.SIGTERM, previous)
-        s.writer.doc["run"]["finished"] = _now()
+        s.writer.doc["run"]["finished"] = now()
         s.writer.flush()
         with contextlib.suppress(OSError):
             for log in s.logdir.iterdir():
                 log.unlink()
             s.logdir.rmdir()
+
+
+def _search_all(s: _Search, plan: Plan, config: SearchConfig, report: Report) -> list[dict[str, Any]]:
+    summaries = []
+    for key, cells in _groups(plan.cells).items():
+        runnable = [c for c in cells if not c.skip_reason]
+        if not runnable:
+            record = base_record(dataclasses.replace(cells[0], id=f"{key}/max-batch"), plan.registry)
+            record.update(status="skipped", evidence={"reason": cells[0].skip_reason})
+            s.writer.add(record)
+            report(record)
+            summaries.append(record)
+            continue
+        start = config.start or min(c.batch_size for c in runnable)
+        summaries.append(_search_one(s, key, runnable[0], start))
     return summaries

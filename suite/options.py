@@ -136,7 +136,11 @@ def build_options(options_type: type, values: Mapping[str, Any]) -> Any:
     for key, value in values.items():
         if key not in hints or key not in names:
             close = difflib.get_close_matches(key, names, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else (f"; options are: {', '.join(names)}" if names else "; it takes no options")
+            hint = (
+                f"; did you mean {close[0]!r}?"
+                if close
+                else (f"; options are: {', '.join(names)}" if names else "; it takes no options")
+            )
             raise OptionError(key, f"unknown option{hint}")
         kwargs[key] = _coerce(hints[key], value, key)
     try:

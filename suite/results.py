@@ -95,7 +95,7 @@ def load(path: str | Path) -> dict[str, Any]:
     except ValueError as exc:
         raise ResultsFileError(str(path), f"corrupt results file (not strict JSON: {exc})") from exc
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise ResultsFileError(str(path), f"not an ampsuite results file (no \"format\": \"{FORMAT}\")")
+        raise ResultsFileError(str(path), f'not an ampsuite results file (no "format": "{FORMAT}")')
     if doc.get("version") != VERSION:
         raise ResultsFileError(
             str(path), f"results format version {doc.get('version')!r} is not supported; this ampsuite reads {VERSION}"
@@ -104,7 +104,7 @@ def load(path: str | Path) -> dict[str, Any]:
         if key not in doc:
             raise ResultsFileError(str(path), f"corrupt results file: missing {key!r}")
     integrity = doc.get("integrity")
-    if not isinstance(integrity, dict) or integrity.get("sha256") != checksum(doc):
+    if not isinstance(integrity, dict) or set(integrity) != {"sha256"} or integrity["sha256"] != checksum(doc):
         raise ResultsFileError(
             str(path), "content does not match its checksum (edited or damaged after it was written); refusing it"
         )

@@ -18,7 +18,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from multiprocessing.context import BaseContext
 from pathlib import Path
@@ -29,7 +29,18 @@ from suite.manager import PluginSettings, Registry
 from suite.matrix import Cell
 from suite.suitefile import SuiteSpec
 
-__all__ = ["Observer", "RunConfig", "run_cells"]
+__all__ = [
+    "Observer",
+    "RunConfig",
+    "base_record",
+    "backup_path",
+    "now",
+    "open_results",
+    "run_cells",
+    "run_record",
+    "sigterm_interrupts",
+    "worker_context",
+]
 
 STDERR_TAIL_BYTES = 4000
 KILL_GRACE_SECONDS = 5.0
@@ -60,11 +71,13 @@ class RunConfig:
     argv: Sequence[str] = ()
 
 
-def _now() -> str:
+def now() -> str:
+    """The current UTC time as records and run headers write it (ISO 8601, to the second)."""
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
-def _context() -> BaseContext:
+def worker_context() -> BaseContext:
+    """The multiprocessing context cells run in: a fork server with torch preloaded on Linux, spawn elsewhere."""
     if sys.platform.startswith("linux"):
         from plugins import BUILTIN_PLUGINS
 
@@ -134,15 +147,40 @@ def _in_worker(
         receiver.close()
 
 
-class _Interrupted(Exception):
-    pass
-
-
 def _sigterm(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"received {signal.Signals(signum).name}")
 
 
-def _base_record(cell: Cell, registry: Registry) -> dict[str, Any]:
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Within the block SIGTERM raises KeyboardInterrupt like Ctrl-C, so both end a run the same way."""
+    previous = signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class _RunSignals:
+    """The signal handling of one run: SIGTERM acts as Ctrl-C; after the first
+    interruption both are ignored, so that an impatient second Ctrl-C cannot stop
+    the records of the remaining cells (and the run's end) from being written."""
+
+    def __init__(self) -> None:
+        self.previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        signal.signal(signal.SIGTERM, _sigterm)
+
+    def defer(self) -> None:
+        for sig in self.previous:
+            signal.signal(sig, signal.SIG_IGN)
+
+    def restore(self) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+def base_record(cell: Cell, registry: Registry) -> dict[str, Any]:
+    """A record of ``cell`` with every field present and nothing measured yet (status None)."""
     return {
         "id": cell.id,
         "status": None,
@@ -158,7 +196,7 @@ def _base_record(cell: Cell, registry: Registry) -> dict[str, Any]:
             "unit": registry.workloads[cell.workload].unit,
         },
         "techniques": [{"name": n, "options": o} for n, o in cell.techniques],
-        "started": _now(),
+        "started": now(),
         "wall_seconds": 0.0,
         "metrics": {},
         "numerics": None,
@@ -175,7 +213,7 @@ def _new_document(spec: SuiteSpec, config: RunConfig, device: str, registry: Reg
         "version": results.VERSION,
         "run": {
             "id": dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ"),
-            "started": _now(),
+            "started": now(),
             "finished": None,
             "argv": list(config.argv),
             "suite": {
@@ -194,7 +232,26 @@ def _new_document(spec: SuiteSpec, config: RunConfig, device: str, registry: Reg
     }
 
 
-def _open_results(spec: SuiteSpec, config: RunConfig, device: str, registry: Registry, ids: set[str]) -> results.ResultsWriter:
+def backup_path(out: Path) -> Path:
+    """A free name for the previous results file: ``NAME.STAMP.json`` after its mtime, then ``NAME.STAMP-1.json``, ...
+
+    Two earlier runs can share the mtime's second (or a clock can be reset), and a
+    rename onto an existing backup would silently replace it.
+    """
+    stamp = dt.datetime.fromtimestamp(out.stat().st_mtime, dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    candidate = out.with_name(f"{out.stem}.{stamp}{out.suffix}")
+    n = 0
+    while candidate.exists():
+        n += 1
+        candidate = out.with_name(f"{out.stem}.{stamp}-{n}{out.suffix}")
+    return candidate
+
+
+def open_results(
+    spec: SuiteSpec, config: RunConfig, device: str, registry: Registry, ids: set[str]
+) -> results.ResultsWriter:
+    """The writer of this run's results file: resumed from ``config.output`` when asked, else a new
+    document (an existing file is renamed to :func:`backup_path`, never overwritten)."""
     doc = _new_document(spec, config, device, registry)
     out = config.output
     if config.resume and out.exists():
@@ -202,12 +259,11 @@ def _open_results(spec: SuiteSpec, config: RunConfig, device: str, registry: Reg
         results.check_comparable(str(out), old["environment"], doc["environment"])
         old["cells"] = [r for r in old["cells"] if r["status"] in results.TERMINAL and r["id"] in ids]
         old["run"]["finished"] = None
-        old["run"].setdefault("resumed", []).append(_now())
+        old["run"].setdefault("resumed", []).append(now())
         return results.ResultsWriter(out, old)
     if out.exists():
         # Never overwrite measurements: the previous file is kept beside the new one.
-        stamp = dt.datetime.fromtimestamp(out.stat().st_mtime, dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-        out.rename(out.with_name(f"{out.stem}.{stamp}{out.suffix}"))
+        out.rename(backup_path(out))
     return results.ResultsWriter(out, doc)
 
 
@@ -308,7 +364,7 @@ def _checked(result: Any, log: Path) -> dict[str, Any]:
     }
 
 
-def _run_one(
+def _outcome(
     ctx: BaseContext | None,
     spec: SuiteSpec,
     cell: Cell,
@@ -339,6 +395,47 @@ def _run_one(
     }
 
 
+def run_record(
+    ctx: BaseContext | None,
+    spec: SuiteSpec,
+    cell: Cell,
+    config: RunConfig,
+    log: Path,
+    timeout: float,
+    registry: Registry,
+) -> dict[str, Any]:
+    """Run ``cell`` (in a worker from ``ctx``, or in this process when None) and return its complete record.
+
+    The one code path from a cell to its record, shared by ``ampsuite run`` and
+    ``ampsuite max-batch``. Ctrl-C (or SIGTERM under :func:`sigterm_interrupts`)
+    while the cell runs is not raised: the worker is killed and the record's
+    status is ``interrupted``, which only this function gives; the caller
+    writes the record and decides what interruption means for the rest.
+    """
+    record = base_record(cell, registry)
+    t0 = time.perf_counter()
+    try:
+        outcome = _outcome(ctx, spec, cell, config, log, timeout, registry)
+    except KeyboardInterrupt:
+        outcome = {
+            "status": "interrupted",
+            "evidence": {"reason": "interrupted while running", "stderr_tail": _tail(log)},
+        }
+    record.update({k: v for k, v in outcome.items() if v is not None or k == "evidence"})
+    record["wall_seconds"] = time.perf_counter() - t0
+    return record
+
+
+NOT_STARTED = "not started: the run was interrupted before this cell"
+
+
+def _not_run(cell: Cell, registry: Registry, status: str, reason: str) -> dict[str, Any]:
+    record = base_record(cell, registry)
+    record["status"] = status
+    record["evidence"] = {"reason": reason}
+    return record
+
+
 def run_cells(
     spec: SuiteSpec,
     cells: Sequence[Cell],
@@ -351,58 +448,73 @@ def run_cells(
 
     Records are written as each cell ends, so a killed run keeps what it
     finished; ``config.resume`` skips cells that already have a terminal record.
+    Ctrl-C or SIGTERM, wherever it lands (peaks, a cell, between cells), ends
+    the run the same way: the running cell and every cell after it are
+    recorded as ``interrupted``, and the document is returned as usual, so
+    the caller still prints its summary.
     """
-    writer = _open_results(spec, config, device, registry, {c.id for c in cells})
-    observer.run_started(len(cells), config.output)
-    ctx = None if config.in_process else _context()
+    writer = open_results(spec, config, device, registry, {c.id for c in cells})
+    kept = {r["id"]: r for r in writer.doc["cells"]}
+    ctx = None if config.in_process else worker_context()
     timeout = config.timeout or spec.timeout
     interrupted = False
-    previous = signal.signal(signal.SIGTERM, _sigterm) if hasattr(signal, "SIGTERM") else None
     logdir = Path(tempfile.mkdtemp(prefix="ampsuite-logs-"))
-    try:
-        if config.measure_peaks and writer.doc["environment"].get("peaks") is None and ctx is not None:
-            with contextlib.suppress(KeyboardInterrupt):
+    with contextlib.ExitStack() as stack:
+        # Run in reverse: the records are put in order and the run's end written
+        # while the run's signal handling still holds, then the handlers are restored.
+        stack.callback(shutil.rmtree, logdir, ignore_errors=True)
+        signals = _RunSignals()
+        stack.callback(signals.restore)
+        stack.callback(_finish, writer, [c.id for c in cells])
+
+        def interrupt() -> None:
+            nonlocal interrupted
+            interrupted = True
+            signals.defer()
+
+        try:
+            observer.run_started(len(cells), config.output)
+            if config.measure_peaks and writer.doc["environment"].get("peaks") is None and ctx is not None:
                 writer.doc["environment"]["peaks"] = _measure_peaks(
                     ctx, device, config.refresh_peaks, logdir / "peaks.log", observer
                 )
                 writer.flush()
+        except KeyboardInterrupt:
+            interrupt()
+            observer.message("interrupted before the first cell (while measuring the device's peaks)")
         for index, cell in enumerate(cells):
-            if writer.has(cell.id):
-                observer.cell_finished(index, writer.doc["cells"][writer._index[cell.id]])
-                continue
-            record = _base_record(cell, registry)
-            if interrupted:
-                record["status"] = "interrupted"
-                record["evidence"] = {"reason": "not started: the run was interrupted before this cell"}
-            elif cell.skip_reason:
-                record["status"] = "skipped"
-                record["evidence"] = {"reason": cell.skip_reason}
-            else:
-                observer.cell_started(index, cell)
-                t0 = time.perf_counter()
-                log = logdir / f"cell-{index}.log"
-                try:
-                    outcome = _run_one(ctx, spec, cell, config, log, timeout, registry)
-                except KeyboardInterrupt:
-                    interrupted = True
-                    outcome = {
-                        "status": "interrupted",
-                        "evidence": {"reason": "interrupted while running", "stderr_tail": _tail(log)},
-                    }
-                record.update({k: v for k, v in outcome.items() if v is not None or k == "evidence"})
-                record["wall_seconds"] = time.perf_counter() - t0
-            writer.add(record)
-            observer.cell_finished(index, record)
-            for err in _notify(registry, record):
-                observer.message(err)
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-        writer.order([c.id for c in cells])
-        writer.doc["run"]["finished"] = _now()
-        writer.flush()
-        shutil.rmtree(logdir, ignore_errors=True)
+            try:
+                if cell.id in kept:
+                    observer.cell_finished(index, kept[cell.id])
+                    continue
+                if interrupted:
+                    record = _not_run(cell, registry, "interrupted", NOT_STARTED)
+                elif cell.skip_reason:
+                    record = _not_run(cell, registry, "skipped", cell.skip_reason)
+                else:
+                    observer.cell_started(index, cell)
+                    record = run_record(ctx, spec, cell, config, logdir / f"cell-{index}.log", timeout, registry)
+                    if record["status"] == "interrupted":
+                        interrupt()
+                writer.add(record)
+                observer.cell_finished(index, record)
+                for err in _notify(registry, record):
+                    observer.message(err)
+            except KeyboardInterrupt:
+                # Outside a worker's wait (the display, a hook, a write): the cell did
+                # not start, or its record is written already.
+                interrupt()
+                if not writer.has(cell.id):
+                    record = _not_run(cell, registry, "interrupted", NOT_STARTED)
+                    writer.add(record)
+                    observer.cell_finished(index, record)
     return writer.doc, interrupted
+
+
+def _finish(writer: results.ResultsWriter, ids: list[str]) -> None:
+    writer.order(ids)
+    writer.doc["run"]["finished"] = now()
+    writer.flush()
 
 
 def _notify(registry: Registry, record: dict[str, Any]) -> list[str]:
@@ -411,5 +523,7 @@ def _notify(registry: Registry, record: dict[str, Any]) -> list[str]:
         try:
             impl.function(record=record)
         except Exception as exc:  # an observer must not stop the run
-            errors.append(f"warning: plugin {impl.plugin_name!r} ampsuite_cell_finished raised {type(exc).__name__}: {exc}")
+            errors.append(
+                f"warning: plugin {impl.plugin_name!r} ampsuite_cell_finished raised {type(exc).__name__}: {exc}"
+            )
     return errors

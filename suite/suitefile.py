@@ -4,12 +4,25 @@ Structure is checked here, completely, before any work starts; plugin names
 and plugin options are checked against the registry by :func:`suite.matrix.expand`
 (which also runs before any cell). Every error is a :class:`SuiteFileError`
 naming the file, the key path and what was expected.
+
+Keys of ``[suite]`` whose meaning is not obvious from the README's example:
+
+``memory_limit_gb``
+    CPU cells only; 0 (the default) means no limit. Each worker caps its
+    address space (``RLIMIT_AS``) at this many GiB *on top of* what it has
+    already mapped when the cap is set (its ``VmSize``): a worker that imported
+    a CUDA build of torch maps several GiB before it builds anything, so the
+    number is the room the cell itself gets, not the process's total. Running
+    out of it ends the cell as ``oom`` instead of calling the host's OOM killer.
+``cpu_threads``
+    torch threads in each CPU worker; 0 leaves torch's default.
 """
 
 from __future__ import annotations
 
 import difflib
 import hashlib
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -73,6 +86,7 @@ class SuiteSpec:
     baseline: str
     numerics_tolerance: float
     memory_limit_gb: float
+    """GiB of address space each CPU worker may map beyond what it maps when the limit is set; 0: no limit."""
     cpu_threads: int
     measure: MeasureSpec
     workloads: tuple[WorkloadEntry, ...]
@@ -112,18 +126,30 @@ class _Reader:
     def number(self, name: str, default: float, *, minimum: float, integer: bool = False, strict: bool = False) -> Any:
         what = ("an integer" if integer else "a number") + (f" > {minimum:g}" if strict else f" >= {minimum:g}")
         value = self.get(name, int if integer else (int, float), default, what)
+        if not math.isfinite(value):  # TOML has nan and inf; every number here must be finite
+            raise self.error(name, f"expected a finite number{what.removeprefix('a number')}, got {value!r}")
         if value < minimum or (strict and value == minimum):
             raise self.error(name, f"expected {what}, got {_show(value)}")
         return float(value) if not integer else value
 
     def finish(self) -> None:
+        """Refuse whatever key is left (one that no ``get`` took)."""
         if self.table:
-            name = sorted(self.table)[0]
-            hint = ""
-            if self.known:
-                close = difflib.get_close_matches(name, self.known, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else f"; expected one of: {', '.join(self.known)}"
-            raise self.error(name, f"unknown key{hint}")
+            self._unknown(sorted(self.table)[0])
+
+    def refuse_unknown(self) -> None:
+        """Refuse keys outside ``known`` now, before later checks could blame a misspelling on something else."""
+        if self.known is not None:
+            unknown = sorted(k for k in self.table if k not in self.known)
+            if unknown:
+                self._unknown(unknown[0])
+
+    def _unknown(self, name: str) -> None:
+        hint = ""
+        if self.known:
+            close = difflib.get_close_matches(name, self.known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; expected one of: {', '.join(self.known)}"
+        raise self.error(name, f"unknown key{hint}")
 
 
 def _show(value: Any) -> str:
@@ -176,6 +202,8 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
     except tomllib.TOMLDecodeError as exc:
         raise SuiteFileError(path, "", f"not valid TOML: {exc}") from exc
     top = _Reader(path, "", data, ("suite", "measure", "workloads", "combinations", "techniques", "include", "exclude"))
+    # A misspelled table ([workload.toy]) must be reported as such, not as the missing table it was meant to be.
+    top.refuse_unknown()
 
     s = _Reader(
         path,
@@ -243,11 +271,15 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
     combinations: dict[str, tuple[str, ...]] = {}
     for cid, techniques in c_table.items():
         if not isinstance(techniques, list) or not all(isinstance(t, str) for t in techniques):
-            raise SuiteFileError(path, f"combinations.{cid}", f"expected a list of technique names, got {_show(techniques)}")
+            raise SuiteFileError(
+                path, f"combinations.{cid}", f"expected a list of technique names, got {_show(techniques)}"
+            )
         if len(set(techniques)) != len(techniques):
             raise SuiteFileError(path, f"combinations.{cid}", f"a technique is listed twice: {techniques!r}")
         if any(c in cid for c in "/[], ") or not cid:
-            raise SuiteFileError(path, f"combinations.{cid}", "combination ids may not contain '/', '[', ']', ',' or spaces")
+            raise SuiteFileError(
+                path, f"combinations.{cid}", "combination ids may not contain '/', '[', ']', ',' or spaces"
+            )
         combinations[cid] = tuple(techniques)
     if baseline is None:
         baseline = "fp32" if "fp32" in combinations else next(iter(combinations))

@@ -9,6 +9,8 @@ server, so workers start without paying for the import.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
+import itertools
 import math
 import os
 import signal
@@ -28,7 +30,7 @@ from suite.records import BuildContext, ProbeContext
 from suite.step import TrainStep
 from suite.suitefile import MeasureSpec
 
-__all__ = ["build_step", "classify", "main", "run_cell"]
+__all__ = ["build_step", "classify", "limit_memory", "main", "mapped_bytes", "run_cell", "unsendable"]
 
 TRACEBACK_LINES = 30
 OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "std::bad_alloc")
@@ -117,7 +119,7 @@ def _numerics(step: TrainStep, run: Callable[..., torch.Tensor], n: int, metrics
                 collapsed_step, collapsed_scale = i, scales[-1]
     skipped = None
     if scales is not None:
-        skipped = sum(1 for a, b in zip(scales, scales[1:], strict=False) if b < a)
+        skipped = sum(1 for a, b in itertools.pairwise(scales) if b < a)
     return {
         "losses": losses,
         "loss_at_n": losses[-1] if losses else None,
@@ -168,7 +170,9 @@ def build_step(
     return step
 
 
-def run_cell(payload: dict[str, Any], state: dict[str, Any] | None = None, registry: Registry | None = None) -> dict[str, Any]:
+def run_cell(
+    payload: dict[str, Any], state: dict[str, Any] | None = None, registry: Registry | None = None
+) -> dict[str, Any]:
     """Measure one cell; returns the record parts (status ``passed``).
 
     :param state: filled as the cell progresses (phase, partial metrics), so that
@@ -240,7 +244,8 @@ def run_cell(payload: dict[str, Any], state: dict[str, Any] | None = None, regis
     warnings = ctx.warnings
     if stats.noise > spec.noise_target:
         warnings.append(
-            f"noise {stats.noise:.2%} above the target {spec.noise_target:.2%} after {stats.n} steps: figure not trusted"
+            f"noise {stats.noise:.2%} above the target {spec.noise_target:.2%} after {stats.n} steps: "
+            "figure not trusted"
         )
     if stats.rel_iqr > 0.10:
         warnings.append(f"unstable: interquartile range is {stats.rel_iqr:.0%} of the median")
@@ -306,6 +311,56 @@ def _die_with_parent() -> None:
             libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+def mapped_bytes() -> int | None:
+    """The address space this process maps now (``VmSize``), or None where /proc does not say."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def limit_memory(extra_bytes: int) -> int:
+    """Cap this process's address space (``RLIMIT_AS``) at what it maps now plus ``extra_bytes``; returns the cap.
+
+    A worker that imported a CUDA build of torch already maps several GiB
+    before it builds anything, so a cap on the total would make small limits
+    fail every cell, and the same suite would mean different room on another
+    torch build. ``suite.memory_limit_gb`` is therefore the room the cell gets.
+    Without ``/proc`` (not Linux) the mapped size is unknown and the cap is ``extra_bytes`` alone.
+    """
+    import resource
+
+    limit = (mapped_bytes() or 0) + extra_bytes
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))  # the hard limit too: nothing in the cell lifts it
+    return limit
+
+
+def unsendable(result: dict[str, Any], exc: BaseException) -> dict[str, Any]:
+    """The failed record sent instead of a result that could not be sent (pickled) to the runner."""
+    return {
+        "status": "failed",
+        "metrics": {},
+        "numerics": None,
+        "diagnostics": {},
+        "notes": {},
+        "warnings": [],
+        "evidence": {
+            "type": "UnsendableResult",
+            "message": f"the worker's result could not be sent to the runner: {type(exc).__name__}: {exc}"[:2000],
+            "traceback": _tail("".join(traceback.format_exception(exc))),
+            "phase": "send result",
+            "result_status": str(result.get("status")) if isinstance(result, dict) else None,
+        },
+    }
+
+
 def main(payload: dict[str, Any], conn: Any) -> None:
     """Entry point of the worker process: measure, send one result, exit."""
     os.setsid()  # own process group: the runner can kill the worker and its children at once
@@ -313,18 +368,22 @@ def main(payload: dict[str, Any], conn: Any) -> None:
     log = os.open(payload["log_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log, 1)
     os.dup2(log, 2)
+    # A SIGSEGV or SIGABRT kills the worker before any Python handler runs:
+    # faulthandler writes every thread's Python stack to the log first, which
+    # the runner keeps as the crashed record's stderr_tail.
+    faulthandler.enable(file=sys.stderr, all_threads=True)
     if payload.get("memory_limit_bytes") and payload["cell"]["device"] == "cpu":
-        import resource
-
-        limit = int(payload["memory_limit_bytes"])
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        limit_memory(int(payload["memory_limit_bytes"]))
     state: dict[str, Any] = {}
     try:
         result = run_cell(payload, state)
     except BaseException as exc:  # everything becomes evidence; nothing escapes unreported
         result = classify(exc, state)
     try:
-        conn.send(result)
+        try:
+            conn.send(result)
+        except Exception as exc:  # a plugin put something unpicklable into the result
+            conn.send(unsendable(result, exc))
         conn.close()
     finally:
         sys.stdout.flush()

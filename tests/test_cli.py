@@ -72,11 +72,6 @@ def test_list_shows_the_toy_workload_with_options_and_defaults(capsys, monkeypat
     assert ", default 'raise'): " in kind
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: suite/cli.py cmd_list prints through rich.Console(highlight=False), which wraps at 80 "
-    "columns when stdout is not a terminal; use display.make_console() (as run and show do)",
-)
 def test_list_keeps_one_record_per_line_when_piped() -> None:
     proc = _run([sys.executable, "-m", "suite", "list"])
     assert proc.returncode == 0, proc.stderr

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from suite import CheckContext, Technique, TrainStep, Workload, hookimpl
-from suite.errors import UsageError
+from suite.errors import SuiteFileError, UsageError
 from suite.manager import PluginSettings, load_registry
 from suite.matrix import Cell, KeywordExpression, expand, select
 from suite.suitefile import loads
@@ -355,12 +355,6 @@ def test_expand_is_pure(reg) -> None:
     assert len(first) == 2 * 2 * 3 - 2 + 2 * 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: suite/matrix.py expand() gives every cell of one option point the same options "
-    "dict and every cell the same technique-options dict, so changing one cell (ampsuite_modify_cells) "
-    "changes its siblings",
-)
 def test_cells_share_no_mutable_state(reg) -> None:
     cells = expand(loads(SUITE_FOR_PURITY, "p.toml"), reg, "cpu")
     toy16 = [c for c in cells if c.axes == {"hidden": 16}]
@@ -369,6 +363,46 @@ def test_cells_share_no_mutable_state(reg) -> None:
     assert [c.options["hidden"] for c in toy16[1:]] == [16] * (len(toy16) - 1)
     faults = [dict(c.techniques)["inject-fault"]["kind"] for c in cells if c.combination == "fault"]
     assert faults == ["hang"] * len(faults)
+
+
+RULE_SUITE = """
+[workloads.toy]
+batch_size = [8, 16]
+[workloads.other]
+plugin = "toy"
+batch_size = 8
+[combinations]
+fp32 = []
+noop = ["noop"]
+"""
+
+# (rule table, key the error names, what the message must say after the key)
+BAD_RULES = [
+    ("[[exclude]]\ncombination = 'nop'", "exclude[0].combination", "unknown combination 'nop'; did you mean 'noop'?"),
+    ("[[include]]\nworkload = 'othr'", "include[0].workload", "unknown workload id 'othr'; did you mean 'other'?"),
+    (
+        "[[exclude]]\nbatch_size = 8\n[[exclude]]\nworkload = 'zzz'",
+        "exclude[1].workload",
+        "unknown workload id 'zzz'; the suite declares: toy, other",
+    ),
+    ("[[exclude]]\ntechnique = 'nop'", "exclude[0].technique", "unknown technique 'nop'; did you mean 'noop'?"),
+    ("[[exclude]]\ntechnique = 'early'", "exclude[0].technique", "no combination of this suite uses 'early'"),
+    ("[[include]]\nplugin = 'tyo'", "include[0].plugin", "unknown workload 'tyo'; did you mean 'toy'?"),
+    ("[[include]]\nplugin = 'grid'", "include[0].plugin", "no workload of this suite uses plugin 'grid'"),
+]
+
+
+@pytest.mark.parametrize(("rule", "key", "message"), BAD_RULES, ids=[f"{b[1]}-{i}" for i, b in enumerate(BAD_RULES)])
+def test_rule_values_that_name_nothing_are_refused(reg, rule: str, key: str, message: str) -> None:
+    """A misspelled rule value would match no cell and silently change the matrix: it is an error instead."""
+    with pytest.raises(SuiteFileError) as info:
+        cells_of(reg, RULE_SUITE + rule)
+    assert str(info.value).startswith(f"m.toml: {key}: {message}"), str(info.value)
+
+
+def test_rule_values_that_name_something_are_accepted(reg) -> None:
+    rules = "[[exclude]]\ncombination = 'noop'\nworkload = 'toy'\n[[exclude]]\ntechnique = 'noop'\nplugin = 'toy'\n"
+    assert ids(cells_of(reg, RULE_SUITE + rules)) == ["toy/fp32/bs8", "toy/fp32/bs16", "other/fp32/bs8"]
 
 
 # -k: (expression, ids selected out of ALL_IDS)

@@ -22,14 +22,6 @@ from suite.matrix import expand
 from suite.maxbatch import QUANTUM, RESOLUTION, SearchConfig, midpoint
 from suite.suitefile import loads
 
-
-def _vm_gib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmSize:"):
-            return int(line.split()[1]) / 2**20
-    raise AssertionError("no VmSize in /proc/self/status")
-
-
 # ---------------------------------------------------------------------------
 # the search logic, against a simulated ceiling
 # ---------------------------------------------------------------------------
@@ -231,10 +223,10 @@ def test_bad_start_is_a_one_line_usage_error(write_suite, capsys) -> None:
 def cpu_search(tmp_path_factory, registry) -> tuple[int, str, dict[str, Any], Path]:
     """(exit code, stdout, results document, results path) of one real search on CPU."""
     root = tmp_path_factory.mktemp("maxbatch")
-    # About 0.35 GiB above what a worker maps after its imports (the test process, with the same
-    # plugins loaded, maps at least as much): the wide layer's activations hit it at a few thousand samples.
+    # memory_limit_gb is room on top of what a worker maps after its imports: with 0.35 GiB the wide
+    # layer's activations hit it at a few thousand samples.
     suite_path = root / "mb.toml"
-    suite_path.write_text(SUITE.format(memory_limit_gb=round(_vm_gib() + 0.35, 3), start=256))
+    suite_path.write_text(SUITE.format(memory_limit_gb=0.35, start=256))
     out = root / "mb.json"
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):

@@ -285,4 +285,7 @@ def test_cuda_bert_flops_and_fp16_precision_ops(fused: bool) -> None:
     assert {row["phase"] for row in ops} == {"forward", "backward"}  # backward runs on the device thread
     assert {row["dtype"] for row in ops} == {"float16"}
     if not fused:
-        assert families(ctx)["softmax"] == {"float32": 2}  # and softmax too
+        # Seen on an H200 with torch 2.11: under fp16 autocast the unfused
+        # softmax runs in float16 (it is not on CUDA autocast's float32 list),
+        # which is what the fp32-islands technique exists to change.
+        assert families(ctx)["softmax"] == {"float16": 2}

@@ -93,7 +93,14 @@ def test_index_shows_environment_best_and_every_status(site: Path, docs: tuple[d
     b = docs[1]
     html = (site / "index.html").read_text()
     env = b["environment"]
-    for fact in (env["gpu"]["name"], env["cuda_driver"], env["torch_cuda"], env["torch"], "792.4 TFLOP/s"):
+    for fact in (
+        env["gpu"]["name"],
+        env["driver"],
+        env["cuda_driver"],
+        env["torch_cuda"],
+        env["torch"],
+        "792.4 TFLOP/s",
+    ):
         assert fact in html
     for status, count in analysis.status_counts(b).items():
         assert f'status-{status}">{status}</span> {count}' in html

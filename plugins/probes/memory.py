@@ -40,7 +40,10 @@ def ampsuite_probes() -> list[Probe]:
     return [
         Probe(
             name="memory",
-            summary="peak memory: CUDA memory reserved over the timed steps (graph pools included), or the worker's peak RSS on CPU",
+            summary=(
+                "peak memory: CUDA memory reserved over the timed steps (graph pools included), "
+                "or the worker's peak RSS on CPU"
+            ),
             around=around,
             order=90,
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import torch
@@ -48,7 +49,7 @@ def build(options: ToyOptions, ctx: BuildContext) -> TrainStep:
     torch.manual_seed(ctx.seed)
     widths = [options.features] + [options.hidden] * options.layers
     body: list[nn.Module] = []
-    for a, b in zip(widths, widths[1:], strict=False):
+    for a, b in itertools.pairwise(widths):
         body += [nn.Linear(a, b), nn.ReLU()]
     model = nn.Sequential(*body, nn.Linear(widths[-1], options.classes)).to(ctx.device)
     dataset = ToyDataset(4 * ctx.batch_size, options.features, options.classes, ctx.seed)

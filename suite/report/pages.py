@@ -57,7 +57,8 @@ def _environment_rows(run: Run) -> list[tuple[str, str]]:
     commit = env.get("ampsuite_commit")
     rows = [
         ("GPU", gpu_text),
-        ("NVIDIA driver", str(env.get("cuda_driver") or DASH)),
+        ("NVIDIA driver", str(env.get("driver") or DASH)),
+        ("CUDA (driver supports)", str(env.get("cuda_driver") or DASH)),
         ("CUDA (torch build)", str(env.get("torch_cuda") or DASH)),
         ("cuDNN", str(env.get("cudnn") or DASH)),
         ("PyTorch", str(env.get("torch") or DASH)),

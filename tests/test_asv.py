@@ -246,7 +246,7 @@ def test_ampsuites_history_reads_the_asv_results(project: Project) -> None:
 
 def test_the_published_site_works_offline(project: Project, tmp_path: Path) -> None:
     from suite.asvtools import remote_references
-    from suite.asvtools.browser import find_chromium, load_page, serve
+    from suite.browser import find_chromium, load_page, serve
 
     assert (project.html / "index.html").is_file()
     assert remote_references(project.html) == []

@@ -5,7 +5,7 @@
 - suite/asvtools/offline.py: the published page loads only vendored files;
 - suite/asvtools/environment.py: requirements are read from the base interpreter;
 - suite/asvtools/machine.py: asv's machine file with the GPU keys;
-- suite/asvtools/browser.py: the offline check can see a request leave and an error.
+- suite/browser.py: the offline check can see a request leave and an error.
 """
 
 from __future__ import annotations
@@ -382,7 +382,7 @@ def test_machine_file_is_one_asv_reads_and_keeps_other_machines(tmp_path: Path) 
 
 
 def test_the_offline_check_sees_a_request_leave_and_a_console_error(tmp_path: Path) -> None:
-    from suite.asvtools.browser import find_chromium, load_page, serve
+    from suite.browser import find_chromium, load_page, serve
 
     if find_chromium() is None:
         if os.environ.get("CI"):

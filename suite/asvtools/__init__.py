@@ -8,8 +8,8 @@
 - :mod:`suite.asvtools.machine`: asv's machine file with the GPU, without prompts.
 - :mod:`suite.asvtools.plan`: a suite expanded into the cell ids the benchmarks
   in ``benchmarks/cells.py`` take as parameters.
-- :mod:`suite.asvtools.browser`: loads a page in headless Chromium and reports
-  every request and console error (the offline check of the published site).
+- :mod:`suite.browser` (shared with the report's tests): loads a page in headless
+  Chromium and reports every request and console error (the offline check).
 
 Importing this package does not import asv or torch.
 """

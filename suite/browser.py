@@ -1,6 +1,7 @@
 """Load a page in headless Chromium and report every request it made and every error it logged.
 
-This is how ampsuite checks that a published site works offline: Chromium
+This is how ampsuite checks that a published site (its own report, or asv's)
+works offline and draws: Chromium
 runs with every host name except 127.0.0.1 resolving to nothing
 (``--host-resolver-rules``), and the page is driven over the DevTools
 protocol on a pipe (``--remote-debugging-pipe``: no port, no extra Python

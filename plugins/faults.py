@@ -34,6 +34,12 @@ What each kind should end as (the contract the tests check):
     illegal-address failed on CUDA (illegal memory access, a sticky error); crashed (SIGSEGV) on a CPU
     graph-capture   failed (cuda-graphs' capture refuses the host sync)
 
+In a data-parallel cell (suite-file ``gpus`` > 1) every rank applies the
+fault; the ``fault-KIND`` techniques take ``rank`` to fire in that rank alone
+(read from the ``RANK`` variable the launcher sets; a single-process cell is
+rank 0), so the other ranks are left waiting in a collective, as when one GPU
+of a real job fails.
+
 On a CPU, ``oom`` and ``leak`` need ``suite.memory_limit_gb`` so that the
 worker's address-space limit, not the host's OOM killer, ends them. ``leak``
 reserves address space without touching it, so a CPU run without a limit ends
@@ -142,9 +148,14 @@ class KindOptions:
     oom_limit_gb: float = field(
         default=64.0, metadata={"help": "for oom and leak: give up (a failed cell) past this many GiB"}
     )
+    rank: int = field(
+        default=-1, metadata={"help": "data-parallel cells: fire in this rank only (RANK); -1: in every rank"}
+    )
 
     def __post_init__(self) -> None:
         _check(self.kind, self.at, self.after_steps, self.oom_limit_gb)
+        if self.rank < -1:
+            raise ValueError(f"rank must be >= 0, or -1 for every rank, got {self.rank!r}")
 
 
 class InjectedFault(RuntimeError):
@@ -241,8 +252,19 @@ class _OverflowingLoss(nn.Module):
         return _Overflow.apply(loss) if self.fires() else loss
 
 
+def _this_rank() -> int:
+    """This process's rank in a data-parallel cell (the launcher's ``RANK``); 0 in a single-process cell."""
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
+
+
 def apply(step: TrainStep, options: FaultOptions | KindOptions) -> TrainStep:
     kind = options.kind
+    rank = getattr(options, "rank", -1)
+    if rank >= 0 and rank != _this_rank():
+        return step  # another rank's fault
     if kind == "graph-capture" and step.device.type != "cuda":
         raise SkipCell(f"fault graph-capture needs a CUDA device; this step runs on {step.device.type}")
     if kind == "scale-collapse" and (step.scaler is None or step.loss_fn is None):

@@ -8,7 +8,7 @@ same thing wherever it is shown.
 
 Comparable configuration
     Cells that differ only in their technique combination: same workload id,
-    same workload options, same batch size, same device. Within such a group
+    same workload options, same batch size, same device, same world size. Within such a group
     the *FP32* cell is the one without techniques, the *TF32* cell the one whose
     techniques are exactly ``["tf32"]``, and the *baseline* cell the one whose
     ``combination`` equals the records' ``baseline``. Speedups are ratios of
@@ -20,6 +20,14 @@ Numerics verdict
     not pass or there is no passed FP32 cell with a finite loss to hold it
     against; otherwise ``"drift"`` when ``|loss_at_n - fp32| / |fp32|`` exceeds
     ``run.suite.numerics_tolerance`` (default 0.05) and ``"ok"`` when it does not.
+
+Scaling efficiency (data-parallel cells, suite-file ``gpus``)
+    For a cell of world size N > 1: its total throughput / (N x the throughput
+    of the *one-process cell* of the same workload id, workload options,
+    device, combination (same techniques and options) and batch size per
+    process). 1.0 is perfect scaling. Speedups and the numerics verdict
+    compare cells of the same world size only (the world size is part of the
+    comparable configuration).
 
 Compare rule (see :func:`compare`)
     A change in median step time counts only when it exceeds
@@ -71,6 +79,7 @@ __all__ = [
     "technique_names",
     "throughput",
     "workload_id",
+    "world_size",
 ]
 
 Record = Mapping[str, Any]
@@ -170,17 +179,24 @@ def workload_id(record: Record) -> str:
     return str(_workload(record).get("id", ""))
 
 
-GroupKey = tuple[str, str, Any, Any]
+def world_size(record: Record) -> int:
+    """The processes (GPUs) the cell ran data-parallel on; 1 for records written before ``world_size`` existed."""
+    value = record.get("world_size")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
+
+
+GroupKey = tuple[str, str, Any, Any, int]
 
 
 def group_key(record: Record) -> GroupKey:
-    """The comparable configuration of a cell: workload id, workload options, batch size, device."""
+    """The comparable configuration of a cell: workload id, workload options, batch size, device, world size."""
     workload = _workload(record)
     return (
         str(workload.get("id", "")),
         _canonical(workload.get("options") or {}),
         record.get("batch_size"),
         record.get("device"),
+        world_size(record),
     )
 
 
@@ -231,6 +247,9 @@ class Derived:
         trusted: passed, noise within the run's target, no instability warning.
         trust_note: why the figure is not trusted (None when it is).
         fp32_id, tf32_id, baseline_id: the reference cells used, when found.
+        scaling_efficiency: for a data-parallel cell (world size N > 1), total
+            throughput / (N x the one-process cell's throughput); None otherwise.
+        single_id: the one-process cell that ``scaling_efficiency`` used.
     """
 
     cell_id: str
@@ -247,6 +266,8 @@ class Derived:
     fp32_id: str | None = None
     tf32_id: str | None = None
     baseline_id: str | None = None
+    scaling_efficiency: float | None = None
+    single_id: str | None = None
 
 
 def _ratio(reference: Record | None, record: Record) -> float | None:
@@ -368,10 +389,30 @@ def _groups(doc: Doc) -> dict[GroupKey, list[Record]]:
     return groups
 
 
+def _single_key(record: Record) -> tuple[Any, ...]:
+    """What a data-parallel cell shares with its one-process cell: the configuration but the world size."""
+    return (*group_key(record)[:-1], record.get("combination"), _techniques_key(record))
+
+
+def _scaling(singles: Mapping[tuple[Any, ...], Record], record: Record) -> tuple[float | None, str | None]:
+    """(scaling efficiency, id of the one-process cell used) of a data-parallel cell."""
+    n = world_size(record)
+    single = singles.get(_single_key(record)) if n > 1 else None
+    if single is None:
+        return None, None
+    total, one = throughput(record), throughput(single)
+    efficiency = None if total is None or one is None or one <= 0 else total / (n * one)
+    return efficiency, str(single.get("id"))
+
+
 def derive(doc: Doc) -> dict[str, Derived]:
     """Every cell's derived figures, keyed by cell id (in matrix order)."""
     tolerance, target = numerics_tolerance(doc), noise_target(doc)
     derived: dict[str, Derived] = {}
+    singles: dict[tuple[Any, ...], Record] = {}
+    for record in doc.get("cells") or []:
+        if world_size(record) == 1:
+            singles.setdefault(_single_key(record), record)
     for members in _groups(doc).values():
         fp32 = _first(members, lambda r: technique_names(r) == ())
         tf32 = _first(members, lambda r: technique_names(r) == ("tf32",))
@@ -384,6 +425,7 @@ def derive(doc: Doc) -> dict[str, Derived]:
             diff = _loss_rel_diff(fp32, record)
             trusted, note = _trust(record, target)
             cell_id = str(record.get("id"))
+            efficiency, single_id = _scaling(singles, record)
             derived[cell_id] = Derived(
                 cell_id=cell_id,
                 tflops=tflops,
@@ -399,6 +441,8 @@ def derive(doc: Doc) -> dict[str, Derived]:
                 fp32_id=None if fp32 is None else str(fp32.get("id")),
                 tf32_id=None if tf32 is None else str(tf32.get("id")),
                 baseline_id=None if baseline is None else str(baseline.get("id")),
+                scaling_efficiency=efficiency,
+                single_id=single_id,
             )
     order = [str(r.get("id")) for r in doc.get("cells") or []]
     return {cell_id: derived[cell_id] for cell_id in order if cell_id in derived}
@@ -497,6 +541,7 @@ def _incomparable(doc_a: Doc, a: Record, doc_b: Doc, b: Record) -> str | None:
     checks: list[tuple[str, Any, Any]] = [
         ("batch size", a.get("batch_size"), b.get("batch_size")),
         ("device", a.get("device"), b.get("device")),
+        ("world size", world_size(a), world_size(b)),
         ("workload", workload_id(a), workload_id(b)),
         (
             "workload options",

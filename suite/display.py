@@ -136,15 +136,20 @@ def results_table(doc: Mapping[str, Any]) -> Table:
     from suite import analysis
 
     derived = analysis.derive(doc)
+    # Data-parallel runs get a scaling column (efficiency against the one-process cell); others keep their table.
+    scaling = any(analysis.world_size(rec) > 1 for rec in doc["cells"])
     table = Table(title=f"{doc['run']['suite']['name']} on {_device_name(doc)}", show_lines=False)
-    for col in ("cell", "status", "step time", "noise", "throughput", "vs FP32", "peak mem", "numerics"):
+    columns = ["cell", "status", "step time", "noise", "throughput", "vs FP32", "peak mem", "numerics"]
+    if scaling:
+        columns.insert(6, "scaling")
+    for col in columns:
         table.add_column(col, justify="left" if col in ("cell", "status", "numerics") else "right")
     for rec in doc["cells"]:
         d = derived.get(rec["id"])
         if rec["status"] == "passed":
             m = rec["metrics"]
             st = m["step_time"]
-            table.add_row(
+            row = [
                 rec["id"],
                 f"[{STATUS_STYLE['passed']}]passed[/]",
                 _time(st["median"]),
@@ -153,10 +158,14 @@ def results_table(doc: Mapping[str, Any]) -> Table:
                 f"{d.speedup_vs_fp32:.2f}x" if d and d.speedup_vs_fp32 else "-",
                 format_bytes(m.get("peak_memory_bytes")),
                 d.numerics_verdict if d else "-",
-            )
+            ]
+            if scaling:
+                row.insert(6, f"{d.scaling_efficiency:.1%}" if d and d.scaling_efficiency is not None else "-")
+            table.add_row(*row)
         else:
             style = STATUS_STYLE.get(rec["status"], "")
-            table.add_row(rec["id"], f"[{style}]{rec['status']}[/]", "", "", "", "", "", line_for(rec)[:60])
+            blanks = [""] * (len(columns) - 3)
+            table.add_row(rec["id"], f"[{style}]{rec['status']}[/]", *blanks, line_for(rec)[:60])
     return table
 
 

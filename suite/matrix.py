@@ -2,7 +2,10 @@
 
 :func:`expand` is a pure function of its inputs; cell ids are stable and
 readable: ``WORKLOAD[axis=value,...]/COMBINATION/bsN``, where only options
-that are axes in the suite file appear in brackets.
+that are axes in the suite file appear in brackets; a data-parallel cell
+(suite-file ``gpus`` > 1) reads ``WORKLOAD/COMBINATION/xN/bsN`` (N processes,
+batch size per process), so ids of single-process cells never change and
+``ampsuite max-batch`` still finds the batch size last.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from suite import distributed
 from suite.errors import SuiteFileError, UsageError
 from suite.manager import Registry
 from suite.options import OptionError, build_options, is_list_option, options_as_dict
@@ -40,6 +44,8 @@ class Cell:
     baseline: str
     skip_reason: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    world_size: int = 1
+    """Processes (one per GPU; gloo processes on a CPU) the cell runs data-parallel on."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -55,6 +61,7 @@ class Cell:
             "baseline": self.baseline,
             "skip_reason": self.skip_reason,
             "extra": self.extra,
+            "world_size": self.world_size,
         }
 
 
@@ -216,8 +223,9 @@ def expand(spec: SuiteSpec, registry: Registry, device: str) -> list[Cell]:
     """Every cell of the suite on ``device``, in run order, with skip reasons set.
 
     Order: workloads and their option points as declared, then batch sizes,
-    then combinations with the baseline first (so that comparisons against
-    it are available as soon as possible).
+    then world sizes (``gpus``), then combinations with the baseline first (so
+    that comparisons against it, and against the one-process cell, are
+    available as soon as possible).
 
     :raises SuiteFileError: for unknown plugins, options or bad option values, and for
         include/exclude rules that name a workload, combination, plugin or technique
@@ -230,12 +238,12 @@ def expand(spec: SuiteSpec, registry: Registry, device: str) -> list[Cell]:
     for entry, record, options, axis_values in _workload_configs(spec, registry):
         opts_obj = build_options(record.options, options)
         suffix = "[" + ",".join(f"{k}={_fmt(v)}" for k, v in axis_values.items()) + "]" if axis_values else ""
-        for bs in entry.batch_sizes:
+        for bs, world in itertools.product(entry.batch_sizes, entry.gpus):
             for cid, names in combos:
                 techs = sorted((registry.techniques[n] for n in names), key=lambda t: (t.order, t.name))
                 # Every cell owns its dicts: ampsuite_modify_cells may change one cell without touching others.
                 cell = Cell(
-                    id=f"{entry.id}{suffix}/{cid}/bs{bs}",
+                    id=f"{entry.id}{suffix}/{cid}{distributed.id_part(world)}/bs{bs}",
                     workload_id=entry.id,
                     workload=record.name,
                     options=copy.deepcopy(options),
@@ -245,12 +253,15 @@ def expand(spec: SuiteSpec, registry: Registry, device: str) -> list[Cell]:
                     batch_size=bs,
                     device=device,
                     baseline=spec.baseline,
+                    world_size=world,
                 )
                 if spec.include and not any(_matches(r, cell, entry.plugin) for r in spec.include):
                     continue
                 if any(_matches(r, cell, entry.plugin) for r in spec.exclude):
                     continue
                 cell.skip_reason = _skip_reason(spec, registry, record, opts_obj, techs, device, bs, tech_options)
+                if cell.skip_reason is None and world > 1:
+                    cell.skip_reason = distributed.skip_reason(world, device, [t.name for t in techs])
                 cells.append(cell)
     return cells
 

@@ -186,6 +186,7 @@ def base_record(cell: Cell, registry: Registry) -> dict[str, Any]:
         "status": None,
         "device": cell.device,
         "batch_size": cell.batch_size,
+        "world_size": cell.world_size,
         "combination": cell.combination,
         "baseline": cell.baseline,
         "workload": {

@@ -16,6 +16,15 @@ Keys of ``[suite]`` whose meaning is not obvious from the README's example:
     out of it ends the cell as ``oom`` instead of calling the host's OOM killer.
 ``cpu_threads``
     torch threads in each CPU worker; 0 leaves torch's default.
+
+Keys of a ``[workloads.ID]`` table that are not workload options:
+
+``plugin``, ``batch_size``
+    the workload plugin (default: the ID) and the batch size (per GPU), an axis when a list.
+``gpus``
+    how many processes run each cell data-parallel (DistributedDataParallel): one
+    per GPU on CUDA, gloo processes on a CPU; an integer >= 1 or a list of them (an
+    axis); default 1. See :mod:`suite.distributed`.
 """
 
 from __future__ import annotations
@@ -58,6 +67,8 @@ class WorkloadEntry:
     plugin: str
     batch_sizes: tuple[int, ...]
     options: Mapping[str, Any]
+    gpus: tuple[int, ...] = (1,)
+    """World sizes (processes, one per GPU) each cell runs on; 1 is the usual single-process cell."""
 
 
 @dataclass(frozen=True)
@@ -172,6 +183,18 @@ def _batch_sizes(path: str, key: str, value: Any) -> tuple[int, ...]:
     return tuple(values)
 
 
+def _gpus(path: str, key: str, value: Any) -> tuple[int, ...]:
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        raise SuiteFileError(path, key, "expected an integer >= 1 or a non-empty list of them, got an empty list")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise SuiteFileError(path, key, f"expected an integer >= 1 or a list of them, got {_show(v)}")
+    if len(set(values)) != len(values):
+        raise SuiteFileError(path, key, f"GPU counts repeat: {values!r}")
+    return tuple(values)
+
+
 def _rules(path: str, key: str, value: Any) -> tuple[Rule, ...]:
     if value is None:
         return ()
@@ -260,10 +283,11 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
         if "batch_size" not in r.table:
             raise SuiteFileError(path, f"{key}.batch_size", "missing; expected an integer > 0 or a list of them")
         batch_sizes = _batch_sizes(path, f"{key}.batch_size", r.table.pop("batch_size"))
+        gpus = _gpus(path, f"{key}.gpus", r.table.pop("gpus")) if "gpus" in r.table else (1,)
         for opt, value in r.table.items():
             if isinstance(value, list) and not value:
                 raise SuiteFileError(path, f"{key}.{opt}", "empty list: an axis needs at least one value")
-        workloads.append(WorkloadEntry(wid, plugin, batch_sizes, dict(r.table)))
+        workloads.append(WorkloadEntry(wid, plugin, batch_sizes, dict(r.table), gpus))
 
     c_table = top.get("combinations", dict, {"fp32": []}, "a table of combination = [technique, ...]")
     if not c_table:

@@ -30,7 +30,16 @@ from suite.records import BuildContext, ProbeContext
 from suite.step import TrainStep
 from suite.suitefile import MeasureSpec
 
-__all__ = ["build_step", "classify", "limit_memory", "main", "mapped_bytes", "run_cell", "unsendable"]
+__all__ = [
+    "build_step",
+    "classify",
+    "limit_memory",
+    "main",
+    "mapped_bytes",
+    "measure_cell",
+    "run_cell",
+    "unsendable",
+]
 
 TRACEBACK_LINES = 30
 OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "std::bad_alloc")
@@ -175,10 +184,37 @@ def run_cell(
 ) -> dict[str, Any]:
     """Measure one cell; returns the record parts (status ``passed``).
 
+    A cell of world size > 1 (suite-file ``gpus``) is handed to
+    :func:`suite.distributed.run_cell`, which launches its ranks from here; each
+    rank loads its own plugins, so ``registry`` does not reach them.
+
     :param state: filled as the cell progresses (phase, partial metrics), so that
         an exception can still be reported with what was known.
     :param registry: the parent's registry when running in-process (it may hold
         plugin objects registered directly); workers load their own.
+    """
+    if int(payload["cell"].get("world_size", 1)) > 1:
+        from suite import distributed
+
+        return distributed.run_cell(payload, state if state is not None else {})
+    return measure_cell(payload, state, registry)
+
+
+def measure_cell(
+    payload: dict[str, Any],
+    state: dict[str, Any] | None = None,
+    registry: Registry | None = None,
+    *,
+    prepare: Callable[[TrainStep], TrainStep] | None = None,
+    timer: Callable[..., list[float]] = time_steps,
+) -> dict[str, Any]:
+    """The measurement of one process: :func:`run_cell` for a single-process cell, and each rank's part of a
+    data-parallel one.
+
+    :param prepare: applied to the step after its techniques and before it is composed
+        (a rank wraps the model in DistributedDataParallel here).
+    :param timer: times the steps (:func:`suite.measure.time_steps`'s signature); ranks
+        pass one whose stopping rule every rank agrees on.
     """
     state = state if state is not None else {}
     cell = payload["cell"]
@@ -197,6 +233,9 @@ def run_cell(
     metrics: dict[str, Any] = state.setdefault("metrics", {})
     t0 = time.perf_counter()
     step = build_step(registry, cell, device, payload["seed"], payload["data_dir"], state)
+    if prepare is not None:
+        state["phase"] = "prepare"
+        step = prepare(step)
     _sync(device)
     metrics["build_seconds"] = time.perf_counter() - t0
     run = step.compose()
@@ -222,7 +261,7 @@ def run_cell(
         for probe in probes:
             if probe.around is not None:
                 stack.enter_context(probe.around(ctx))
-        samples = time_steps(run, step.data, device, spec)
+        samples = timer(run, step.data, device, spec)
     last = run(step.data())
     final_loss = float(last.float().mean())
     numerics["final_loss"] = _finite(final_loss)
@@ -372,7 +411,10 @@ def main(payload: dict[str, Any], conn: Any) -> None:
     # faulthandler writes every thread's Python stack to the log first, which
     # the runner keeps as the crashed record's stderr_tail.
     faulthandler.enable(file=sys.stderr, all_threads=True)
-    if payload.get("memory_limit_bytes") and payload["cell"]["device"] == "cpu":
+    # A data-parallel cell's ranks set their own limit (suite.distributed): a
+    # limit set here would be inherited by ranks that map more than this process.
+    single = int(payload["cell"].get("world_size", 1)) <= 1
+    if payload.get("memory_limit_bytes") and payload["cell"]["device"] == "cpu" and single:
         limit_memory(int(payload["memory_limit_bytes"]))
     state: dict[str, Any] = {}
     try:

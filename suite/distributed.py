@@ -359,6 +359,8 @@ def run_cell(payload: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
     rank_payload = {**payload, "rank_dir": str(rank_dir), "launcher_pid": os.getpid()}
     if payload["cell"]["device"] == "cpu" and not payload.get("cpu_threads"):
         rank_payload["cpu_threads"] = max(1, (os.cpu_count() or 1) // world_size)
+    # shutdown_timeout is newer than torch 2.11's LaunchConfig: pass it only where it exists.
+    extra = {"shutdown_timeout": SHUTDOWN_SECONDS} if "shutdown_timeout" in LaunchConfig.__dataclass_fields__ else {}
     config = LaunchConfig(
         min_nodes=1,
         max_nodes=1,
@@ -370,7 +372,7 @@ def run_cell(payload: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
         monitor_interval=MONITOR_INTERVAL,
         start_method=START_METHOD,
         logs_specs=DefaultLogsSpecs(log_dir=str(rank_dir / "elastic")),
-        shutdown_timeout=SHUTDOWN_SECONDS,
+        **extra,
     )
     state["phase"] = f"ranks (world size {world_size})"
     try:

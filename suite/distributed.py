@@ -360,7 +360,9 @@ def run_cell(payload: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
     if payload["cell"]["device"] == "cpu" and not payload.get("cpu_threads"):
         rank_payload["cpu_threads"] = max(1, (os.cpu_count() or 1) // world_size)
     # shutdown_timeout is newer than torch 2.11's LaunchConfig: pass it only where it exists.
-    extra = {"shutdown_timeout": SHUTDOWN_SECONDS} if "shutdown_timeout" in LaunchConfig.__dataclass_fields__ else {}
+    extra: dict[str, Any] = (
+        {"shutdown_timeout": SHUTDOWN_SECONDS} if "shutdown_timeout" in LaunchConfig.__dataclass_fields__ else {}
+    )
     config = LaunchConfig(
         min_nodes=1,
         max_nodes=1,

@@ -228,9 +228,8 @@ def measure_cell(
     elif payload.get("cpu_threads"):
         # Fewer threads than cores keeps tiny CPU cells from measuring the scheduler.
         torch.set_num_threads(int(payload["cpu_threads"]))
-    state.setdefault("metrics", {})["torch_threads"] = torch.get_num_threads()
-
     metrics: dict[str, Any] = state.setdefault("metrics", {})
+    metrics["torch_threads"] = torch.get_num_threads()
     t0 = time.perf_counter()
     step = build_step(registry, cell, device, payload["seed"], payload["data_dir"], state)
     if prepare is not None:

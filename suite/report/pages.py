@@ -238,7 +238,7 @@ def _charts(run: Run, records: list[Record], unit: str) -> list[Chart]:
         out.append(
             Chart(
                 "Peak memory",
-                "Peak memory during the timed steps (the kind, CUDA allocated or host RSS, is in the table).",
+                "Peak memory during the timed steps (its kind: CUDA reserved, allocated, or host RSS; see the table).",
                 charts.bar_chart(memory, title="Peak memory", unit="GiB", fmt=lambda v: f"{v:.2f}"),
             )
         )

@@ -139,7 +139,8 @@ class CellView:
     p90: str
     samples: str
     memory: str
-    memory_reserved: str
+    memory_other: str
+    """The allocator figure that peak memory is not: allocated beside reserved, or reserved beside allocated."""
     memory_saving: str
     tflops: str
     mfu: str
@@ -264,7 +265,11 @@ def cell_view(run: Run, record: Record) -> CellView:
         p90=secs(step.get("p90")),
         samples=str(step.get("n", DASH)),
         memory=f"{memory} ({memory_kind})" if memory_kind and memory != DASH else memory,
-        memory_reserved=bytes_(metrics.get("peak_memory_reserved_bytes")),
+        memory_other=bytes_(
+            metrics.get("peak_memory_allocated_bytes")
+            if memory_kind == "cuda-reserved"
+            else metrics.get("peak_memory_reserved_bytes")
+        ),
         memory_saving=pct(d.memory_saving),
         tflops=num(d.tflops),
         mfu=pct(d.mfu),

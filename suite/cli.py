@@ -65,7 +65,7 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
     print_summary(doc, display.console)
     display.console.print(f"results: {output}", markup=False)
     if not args.no_report:
-        index = _render(p.registry, [doc], out_dir)
+        index = _render(_sections(p.registry, [doc]), [doc], out_dir)
         display.console.print(f"report: {index}", markup=False)
     if interrupted:
         return ExitCode.INTERRUPTED
@@ -74,12 +74,16 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
     return ExitCode.OK
 
 
+def _sections(registry: Any, docs: list[dict[str, Any]]) -> list[Any]:
+    """What plugins add to the report, collected once per rendering."""
+    return [s for group in registry.hook.ampsuite_report_sections(results=docs) for s in group]
+
+
 def _render(
-    registry: Any, docs: list[dict[str, Any]], out_dir: Path, compare_with: Any = None, history: Any = None
+    sections: list[Any], docs: list[dict[str, Any]], out_dir: Path, compare_with: Any = None, history: Any = None
 ) -> Path:
     from suite.report import render_site
 
-    sections = [s for group in registry.hook.ampsuite_report_sections(results=docs) for s in group]
     return Path(render_site(docs, out_dir, compare_with=compare_with, history=history, extra_sections=sections))
 
 
@@ -137,12 +141,12 @@ def cmd_report(args: argparse.Namespace) -> ExitCode:
         from suite import analysis
 
         history = analysis.history(docs if not args.asv_results else Path(args.asv_results))
-    index = _render(_registry(args), docs, Path(args.output), compare_with=compare_with, history=history)
+    sections = _sections(_registry(args), docs)
+    index = _render(sections, docs, Path(args.output), compare_with=compare_with, history=history)
     print(f"report: {index}")
     if args.markdown:
         from suite.report import markdown_summary
 
-        sections = [s for group in _registry(args).hook.ampsuite_report_sections(results=docs) for s in group]
         text = markdown_summary(docs, compare_with=compare_with, extra_sections=sections)
         Path(args.markdown).write_text(text, encoding="utf-8")
     return ExitCode.OK

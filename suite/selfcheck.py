@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from suite.manager import PluginSettings, load_registry
-from suite.measure import time_steps
+from suite.measure import summarize, time_steps
 from suite.options import build_options, options_as_dict
 from suite.step import Batch, TrainStep
 from suite.suitefile import MeasureSpec
@@ -133,10 +133,9 @@ def run_check(check: Check, device: str, *, rounds: int = 3, measure: MeasureSpe
     steps = spec.min_steps
     for _ in range(rounds):
         samples = time_steps(run, step.data, dev, spec)
-        harness_medians.append(statistics.median(samples))
-        from suite.measure import relative_noise
-
-        harness_noise.append(relative_noise(samples))
+        stats = summarize(samples)
+        harness_medians.append(stats.median)
+        harness_noise.append(stats.noise)
         steps = max(spec.min_steps, len(samples))
         _sync(dev)
         t0 = time.perf_counter()

@@ -1,0 +1,149 @@
+"""The opt-in kernels probe: trace arithmetic on CPU, the profiler itself on CUDA."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from plugins.probes import kernels
+from plugins.workloads import cnn
+from suite import BuildContext, ProbeContext
+from suite.manager import PluginSettings, load_registry
+
+
+def event(name: str, ts: float, dur: float, cat: str = "kernel") -> dict[str, Any]:
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur}
+
+
+def test_union_merges_overlaps_and_keeps_gaps() -> None:
+    assert kernels.union_seconds([]) == 0.0
+    assert kernels.union_seconds([(0, 10), (5, 12), (20, 25), (21, 22)]) == 17.0
+    assert kernels.union_seconds([(20, 25), (0, 10)]) == 15.0
+
+
+@pytest.mark.parametrize(
+    ("name", "cat", "expected"),
+    [
+        (
+            "sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x128x64",
+            "kernel",
+            "matmul/conv",
+        ),
+        ("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT", "kernel", "matmul/conv"),
+        (
+            "void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x1_tn_align8>",
+            "kernel",
+            "matmul/conv",
+        ),
+        ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128>>", "kernel", "attention"),
+        ("void cudnn::bn_fw_tr_1C11_singleread_spec_kernel<__nv_bfloat16, float>", "kernel", "normalization"),
+        ("void at::native::batch_norm_collect_statistics_kernel<float>", "kernel", "normalization"),
+        ("triton_red_fused__native_batch_norm_legit_functional_0", "kernel", "normalization"),
+        ("void cudnn::ops::nchwToNhwcKernel<__nv_bfloat16>", "kernel", "layout/cast"),
+        (
+            "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(...)>",
+            "kernel",
+            "layout/cast",
+        ),
+        (
+            "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous)::launch_clamp_scalar>",
+            "kernel",
+            "elementwise",
+        ),
+        ("triton_poi_fused_add_relu_3", "kernel", "elementwise"),
+        ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float>>", "kernel", "reduction"),
+        ("void at::native::(anonymous)::multi_tensor_apply_kernel<FusedAdamMathFunctor>", "kernel", "optimizer"),
+        ("Memcpy HtoD (Pinned -> Device)", "gpu_memcpy", "copy"),
+        ("Memset (Device)", "gpu_memset", "copy"),
+        ("my_custom_kernel", "kernel", "other"),
+    ],
+)
+def test_classify(name: str, cat: str, expected: str) -> None:
+    assert kernels.classify(name, cat) == expected
+
+
+def test_summarize_trace_busy_share_classes_and_top() -> None:
+    trace = {
+        "traceEvents": [
+            event("sm90_xmma_gemm_a", 0, 600),
+            event("sm90_xmma_gemm_a", 1000, 600),
+            event("vectorized_elementwise_kernel<relu>", 600, 100),
+            event("vectorized_elementwise_kernel<relu>", 1600, 100),
+            # overlaps the first GEMM on another stream: counted in the class, not twice in the union
+            event("Memcpy HtoD", 100, 150, cat="gpu_memcpy"),
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 0, "dur": 5},  # host side: ignored
+            {"ph": "i", "cat": "kernel", "name": "marker", "ts": 0},  # not a complete event: ignored
+        ]
+    }
+    s = kernels.summarize_trace(trace, wall_seconds=0.002, steps=2)
+    assert s["busy_seconds_per_step"] == pytest.approx(700e-6)
+    assert s["busy_share"] == pytest.approx(0.7)
+    assert s["kernels_per_step"] == 2.5
+    assert s["summed_seconds_per_step"] == pytest.approx(775e-6)
+    assert list(s["classes"]) == ["matmul/conv", "elementwise", "copy"]
+    assert s["classes"]["matmul/conv"]["share"] == pytest.approx(1200 / 1550)
+    assert s["top"][0] == {
+        "name": "sm90_xmma_gemm_a",
+        "class": "matmul/conv",
+        "calls_per_step": 1.0,
+        "seconds_per_step": pytest.approx(600e-6),
+        "share": pytest.approx(1200 / 1550),
+    }
+
+
+def test_summarize_empty_trace() -> None:
+    s = kernels.summarize_trace({"traceEvents": []}, wall_seconds=0.01, steps=5)
+    assert s["busy_share"] == 0.0 and s["kernels_per_step"] == 0 and s["top"] == []
+
+
+def test_opt_in_only() -> None:
+    assert "kernels" not in load_registry(PluginSettings(autoload=False)).probes
+    loaded = load_registry(PluginSettings(extra=("plugins.probes.kernels",), autoload=False))
+    assert loaded.probes["kernels"].inspect is kernels.inspect
+
+
+def tiny_resnet_step(device: torch.device) -> Any:
+    options = cnn.ResNetOptions(depth=18, width=8, image_size=32, classes=16)
+    return cnn.build(options, BuildContext(device, 4, 0, "unused"))
+
+
+def test_cpu_cell_records_nothing() -> None:
+    step = tiny_resnet_step(torch.device("cpu"))
+    ctx = ProbeContext(step=step, run=step.compose(), cell={})
+    kernels.inspect(ctx)
+    assert ctx.metrics == {} and ctx.diagnostics == {} and ctx.warnings == []
+
+
+def test_report_section_lists_profiled_cells_escaped() -> None:
+    summary = kernels.summarize_trace({"traceEvents": [event("gemm<a&b>", 0, 800)]}, wall_seconds=0.001, steps=1)
+    doc = {
+        "cells": [
+            {"id": "w/<x>/bs1", "metrics": {"step_time": {"median": 0.00095}}, "diagnostics": {"kernels": summary}},
+            {"id": "w/cpu/bs1", "metrics": {"step_time": {"median": 0.001}}, "diagnostics": {}},
+        ]
+    }
+    (section,) = kernels.ampsuite_report_sections([doc])
+    assert "w/&lt;x&gt;/bs1" in section.html and "w/cpu" not in section.html
+    assert "<td>80%</td>" in section.html and "<td>0.95</td>" in section.html
+    assert (
+        section.markdown is not None
+        and "| w/<x>/bs1 | 0.95 | 1.00 | 0.80 | 80% | 1 | matmul/conv 100% |" in section.markdown
+    )
+    assert list(kernels.ampsuite_report_sections([{"cells": []}])) == []
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_profile_of_a_real_step() -> None:
+    step = tiny_resnet_step(torch.device("cuda"))
+    ctx = ProbeContext(step=step, run=step.compose(), cell={})
+    kernels.inspect(ctx)
+    assert ctx.warnings == []
+    k = ctx.diagnostics["kernels"]
+    assert 0.0 < ctx.metrics["gpu_busy_share"] <= 1.0
+    assert k["kernels_per_step"] > 20
+    assert "matmul/conv" in k["classes"] and "normalization" in k["classes"]
+    # the union never exceeds the host's wall time of the same steps
+    assert k["busy_seconds_per_step"] <= k["wall_seconds_per_step"]

@@ -73,6 +73,10 @@ median). ``flops_per_step``, ``tflops`` (and so MFU) stay per GPU;
 ``peak_memory_bytes`` is the largest of any rank. The scaling efficiency
 against the one-process cell is derived in :mod:`suite.analysis`.
 
+``[measure] processes`` does not apply here: a data-parallel cell runs once
+(one launch of its ranks), whatever it says; pooling several launches would
+have to recombine every rank's figures, and is not done.
+
 Failure. A rank that raises writes its evidence (``suite.worker.classify``:
 type, message, traceback tail, phase; oom recognised) before it dies; the
 launcher stops the other ranks and raises ``ChildFailedError``. The cell then

@@ -98,6 +98,7 @@ def attempt_measure(measure: MeasureSpec) -> MeasureSpec:
         max_seconds=min(measure.max_seconds, 2.0),
         noise_target=measure.noise_target,
         numerics_steps=1,
+        processes=1,  # an attempt asks whether the batch runs; the summary's measure has the suite's processes
     )
 
 

@@ -12,7 +12,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -21,12 +21,24 @@ if TYPE_CHECKING:
     from suite.step import Batch
     from suite.suitefile import MeasureSpec
 
-__all__ = ["StepStats", "relative_noise", "summarize", "time_steps"]
+__all__ = [
+    "UNSTABLE_REL_IQR",
+    "StepStats",
+    "between_process_noise",
+    "pool",
+    "relative_noise",
+    "summarize",
+    "time_steps",
+    "timing_warnings",
+]
 
 # A median's standard error is about 1.2533 sigma/sqrt(n) for normal data; the
 # IQR/1.349 estimate of sigma keeps one slow outlier from dominating it.
 _MEDIAN_SE = 1.2533
 _IQR_TO_SIGMA = 1.349
+
+UNSTABLE_REL_IQR = 0.10
+"""An interquartile range above this fraction of the median makes a figure unstable (untrusted)."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +97,49 @@ def summarize(samples: Sequence[float]) -> StepStats:
         rel_iqr=(q3 - q1) / med if med > 0 else math.inf,
         noise=relative_noise(samples),
     )
+
+
+def timing_warnings(stats: StepStats, noise_target: float) -> list[str]:
+    """The warnings that say a step-time figure is not to be trusted: noise above the target, a wide IQR.
+
+    The one place for their wording: the worker writes them for one process, the
+    runner rewrites them for samples pooled over several (``[measure] processes``).
+    """
+    warnings = []
+    if stats.noise > noise_target:
+        warnings.append(
+            f"noise {stats.noise:.2%} above the target {noise_target:.2%} after {stats.n} steps: figure not trusted"
+        )
+    if stats.rel_iqr > UNSTABLE_REL_IQR:
+        warnings.append(f"unstable: interquartile range is {stats.rel_iqr:.0%} of the median")
+    return warnings
+
+
+def between_process_noise(medians: Sequence[float], median: float) -> float:
+    """Relative standard error of a median from how the per-process ``medians`` scatter around it.
+
+    ``stdev(medians) / sqrt(len(medians)) / median``: what within-process noise
+    cannot see (clocks, placement, allocator state that differ per process);
+    0 with fewer than two processes, infinite when ``median`` is not positive.
+    """
+    if len(medians) < 2:
+        return 0.0
+    if median <= 0:
+        return math.inf
+    return statistics.stdev(medians) / math.sqrt(len(medians)) / median
+
+
+def pool(runs: Sequence[Sequence[float]]) -> StepStats:
+    """Statistics of the samples of several processes pooled in order.
+
+    ``noise`` is the larger of the pooled samples' own noise and
+    :func:`between_process_noise` of the processes' medians, so a figure is
+    trusted only when the processes also agree with each other.
+    """
+    samples = [s for run in runs for s in run]
+    stats = summarize(samples)
+    between = between_process_noise([summarize(run).median for run in runs], stats.median)
+    return replace(stats, noise=max(stats.noise, between))
 
 
 def _should_stop(samples: Sequence[float], spec: MeasureSpec, elapsed: float) -> bool:

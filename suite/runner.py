@@ -1,5 +1,10 @@
 """Isolation: one worker process per cell, a timeout, and exactly one record per cell.
 
+With ``[measure] processes = N`` a single-process cell is measured by N fresh
+workers one after another (each with the full timeout) and its record pools
+their samples (:func:`pool_outcomes`); the first that does not pass is the
+cell's record instead.
+
 The parent never measures anything itself: it starts a worker, waits for its
 result or its death, classifies the outcome, writes the record atomically and
 moves on. A worker runs in its own process group, so a timed-out or
@@ -24,7 +29,7 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any, Protocol
 
-from suite import environment, results
+from suite import environment, measure, results
 from suite.manager import PluginSettings, Registry
 from suite.matrix import Cell
 from suite.suitefile import SuiteSpec
@@ -36,6 +41,8 @@ __all__ = [
     "backup_path",
     "now",
     "open_results",
+    "pool_outcomes",
+    "process_count",
     "run_cells",
     "run_record",
     "sigterm_interrupts",
@@ -365,7 +372,7 @@ def _checked(result: Any, log: Path) -> dict[str, Any]:
     }
 
 
-def _outcome(
+def _attempt(
     ctx: BaseContext | None,
     spec: SuiteSpec,
     cell: Cell,
@@ -374,6 +381,7 @@ def _outcome(
     timeout: float,
     registry: Registry,
 ) -> dict[str, Any]:
+    """One process's measurement of ``cell`` (a fresh worker, or this process when ``ctx`` is None)."""
     from suite import worker
 
     payload = _payload(spec, cell, config, log)
@@ -396,6 +404,88 @@ def _outcome(
     }
 
 
+def _interrupted(log: Path) -> dict[str, Any]:
+    return {"status": "interrupted", "evidence": {"reason": "interrupted while running", "stderr_tail": _tail(log)}}
+
+
+def process_count(spec: SuiteSpec, cell: Cell) -> int:
+    """How many processes measure ``cell``: ``[measure] processes``, or 1 for a data-parallel cell.
+
+    A data-parallel cell's record combines its ranks (:mod:`suite.distributed`);
+    pooling several such runs is not done, so ``processes`` does not apply to it.
+    """
+    return spec.measure.processes if cell.world_size <= 1 else 1
+
+
+def _outcome(
+    ctx: BaseContext | None,
+    spec: SuiteSpec,
+    cell: Cell,
+    config: RunConfig,
+    log: Path,
+    timeout: float,
+    registry: Registry,
+) -> dict[str, Any]:
+    """The cell's outcome from :func:`process_count` attempts, one after another, each exactly as a single one.
+
+    The first attempt that does not pass is the outcome (its ``evidence`` gains
+    ``process``, 1-based, when there is more than one); when all pass, their
+    samples are pooled by :func:`pool_outcomes`.
+    """
+    n = process_count(spec, cell)
+    if n == 1:
+        return _attempt(ctx, spec, cell, config, log, timeout, registry)
+    passed = []
+    for i in range(1, n + 1):
+        attempt_log = log if i == 1 else log.with_name(f"{log.stem}-process{i}{log.suffix}")
+        try:
+            outcome = _attempt(ctx, spec, cell, config, attempt_log, timeout, registry)
+        except KeyboardInterrupt:
+            outcome = _interrupted(attempt_log)
+        if outcome.get("status") != "passed":
+            if isinstance(outcome.get("evidence"), dict):
+                outcome = {**outcome, "evidence": {**outcome["evidence"], "process": i}}
+            return outcome
+        passed.append(outcome)
+    return pool_outcomes(passed, spec.measure.noise_target)
+
+
+def pool_outcomes(outcomes: Sequence[dict[str, Any]], noise_target: float) -> dict[str, Any]:
+    """One outcome from the passed outcomes of several processes measuring the same cell.
+
+    The first outcome, with ``metrics.step_time`` recomputed from every
+    process's samples pooled in order (:func:`suite.measure.pool`: its ``noise``
+    is the larger of the pooled noise and the between-process noise of the
+    medians), ``metrics.step_time.processes`` listing each process's median,
+    noise and steps, ``throughput`` and ``tflops`` from the pooled median, and
+    the timing warnings (:func:`suite.measure.timing_warnings`) rewritten for the
+    pooled figures; the first outcome's other warnings are kept.
+    """
+    first = outcomes[0]
+    if len(outcomes) == 1:
+        return first
+    step_times = [(o.get("metrics") or {}).get("step_time") or {} for o in outcomes]
+    runs: list[list[float]] = [st.get("samples") or [] for st in step_times]
+    if not all(isinstance(r, list) and r for r in runs):  # a worker that passed always records its samples
+        note = "processes not pooled: a process recorded no samples"
+        return {**first, "warnings": [*first.get("warnings", []), note]}
+    stats = measure.pool(runs)
+    metrics = dict(first["metrics"])
+    metrics["step_time"] = {
+        **stats.as_dict([s for r in runs for s in r]),
+        "processes": [{"median": st["median"], "noise": st["noise"], "n": st["n"]} for st in step_times],
+    }
+    metrics["throughput"] = metrics["samples_per_step"] / stats.median
+    if metrics.get("flops_per_step") is not None:
+        metrics["tflops"] = metrics["flops_per_step"] / stats.median / 1e12
+    # The first process's own timing warnings are exactly what the same function said of its samples.
+    own = measure.timing_warnings(measure.summarize(runs[0]), noise_target)
+    warnings = [w for w in first.get("warnings", []) if w not in own]
+    at = next((i for i, w in enumerate(first.get("warnings", [])) if w in own), len(warnings))
+    warnings[at:at] = measure.timing_warnings(stats, noise_target)
+    return {**first, "metrics": metrics, "warnings": warnings}
+
+
 def run_record(
     ctx: BaseContext | None,
     spec: SuiteSpec,
@@ -408,7 +498,9 @@ def run_record(
     """Run ``cell`` (in a worker from ``ctx``, or in this process when None) and return its complete record.
 
     The one code path from a cell to its record, shared by ``ampsuite run`` and
-    ``ampsuite max-batch``. Ctrl-C (or SIGTERM under :func:`sigterm_interrupts`)
+    ``ampsuite max-batch``. With ``[measure] processes`` > 1 the cell runs in
+    that many workers, one after another, each with ``timeout`` (see
+    :func:`pool_outcomes`). Ctrl-C (or SIGTERM under :func:`sigterm_interrupts`)
     while the cell runs is not raised: the worker is killed and the record's
     status is ``interrupted``, which only this function gives; the caller
     writes the record and decides what interruption means for the rest.
@@ -418,10 +510,7 @@ def run_record(
     try:
         outcome = _outcome(ctx, spec, cell, config, log, timeout, registry)
     except KeyboardInterrupt:
-        outcome = {
-            "status": "interrupted",
-            "evidence": {"reason": "interrupted while running", "stderr_tail": _tail(log)},
-        }
+        outcome = _interrupted(log)
     record.update({k: v for k, v in outcome.items() if v is not None or k == "evidence"})
     record["wall_seconds"] = time.perf_counter() - t0
     return record

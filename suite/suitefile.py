@@ -17,6 +17,17 @@ Keys of ``[suite]`` whose meaning is not obvious from the README's example:
 ``cpu_threads``
     torch threads in each CPU worker; 0 leaves torch's default.
 
+Keys of ``[measure]`` whose meaning is not obvious from the README's example:
+
+``processes``
+    how many fresh worker processes measure each cell, one after another
+    (default 1). Within-process noise cannot see what differs between processes
+    (clocks, memory placement, allocator state): with N > 1 the record pools
+    the N processes' samples, and its noise is the larger of the pooled noise
+    and the scatter of the per-process medians (see
+    :func:`suite.runner.pool_outcomes`). Data-parallel cells (``gpus`` > 1)
+    ignore it and run once.
+
 Keys of a ``[workloads.ID]`` table that are not workload options:
 
 ``plugin``, ``batch_size``
@@ -57,6 +68,9 @@ class MeasureSpec:
     max_seconds: float = 5.0
     noise_target: float = 0.01
     numerics_steps: int = 5
+    processes: int = 1
+    """Fresh worker processes each single-process cell is measured in, one after another, samples pooled
+    (see :func:`suite.runner.pool_outcomes`); data-parallel cells (``gpus`` > 1) run once whatever it says."""
 
 
 @dataclass(frozen=True)
@@ -265,6 +279,7 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
         max_seconds=m.number("max_seconds", MeasureSpec.max_seconds, minimum=0, strict=True),
         noise_target=m.number("noise_target", MeasureSpec.noise_target, minimum=0, strict=True),
         numerics_steps=m.number("numerics_steps", MeasureSpec.numerics_steps, minimum=1, integer=True),
+        processes=m.number("processes", MeasureSpec.processes, minimum=1, integer=True),
     )
     m.finish()
     if measure.max_steps < measure.min_steps:

@@ -73,8 +73,9 @@ TINY_MEASURE: dict[str, Any] = {
     "max_seconds": 1.0,
     "noise_target": 1.0,
     "numerics_steps": 2,
+    "processes": 1,
 }
-"""Three timed steps after one warm-up: figures mean nothing, behaviour is all exercised."""
+"""Three timed steps after one warm-up, in one process: figures mean nothing, behaviour is all exercised."""
 
 SuiteInput = str | os.PathLike[str] | Mapping[str, Any]
 PluginRef = str | types.ModuleType

@@ -24,7 +24,7 @@ import torch
 
 from suite.errors import SkipCell
 from suite.manager import PluginSettings, Registry, load_registry
-from suite.measure import summarize, time_steps
+from suite.measure import summarize, time_steps, timing_warnings
 from suite.options import build_options
 from suite.records import BuildContext, ProbeContext
 from suite.step import TrainStep
@@ -280,13 +280,7 @@ def measure_cell(
     if "flops_per_step" in metrics:
         metrics["tflops"] = metrics["flops_per_step"] / stats.median / 1e12
     warnings = ctx.warnings
-    if stats.noise > spec.noise_target:
-        warnings.append(
-            f"noise {stats.noise:.2%} above the target {spec.noise_target:.2%} after {stats.n} steps: "
-            "figure not trusted"
-        )
-    if stats.rel_iqr > 0.10:
-        warnings.append(f"unstable: interquartile range is {stats.rel_iqr:.0%} of the median")
+    warnings.extend(timing_warnings(stats, spec.noise_target))
     if numerics["nonfinite_step"] is not None:
         warnings.append(f"non-finite {numerics['nonfinite_what']} at step {numerics['nonfinite_step']}")
     if numerics["scale_collapsed_step"] is not None:

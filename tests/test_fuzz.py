@@ -56,6 +56,7 @@ TOKENS = [
     "[techniques.inject-fault]", "[[include]]", "[[exclude]]", "[workloads]", "[suite.x]",
     "name", "device", "seed", "timeout", "baseline", "memory_limit_gb", "numerics_tolerance", "plugin",
     "batch_size", "hidden", "features", "layers", "depth", "kind", "min_steps", "max_steps", "noise_target",
+    "processes",
     "fp32", "bf16", "combination", "technique", "options", "workload",
     "=", " = ", "\n", "\n", "\n", " ", ",", "[", "]", "{", "}", ".", '"', "'", "#",
     '"toy"', '"resnet"', '"gemm"', '"cpu"', '"cuda"', '"auto"', '"fp32"', '"noop"', '"amp-bf16"', '"raise"', '""',
@@ -205,6 +206,7 @@ measure_table = table(
         "max_seconds": between(0.1, 5),
         "noise_target": between(0.001, 1),
         "numerics_steps": between(1, 5, integer=True),
+        "processes": between(1, 4, integer=True),
     }
 )
 document = with_unknown_key(

@@ -181,3 +181,60 @@ def test_raw_samples_are_the_step_durations_in_order(fake) -> None:
     samples = time_steps(step.run, step.data, CPU, spec(min_steps=7, max_steps=7))
     assert samples == pytest.approx(durations)
     assert step.batches == [("batch", i) for i in range(7)]  # one fresh batch per step
+
+
+# ---------------------------------------------------------------------------
+# several processes pooled, and the timing warnings
+# ---------------------------------------------------------------------------
+
+# Three processes whose medians differ by 10% of the pooled median (hand computation):
+#   pooled, sorted: .98 .99 1.00 1.01 1.02 1.08 ... 1.12 1.18 ... 1.22 (15 samples, 14 gaps)
+#   q1 at 3.5 -> 1.015, median 1.10, q3 at 10.5 -> 1.185, iqr 0.17, rel_iqr 0.1545
+#   pooled noise  = 1.2533 * (0.17 / 1.349) / sqrt(15) / 1.1 = 0.037073
+#   between noise = stdev(1.0, 1.1, 1.2) / sqrt(3) / 1.1 = 0.1 / 1.73205 / 1.1 = 0.052486
+RUNS = [
+    [0.98, 0.99, 1.00, 1.01, 1.02],
+    [1.08, 1.09, 1.10, 1.11, 1.12],
+    [1.18, 1.19, 1.20, 1.21, 1.22],
+]
+
+
+def test_between_process_noise_is_the_standard_error_of_the_medians() -> None:
+    assert measure.between_process_noise([1.0, 1.1, 1.2], 1.1) == pytest.approx(0.052486, rel=1e-4)
+    assert measure.between_process_noise([1.0, 1.1, 1.2], 1.1) == pytest.approx(0.1 / math.sqrt(3) / 1.1)
+    assert measure.between_process_noise([1.0], 1.0) == 0.0
+    assert measure.between_process_noise([1.0, 1.0], 0.0) == math.inf
+
+
+def test_pool_takes_the_between_process_noise_when_the_medians_disagree() -> None:
+    stats = measure.pool(RUNS)
+    assert (stats.n, stats.median, stats.iqr) == (15, pytest.approx(1.10), pytest.approx(0.17))
+    assert relative_noise([s for r in RUNS for s in r]) == pytest.approx(0.037073, rel=1e-4)
+    assert stats.noise == pytest.approx(0.052486, rel=1e-4)
+
+
+def test_pool_keeps_the_pooled_noise_when_the_medians_agree() -> None:
+    runs = [[1.0, 2.0, 3.0, 4.0, 5.0]] * 3
+    stats = measure.pool(runs)
+    assert stats.noise == pytest.approx(relative_noise(runs[0] * 3)) != 0
+    assert stats == summarize(runs[0] * 3)
+
+
+@pytest.mark.parametrize(
+    ("samples", "target", "expected"),
+    [
+        ([1.0, 1.0, 1.0], 0.01, []),
+        (
+            [s for r in RUNS for s in r],
+            0.01,
+            [
+                "noise 3.71% above the target 1.00% after 15 steps: figure not trusted",
+                "unstable: interquartile range is 15% of the median",
+            ],
+        ),
+        ([1.0, 2.0, 3.0, 4.0, 5.0], 0.5, ["unstable: interquartile range is 67% of the median"]),
+        ([0.96, 0.96, 1.0, 1.04, 1.04], 1.0, []),  # an IQR of 8% of the median is below the threshold
+    ],
+)
+def test_timing_warnings(samples: list[float], target: float, expected: list[str]) -> None:
+    assert measure.timing_warnings(summarize(samples), target) == expected

@@ -47,7 +47,15 @@ pytest_plugins = ["pytester"] + ([] if _shipped_plugin_autoloads() else ["suite.
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "ampsuite-extras"
 COPY_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "dist", ".pytest_cache")
-TINY = {"warmup_steps": 1, "min_steps": 3, "max_steps": 3, "max_seconds": 1.0, "noise_target": 1.0, "numerics_steps": 2}
+TINY = {
+    "warmup_steps": 1,
+    "min_steps": 3,
+    "max_steps": 3,
+    "max_seconds": 1.0,
+    "noise_target": 1.0,
+    "numerics_steps": 2,
+    "processes": 1,
+}
 
 
 # ---------------------------------------------------------------------------

@@ -96,6 +96,26 @@ STRUCTURE_ERRORS = [
         r"measure\.warmup: unknown key; did you mean 'warmup_steps'\?",
     ),
     (
+        "processes-zero",
+        "[measure]\nprocesses = 0\n" + GOOD_TOY,
+        r"measure\.processes: expected an integer >= 1, got 0",
+    ),
+    (
+        "processes-not-an-integer",
+        "[measure]\nprocesses = 2.5\n" + GOOD_TOY,
+        r"measure\.processes: expected an integer >= 1, got 2\.5",
+    ),
+    (
+        "processes-a-boolean",
+        "[measure]\nprocesses = true\n" + GOOD_TOY,
+        r"measure\.processes: expected an integer >= 1, got True",
+    ),
+    (
+        "processes-misspelled",
+        "[measure]\nprocess = 3\n" + GOOD_TOY,
+        r"measure\.process: unknown key; did you mean 'processes'\?",
+    ),
+    (
         "combination-not-a-list",
         GOOD_TOY + "[combinations]\nfp32 = 'noop'\n",
         r"combinations\.fp32: expected a list of technique names, got 'noop'",
@@ -240,6 +260,7 @@ def test_good_file_gives_the_values_it_declares(write_suite) -> None:
         [measure]
         min_steps = 4
         max_steps = 9
+        processes = 3
 
         [workloads.small]
         plugin = "toy"
@@ -265,6 +286,8 @@ def test_good_file_gives_the_values_it_declares(write_suite) -> None:
     )
     assert (spec.measure.min_steps, spec.measure.max_steps) == (4, 9)
     assert spec.measure.warmup_steps == suitefile.MeasureSpec.warmup_steps
+    assert spec.measure.processes == 3
+    assert suitefile.loads(GOOD_TOY).measure.processes == suitefile.MeasureSpec.processes == 1
     assert spec.workloads == (suitefile.WorkloadEntry("small", "toy", (8, 16), {"hidden": [16, 32]}),)
     assert dict(spec.combinations) == {"fp32": (), "noop": ("noop",)}
     assert spec.exclude == (suitefile.Rule(batch_size=16, options={"hidden": 32}),)

@@ -63,6 +63,7 @@ __all__ = [
     "best_per_workload",
     "combination_label",
     "compare",
+    "data_parallel",
     "derive",
     "group_key",
     "history",
@@ -78,6 +79,7 @@ __all__ = [
     "status_counts",
     "technique_names",
     "throughput",
+    "throughput_per_gpu",
     "workload_id",
     "world_size",
 ]
@@ -162,6 +164,16 @@ def throughput(record: Record) -> float | None:
     return value if passed(record) else None
 
 
+def throughput_per_gpu(record: Record) -> float | None:
+    """Samples per second per process of a passed cell: ``metrics.throughput_per_gpu`` of a
+    data-parallel cell (total / world size, recorded by :mod:`suite.distributed`), the
+    throughput itself of a one-process cell."""
+    if world_size(record) == 1:
+        return throughput(record)
+    value = _num(_metrics(record).get("throughput_per_gpu"))
+    return value if passed(record) else None
+
+
 def technique_names(record: Record) -> tuple[str, ...]:
     return tuple(str(t.get("name")) for t in record.get("techniques") or [] if isinstance(t, Mapping))
 
@@ -183,6 +195,11 @@ def world_size(record: Record) -> int:
     """The processes (GPUs) the cell ran data-parallel on; 1 for records written before ``world_size`` existed."""
     value = record.get("world_size")
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
+
+
+def data_parallel(doc: Doc) -> bool:
+    """Whether the run holds a data-parallel cell (world size > 1): reports then show scaling figures."""
+    return any(world_size(record) > 1 for record in doc.get("cells") or [])
 
 
 GroupKey = tuple[str, str, Any, Any, int]

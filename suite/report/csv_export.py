@@ -1,5 +1,10 @@
 """CSV export: one row per cell with the main measured and derived figures.
 
+``batch_size`` is per process; ``world_size`` is the processes (GPUs) a cell
+ran data-parallel on (1 for a one-process cell), ``throughput`` the total over
+them, and ``scaling_efficiency`` (empty unless world size > 1) the total /
+(world size x the one-process cell's throughput), as in :mod:`suite.analysis`.
+
 Numbers are written exactly (``repr``), empty when absent; text is written
 as it is (the CSV module quotes it), except that a text cell beginning with
 ``= + - @`` or a control character gets a leading apostrophe, so that a cell
@@ -28,6 +33,7 @@ COLUMNS = (
     "combination",
     "techniques",
     "batch_size",
+    "world_size",
     "device",
     "gpu",
     "unit",
@@ -39,6 +45,7 @@ COLUMNS = (
     "speedup_vs_fp32",
     "speedup_vs_tf32",
     "speedup_vs_baseline",
+    "scaling_efficiency",
     "peak_memory_bytes",
     "memory_kind",
     "memory_saving",
@@ -101,6 +108,7 @@ def csv_rows(docs: Sequence[Doc]) -> list[dict[str, str]]:
                     "combination": _text(analysis.combination_label(record)),
                     "techniques": _text(techniques_text(record)),
                     "batch_size": _number(record.get("batch_size")),
+                    "world_size": _number(analysis.world_size(record)),
                     "device": _text(record.get("device")),
                     "gpu": _text(gpu_name),
                     "unit": _text(workload.get("unit")),
@@ -112,6 +120,7 @@ def csv_rows(docs: Sequence[Doc]) -> list[dict[str, str]]:
                     "speedup_vs_fp32": _number(d.speedup_vs_fp32),
                     "speedup_vs_tf32": _number(d.speedup_vs_tf32),
                     "speedup_vs_baseline": _number(d.speedup_vs_baseline),
+                    "scaling_efficiency": _number(d.scaling_efficiency),
                     "peak_memory_bytes": _number(metrics.get("peak_memory_bytes")),
                     "memory_kind": _text(metrics.get("memory_kind")),
                     "memory_saving": _number(d.memory_saving),

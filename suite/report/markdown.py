@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from suite import ReportSection, analysis
 from suite.analysis import Doc
 from suite.report.fmt import DASH, num, pct, ratio, signed_pct
-from suite.report.views import run_label
+from suite.report.views import run_label, setup_label
 
 __all__ = ["escape_md", "markdown_summary"]
 
@@ -36,22 +36,34 @@ def _run_part(doc: Doc, compare_with: Doc | None) -> list[str]:
     lines.append("**Cells:** " + ", ".join(f"{n} {escape_md(s)}" for s, n in counts.items() if n) + "")
     lines.append("")
     best = analysis.best_per_workload(doc)
+    # Data-parallel runs get a scaling column (efficiency against the one-process cell); others keep their table.
+    scaling = analysis.data_parallel(doc)
     if best:
         lines += [
-            "| workload | best combination | batch | throughput | \u00d7FP32 | \u00d7TF32 | memory saving | numerics |",
-            "|---|---|---:|---:|---:|---:|---:|---|",
+            "| workload | best combination | batch | throughput | \u00d7FP32 | \u00d7TF32 | memory saving | "
+            + ("scaling | " if scaling else "")
+            + "numerics |",
+            "|---|---|---:|---:|---:|---:|---:|" + ("---:|" if scaling else "") + "---|",
         ]
         for workload, b in best.items():
             unit = (b.record.get("workload") or {}).get("unit") or "samples"
             trust = "" if b.derived.trusted else " (untrusted)"
             lines.append(
-                f"| {escape_md(workload)} | {escape_md(analysis.combination_label(b.record))} "
+                f"| {escape_md(workload)} | {escape_md(setup_label(b.record))} "
                 f"| {escape_md(b.record.get('batch_size'))} "
                 f"| {num(analysis.throughput(b.record))} {escape_md(unit)}/s{trust} "
                 f"| {ratio(b.derived.speedup_vs_fp32)} | {ratio(b.derived.speedup_vs_tf32)} "
-                f"| {pct(b.derived.memory_saving)} | {escape_md(b.derived.numerics_verdict)} |"
+                f"| {pct(b.derived.memory_saving)} "
+                + (f"| {pct(b.derived.scaling_efficiency)} " if scaling else "")
+                + f"| {escape_md(b.derived.numerics_verdict)} |"
             )
-        lines += ["", "\u00d7FP32: against plain FP32; \u00d7TF32: against FP32 with TF32 matmuls.", ""]
+        lines += ["", "\u00d7FP32: against plain FP32; \u00d7TF32: against FP32 with TF32 matmuls."]
+        if scaling:
+            lines[-1] += (
+                " Scaling: total throughput of a data-parallel cell / (GPUs \u00d7 throughput of the"
+                " one-process cell of the same configuration); batch is per GPU."
+            )
+        lines.append("")
     broken = [r for r in doc.get("cells") or [] if r.get("status") in analysis.FAILURE_STATUSES]
     if broken:
         lines.append("**Did not pass:** " + ", ".join(f"{escape_md(r.get('id'))} ({r.get('status')})" for r in broken))

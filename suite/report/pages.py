@@ -18,7 +18,7 @@ from suite import analysis
 from suite.analysis import Record, as_mapping
 from suite.report import charts
 from suite.report.fmt import DASH, bytes_, num, pct
-from suite.report.views import CellView, Run, cell_view, techniques_text, workload_page_name
+from suite.report.views import CellView, Run, cell_view, setup_label, techniques_text, workload_page_name
 
 __all__ = ["RATIO_NOTE", "Chart", "index_context", "speedup_summary", "workload_contexts"]
 
@@ -158,6 +158,7 @@ def index_context(runs: Sequence[Run]) -> dict[str, Any]:
                 "total": sum(counts.values()),
                 "by_workload": _status_by_workload(run),
                 "best": _best_rows(run),
+                "data_parallel": run.data_parallel,
                 "warnings": _warning_rows(run),
                 "untrusted": _untrusted_rows(run),
             }
@@ -171,7 +172,7 @@ def index_context(runs: Sequence[Run]) -> dict[str, Any]:
 
 
 def _label(record: Record) -> str:
-    return f"{analysis.combination_label(record)} \u00b7 bs {record.get('batch_size')}"
+    return f"{setup_label(record)} \u00b7 bs {record.get('batch_size')}"
 
 
 def _batch_key(value: Any) -> tuple[int, float, str]:
@@ -187,11 +188,12 @@ def _charts(run: Run, records: list[Record], unit: str) -> list[Chart]:
     for record in timed:
         value = analysis.throughput(record)
         assert value is not None
-        combos.setdefault(analysis.combination_label(record), []).append((str(record.get("batch_size")), value))
+        combos.setdefault(setup_label(record), []).append((str(record.get("batch_size")), value))
     out = [
         Chart(
             "Throughput against batch size",
-            f"{unit}/s per technique combination; each point is the median over the timed steps.",
+            f"{unit}/s per technique combination; each point is the median over the timed steps."
+            + (" A data-parallel cell's point is its total over every GPU." if run.data_parallel else ""),
             charts.line_chart(
                 categories,
                 [charts.Series(name, pts) for name, pts in combos.items()],
@@ -294,7 +296,7 @@ def _grid(views: list[CellView], records: list[Record]) -> dict[str, Any]:
     batches = sorted({r.get("batch_size") for r in records}, key=_batch_key)
     rows: dict[str, dict[str, CellView]] = {}
     for view, record in zip(views, records, strict=True):
-        rows.setdefault(view.combination, {})[str(record.get("batch_size"))] = view
+        rows.setdefault(view.setup, {})[str(record.get("batch_size"))] = view
     return {
         "batches": [str(b) for b in batches],
         "rows": [
@@ -326,6 +328,7 @@ def workload_contexts(runs: Sequence[Run]) -> dict[str, dict[str, Any]]:
                     "plugin": str(first.get("plugin") or DASH),
                     "options": options,
                     "unit": unit,
+                    "data_parallel": run.data_parallel,
                     "grid": _grid(views, records),
                     "cells": views,
                     "charts": _charts(run, records, unit),

@@ -22,7 +22,7 @@ from suite.analysis import Derived, Doc, Record, as_mapping
 from suite.report import charts
 from suite.report.fmt import DASH, bytes_, num, pct, ratio, secs
 
-__all__ = ["CellView", "Run", "cell_anchor", "cell_view", "load_runs", "workload_page_name"]
+__all__ = ["CellView", "Run", "cell_anchor", "cell_view", "load_runs", "setup_label", "workload_page_name"]
 
 EVIDENCE_TEXT_KEYS = ("traceback", "stderr_tail")
 
@@ -55,6 +55,11 @@ class Run:
         return list(self.doc.get("cells") or [])
 
     @property
+    def data_parallel(self) -> bool:
+        """Whether the run holds a data-parallel cell: its tables then get GPU and scaling columns."""
+        return analysis.data_parallel(self.doc)
+
+    @property
     def env(self) -> Mapping[str, Any]:
         env = self.doc.get("environment")
         return env if isinstance(env, Mapping) else {}
@@ -75,6 +80,28 @@ def run_label(doc: Doc) -> str:
 
 def load_runs(docs: Sequence[Doc]) -> list[Run]:
     return [Run(i, doc, analysis.derive(doc), run_label(doc)) for i, doc in enumerate(docs)]
+
+
+def setup_label(record: Record) -> str:
+    """The combination's label, with the GPU count of a data-parallel cell: ``amp-bf16 \u00b7 2 GPUs``.
+
+    Cells of one combination and batch size but different world sizes stay apart
+    wherever the report keys or labels cells by combination.
+    """
+    label, n = analysis.combination_label(record), analysis.world_size(record)
+    return label if n == 1 else f"{label} \u00b7 {n} GPUs"
+
+
+def scaling_title(record: Record, derived: Derived) -> str:
+    """The tooltip of a scaling efficiency: what it divides, or why there is none."""
+    n = analysis.world_size(record)
+    if n == 1:
+        return "one process: no scaling efficiency"
+    if derived.single_id is None:
+        return "no one-process cell of the same configuration in this run"
+    if derived.scaling_efficiency is None:
+        return f"{derived.single_id} or this cell has no throughput"
+    return f"total throughput / ({n} \u00d7 throughput of {derived.single_id})"
 
 
 def techniques_text(record: Record) -> str:
@@ -126,10 +153,19 @@ class CellView:
     page: str
     status: str
     combination: str
+    setup: str
+    """The combination with the GPU count of a data-parallel cell (:func:`setup_label`)."""
     techniques: str
     batch_size: str
     unit: str
     throughput: str
+    """Samples per second; the total over every GPU of a data-parallel cell."""
+    world_size: str
+    data_parallel: bool
+    throughput_per_gpu: str
+    scaling: str
+    """The scaling efficiency of a data-parallel cell against its one-process cell (``analysis.Derived``)."""
+    scaling_title: str
     speedup_fp32: str
     speedup_tf32: str
     speedup_baseline: str
@@ -252,10 +288,16 @@ def cell_view(run: Run, record: Record) -> CellView:
         page=workload_page_name(str(workload.get("id", ""))),
         status=str(record.get("status", "?")),
         combination=analysis.combination_label(record),
+        setup=setup_label(record),
         techniques=techniques_text(record),
         batch_size=str(record.get("batch_size", "")),
         unit=unit,
         throughput=num(analysis.throughput(record)),
+        world_size=str(analysis.world_size(record)),
+        data_parallel=analysis.world_size(record) > 1,
+        throughput_per_gpu=num(analysis.throughput_per_gpu(record)),
+        scaling=pct(d.scaling_efficiency),
+        scaling_title=scaling_title(record, d),
         speedup_fp32=ratio(d.speedup_vs_fp32),
         speedup_tf32=ratio(d.speedup_vs_tf32),
         speedup_baseline=ratio(d.speedup_vs_baseline),

@@ -58,6 +58,14 @@ def test_union_merges_overlaps_and_keeps_gaps() -> None:
         ("Memcpy HtoD (Pinned -> Device)", "gpu_memcpy", "copy"),
         ("Memset (Device)", "gpu_memset", "copy"),
         ("my_custom_kernel", "kernel", "other"),
+        # "lambda" in a copy kernel's name is not the LAMB optimizer (seen on an H200)
+        (
+            "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)"
+            "::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}>",
+            "kernel",
+            "layout/cast",
+        ),
+        ("void at::native::_fused_sgd_kernel<float>", "kernel", "optimizer"),
     ],
 )
 def test_classify(name: str, cat: str, expected: str) -> None:
@@ -147,3 +155,48 @@ def test_cuda_profile_of_a_real_step() -> None:
     assert "matmul/conv" in k["classes"] and "normalization" in k["classes"]
     # the union never exceeds the host's wall time of the same steps
     assert k["busy_seconds_per_step"] <= k["wall_seconds_per_step"]
+
+
+def test_flop_counting_runs_the_original_of_a_compiled_model() -> None:
+    """The eager probes swap a torch.compile'd model for its original module and put it back."""
+    from plugins.probes import flops, tensorcores
+
+    step = tiny_resnet_step(torch.device("cpu"))
+    original = step.model
+    seen: list[Any] = []
+
+    class Compiled(torch.nn.Module):  # stands in for OptimizedModule: same attribute, no compilation
+        def __init__(self, mod: torch.nn.Module) -> None:
+            super().__init__()
+            self._orig_mod = mod
+
+        def forward(self, *args: Any) -> Any:
+            raise AssertionError("the probe called the compiled module")
+
+    step.model = Compiled(original)
+    hook = original.register_forward_hook(lambda m, i, o: seen.append(m))
+    ctx = ProbeContext(step=step, run=step.compose(), cell={})
+    flops.inspect(ctx)
+    tensorcores.inspect(ctx)
+    hook.remove()
+    assert ctx.metrics["flops_per_step"] > 0 and len(seen) == 2
+    assert isinstance(step.model, Compiled)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_compiled_model_still_compiled_after_the_eager_probes() -> None:
+    """On an H200 (torch 2.11) a compiled module once called under FlopCounterMode ran eagerly ever after."""
+    from plugins.probes import flops, tensorcores
+
+    step = tiny_resnet_step(torch.device("cuda"))
+    step.model = torch.compile(step.model)
+    run = step.compose()
+    run(step.data())
+    ctx = ProbeContext(step=step, run=run, cell={})
+    flops.inspect(ctx)
+    tensorcores.inspect(ctx)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        run(step.data())
+        torch.cuda.synchronize()
+    assert any("Torch-Compiled Region" in e.name for e in prof.events())

@@ -265,17 +265,26 @@ def _shape_tuple(t: torch.Tensor) -> tuple[int, ...]:
 def run_eager_step(ctx: ProbeContext, *modes: contextlib.AbstractContextManager[Any]) -> None:
     """One eager forward+backward of the cell's step inside ``modes``, then the gradients are dropped.
 
-    Uses the step's own phase (not the composed, possibly captured or compiled
-    callable) on the step's next batch; nothing is applied to the weights.
+    Uses the step's own phase (not the composed, possibly captured callable)
+    on the step's next batch; nothing is applied to the weights. A compiled
+    model runs as its original module here: the dispatch modes must see the
+    eager ops, and on CUDA (torch 2.11, seen on an H200) a compiled module
+    called once under such a mode runs eagerly ever after, which silently
+    turned torch-compile cells into eager ones.
     """
     forward_backward, _ = ctx.step.phases()
     batch = ctx.step.data()
+    compiled = ctx.step.model
+    original = getattr(compiled, "_orig_mod", None)  # torch.compile's OptimizedModule keeps the module it wraps
     try:
+        if isinstance(original, torch.nn.Module):
+            ctx.step.model = original
         with contextlib.ExitStack() as stack:
             for mode in modes:
                 stack.enter_context(mode)
             forward_backward(batch)
     finally:
+        ctx.step.model = compiled
         if ctx.step.optimizer is not None:
             ctx.step.optimizer.zero_grad(set_to_none=True)
         elif ctx.step.model is not None:

@@ -127,17 +127,18 @@ def test_cpu_cell_records_nothing() -> None:
 def test_report_section_lists_profiled_cells_escaped() -> None:
     summary = kernels.summarize_trace({"traceEvents": [event("gemm<a&b>", 0, 800)]}, wall_seconds=0.001, steps=1)
     doc = {
+        "run": {"id": "20261129T000000Z", "suite": {"name": "s"}},
         "cells": [
             {"id": "w/<x>/bs1", "metrics": {"step_time": {"median": 0.00095}}, "diagnostics": {"kernels": summary}},
             {"id": "w/cpu/bs1", "metrics": {"step_time": {"median": 0.001}}, "diagnostics": {}},
-        ]
+        ],
     }
     (section,) = kernels.ampsuite_report_sections([doc])
     assert "w/&lt;x&gt;/bs1" in section.html and "w/cpu" not in section.html
     assert "<td>80%</td>" in section.html and "<td>0.95</td>" in section.html
     assert (
         section.markdown is not None
-        and "| w/<x>/bs1 | 0.95 | 1.00 | 0.80 | 80% | 1 | matmul/conv 100% |" in section.markdown
+        and "| s 20261129T000000Z | w/<x>/bs1 | 0.95 | 1.00 | 0.80 | 80% | 1 | matmul/conv 100% |" in section.markdown
     )
     assert list(kernels.ampsuite_report_sections([{"cells": []}])) == []
 

@@ -204,9 +204,16 @@ def ampsuite_probes() -> list[Probe]:
 _SHOWN_CLASSES = 4
 
 
+def _run_label(doc: Mapping[str, Any]) -> str:
+    run = doc.get("run") or {}
+    suite = (run.get("suite") or {}).get("name") if isinstance(run, Mapping) else None
+    return " ".join(str(x) for x in (suite, run.get("id") if isinstance(run, Mapping) else None) if x) or "-"
+
+
 def _rows(results: Sequence[Mapping[str, Any]]) -> list[list[str]]:
     rows = []
     for doc in results:
+        label = _run_label(doc)
         for rec in doc.get("cells") or []:
             k = (rec.get("diagnostics") or {}).get("kernels")
             median = ((rec.get("metrics") or {}).get("step_time") or {}).get("median")
@@ -217,6 +224,7 @@ def _rows(results: Sequence[Mapping[str, Any]]) -> list[list[str]]:
             )
             rows.append(
                 [
+                    label,
                     str(rec.get("id")),
                     f"{median * 1e3:.2f}" if isinstance(median, int | float) else "-",
                     f"{k['wall_seconds_per_step'] * 1e3:.2f}",
@@ -230,6 +238,7 @@ def _rows(results: Sequence[Mapping[str, Any]]) -> list[list[str]]:
 
 
 _HEADER = [
+    "run",
     "cell",
     "timed median ms",
     "profiled ms/step",

@@ -41,6 +41,11 @@ def test_union_merges_overlaps_and_keeps_gaps() -> None:
         ("void cudnn::bn_fw_tr_1C11_singleread_spec_kernel<__nv_bfloat16, float>", "kernel", "normalization"),
         ("void at::native::batch_norm_collect_statistics_kernel<float>", "kernel", "normalization"),
         ("triton_red_fused__native_batch_norm_legit_functional_0", "kernel", "normalization"),
+        (
+            "void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernelTemplate<float, float, 32>",
+            "kernel",
+            "normalization",
+        ),
         ("void cudnn::ops::nchwToNhwcKernel<__nv_bfloat16>", "kernel", "layout/cast"),
         (
             "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(...)>",

@@ -56,7 +56,7 @@ GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 CLASSES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("attention", re.compile(r"flash|fmha|attention|sdpa", re.I)),
     ("optimizer", re.compile(r"multi_tensor|adam|\bsgd|_sgd", re.I)),
-    ("normalization", re.compile(r"norm|batchnorm|\bbn_|bn_fw|bn_bw|welford", re.I)),
+    ("normalization", re.compile(r"norm|batchnorm|\bbn_|bn_fw|bn_bw|welford|gammabeta", re.I)),
     ("layout/cast", re.compile(r"nchwtonhwc|nhwctonchw|transpose|permute|copy_kernel|catarray", re.I)),
     (
         "matmul/conv",

@@ -137,7 +137,7 @@ def results_table(doc: Mapping[str, Any]) -> Table:
 
     derived = analysis.derive(doc)
     # Data-parallel runs get a scaling column (efficiency against the one-process cell); others keep their table.
-    scaling = any(analysis.world_size(rec) > 1 for rec in doc["cells"])
+    scaling = analysis.data_parallel(doc)
     table = Table(title=f"{doc['run']['suite']['name']} on {_device_name(doc)}", show_lines=False)
     columns = ["cell", "status", "step time", "noise", "throughput", "vs FP32", "peak mem", "numerics"]
     if scaling:

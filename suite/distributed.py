@@ -114,6 +114,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from suite import measure
 from suite.errors import SkipCell
 
 __all__ = [
@@ -301,7 +302,6 @@ def combine(results: Mapping[int, Mapping[str, Any]], world_size: int) -> dict[s
         step_time=step_time,
         samples_per_step=world_size * per_rank_samples,
         samples_per_step_per_gpu=per_rank_samples,
-        throughput=world_size * per_rank_samples / median,
         throughput_per_gpu=per_rank_samples / median,
         slowest_rank=slowest,
         ranks=[
@@ -317,8 +317,7 @@ def combine(results: Mapping[int, Mapping[str, Any]], world_size: int) -> dict[s
             for r, res in enumerate(ranks)
         ],
     )
-    if metrics.get("flops_per_step") is not None:
-        metrics["tflops"] = metrics["flops_per_step"] / median / 1e12
+    measure.rates(metrics, median)  # total throughput (samples_per_step covers every rank); TFLOP/s per GPU
     peaks = [m for m in (res["metrics"].get("peak_memory_bytes") for res in ranks) if m is not None]
     if peaks:
         metrics["peak_memory_bytes"] = max(peaks)

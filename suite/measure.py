@@ -26,6 +26,7 @@ __all__ = [
     "StepStats",
     "between_process_noise",
     "pool",
+    "rates",
     "relative_noise",
     "summarize",
     "time_steps",
@@ -113,6 +114,18 @@ def timing_warnings(stats: StepStats, noise_target: float) -> list[str]:
     if stats.rel_iqr > UNSTABLE_REL_IQR:
         warnings.append(f"unstable: interquartile range is {stats.rel_iqr:.0%} of the median")
     return warnings
+
+
+def rates(metrics: dict[str, Any], median: float) -> None:
+    """Set ``throughput`` (``samples_per_step`` / median) and, where FLOPs were counted, ``tflops``
+    (``flops_per_step`` / median / 1e12) in a record's ``metrics``.
+
+    The one place for both: a worker's own timing, pooled processes and a
+    data-parallel cell's slowest rank all derive them from their median this way.
+    """
+    metrics["throughput"] = metrics["samples_per_step"] / median
+    if metrics.get("flops_per_step") is not None:
+        metrics["tflops"] = metrics["flops_per_step"] / median / 1e12
 
 
 def between_process_noise(medians: Sequence[float], median: float) -> float:

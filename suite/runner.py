@@ -475,9 +475,7 @@ def pool_outcomes(outcomes: Sequence[dict[str, Any]], noise_target: float) -> di
         **stats.as_dict([s for r in runs for s in r]),
         "processes": [{"median": st["median"], "noise": st["noise"], "n": st["n"]} for st in step_times],
     }
-    metrics["throughput"] = metrics["samples_per_step"] / stats.median
-    if metrics.get("flops_per_step") is not None:
-        metrics["tflops"] = metrics["flops_per_step"] / stats.median / 1e12
+    measure.rates(metrics, stats.median)
     # The first process's own timing warnings are exactly what the same function said of its samples.
     own = measure.timing_warnings(measure.summarize(runs[0]), noise_target)
     warnings = [w for w in first.get("warnings", []) if w not in own]

@@ -24,7 +24,7 @@ import torch
 
 from suite.errors import SkipCell
 from suite.manager import PluginSettings, Registry, load_registry
-from suite.measure import summarize, time_steps, timing_warnings
+from suite.measure import rates, summarize, time_steps, timing_warnings
 from suite.options import build_options
 from suite.records import BuildContext, ProbeContext
 from suite.step import TrainStep
@@ -276,9 +276,7 @@ def measure_cell(
     stats = summarize(samples)
     metrics["step_time"] = stats.as_dict(samples)
     metrics["samples_per_step"] = step.samples_per_step
-    metrics["throughput"] = step.samples_per_step / stats.median
-    if "flops_per_step" in metrics:
-        metrics["tflops"] = metrics["flops_per_step"] / stats.median / 1e12
+    rates(metrics, stats.median)
     warnings = ctx.warnings
     warnings.extend(timing_warnings(stats, spec.noise_target))
     if numerics["nonfinite_step"] is not None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pluggy
 
-from suite.errors import CaptureFailed, ExitCode, PluginError, SkipCell, SuiteFileError
-from suite.records import (
+from suite.contract.errors import CaptureFailed, ExitCode, PluginError, SkipCell, SuiteFileError
+from suite.contract.plugin import (
     BuildContext,
     CheckContext,
     NoOptions,
@@ -18,7 +18,7 @@ from suite.records import (
     Technique,
     Workload,
 )
-from suite.step import Batch, StepFn, TrainStep, Wrapper
+from suite.contract.step import Batch, StepFn, TrainStep, Wrapper
 
 __version__ = "0.1.0"
 

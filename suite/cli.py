@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from suite import __version__
-from suite.errors import AmpsuiteError, ExitCode, UsageError
+from suite.contract.errors import AmpsuiteError, ExitCode, UsageError
 
 __all__ = ["main"]
 
@@ -23,20 +23,21 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _plugin_settings(args: argparse.Namespace) -> Any:
-    from suite.manager import PluginSettings
+    from suite.host.manager import PluginSettings
 
     return PluginSettings.from_args(args.plugin or [])
 
 
 def _registry(args: argparse.Namespace) -> Any:
-    from suite.manager import load_registry
+    from suite.host.manager import load_registry
 
     return load_registry(_plugin_settings(args))
 
 
 def cmd_run(args: argparse.Namespace) -> ExitCode:
-    from suite import runner, session
     from suite.display import Display, print_summary
+    from suite.host import session
+    from suite.run import runner
 
     p = session.plan(args.suite, device=args.device, keyword=args.keyword, settings=_plugin_settings(args))
     display = Display()
@@ -91,7 +92,7 @@ def cmd_list(args: argparse.Namespace) -> ExitCode:
     from rich.table import Table
 
     from suite.display import make_console
-    from suite.options import describe
+    from suite.spec.options import describe
 
     registry = _registry(args)
     console = make_console()  # piped output must not wrap at rich's assumed 80 columns
@@ -153,8 +154,8 @@ def cmd_report(args: argparse.Namespace) -> ExitCode:
 
 
 def cmd_make_data(args: argparse.Namespace) -> ExitCode:
-    from suite import session
-    from suite.options import build_options
+    from suite.host import session
+    from suite.spec.options import build_options
 
     p = session.plan(args.suite, device=args.device, settings=_plugin_settings(args))
     registry = p.registry
@@ -173,9 +174,10 @@ def cmd_make_data(args: argparse.Namespace) -> ExitCode:
 def cmd_selfcheck(args: argparse.Namespace) -> ExitCode:
     import json
 
-    from suite import environment, selfcheck, session
     from suite.display import make_console
-    from suite.matrix import KeywordExpression
+    from suite.host import environment, session
+    from suite.run import selfcheck
+    from suite.spec.matrix import KeywordExpression
 
     device = session.resolve_device("auto", args.device)
     checks = selfcheck.CHECKS[device]
@@ -205,7 +207,8 @@ def cmd_selfcheck(args: argparse.Namespace) -> ExitCode:
 
 
 def cmd_max_batch(args: argparse.Namespace) -> ExitCode:
-    from suite import maxbatch, session
+    from suite.host import session
+    from suite.run import maxbatch
 
     p = session.plan(args.suite, device=args.device, keyword=args.keyword, settings=_plugin_settings(args))
     if not p.cells:

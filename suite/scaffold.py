@@ -21,7 +21,7 @@ from pathlib import Path
 import jinja2
 
 from suite import PLUGIN_API, __version__
-from suite.errors import UsageError
+from suite.contract.errors import UsageError
 
 __all__ = ["PluginNames", "create", "plugin_names", "render"]
 

@@ -48,12 +48,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from suite.errors import PluginError, SuiteFileError, UsageError
+from suite.contract.errors import PluginError, SuiteFileError, UsageError
 
 if TYPE_CHECKING:
-    from suite.manager import PluginSettings, Registry
-    from suite.matrix import Cell
-    from suite.suitefile import SuiteSpec
+    from suite.host.manager import PluginSettings, Registry
+    from suite.spec.matrix import Cell
+    from suite.spec.suitefile import SuiteSpec
 
 __all__ = [
     "TINY_MEASURE",
@@ -297,7 +297,7 @@ def _module_name(plugin: PluginRef) -> str:
 
 
 def _settings(plugins: Sequence[PluginRef], blocked: Sequence[str], autoload: bool) -> PluginSettings:
-    from suite.manager import PluginSettings
+    from suite.host.manager import PluginSettings
 
     return PluginSettings(tuple(_module_name(p) for p in plugins), tuple(blocked), autoload)
 
@@ -310,7 +310,7 @@ def load_plugins(
     autoload: bool = False,
 ) -> Registry:
     """The registry a run with these plugins would use (built-ins always included)."""
-    from suite.manager import load_registry
+    from suite.host.manager import load_registry
 
     return load_registry(_settings(plugins, blocked, autoload), objects)
 
@@ -341,8 +341,10 @@ def run_suite(
     :raises UsageError: ``isolated`` together with plugin objects.
     :raises SuiteFileError, PluginError: as ``ampsuite run`` would report them.
     """
-    from suite import runner, session, suitefile
-    from suite.suitefile import SuiteSpec
+    from suite.host import session
+    from suite.run import runner
+    from suite.spec import suitefile
+    from suite.spec.suitefile import SuiteSpec
 
     if isolated and objects:
         names = ", ".join(name for name, _ in objects)

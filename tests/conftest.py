@@ -29,7 +29,7 @@ max_seconds = 0.5
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # Set before any test imports suite.manager, and inherited by every
+    # Set before any test imports suite.host.manager, and inherited by every
     # subprocess and worker the tests start.
     os.environ.setdefault(AUTOLOAD_ENV, "1")
 
@@ -58,7 +58,7 @@ def write_suite(tmp_path: Path) -> SuiteWriter:
 @pytest.fixture(scope="session")
 def registry() -> Any:
     """The built-in plugins only (autoload off), loaded once: loading imports torch and every built-in."""
-    from suite.manager import PluginSettings, load_registry
+    from suite.host.manager import PluginSettings, load_registry
 
     return load_registry(PluginSettings(autoload=False))
 
@@ -87,8 +87,8 @@ noop = ["noop"]
 @pytest.fixture(scope="session")
 def healthy_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     """A real two-cell toy run through isolated workers: (results path, document as returned by the runner)."""
-    from suite import session
-    from suite.runner import RunConfig
+    from suite.host import session
+    from suite.run.runner import RunConfig
 
     root = tmp_path_factory.mktemp("healthy")
     suite_path = root / "healthy.toml"

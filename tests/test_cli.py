@@ -16,7 +16,7 @@ import pytest
 
 import suite
 from suite import cli
-from suite.errors import ExitCode
+from suite.contract.errors import ExitCode
 
 SUITE = """
 [suite]

@@ -19,8 +19,10 @@ from typing import Any
 import pytest
 from conftest import FAST_MEASURE, QuietObserver
 
-from suite import analysis, distributed, matrix, suitefile
-from suite.errors import SuiteFileError
+from suite import analysis
+from suite.contract.errors import SuiteFileError
+from suite.run import distributed
+from suite.spec import matrix, suitefile
 
 # ---------------------------------------------------------------------------
 # the suite file and the matrix
@@ -224,8 +226,8 @@ rank = 1
 
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from suite import session
-    from suite.runner import RunConfig
+    from suite.host import session
+    from suite.run.runner import RunConfig
 
     root = tmp_path_factory.mktemp("ddp")
     suite_path = root / "ddp.toml"
@@ -330,8 +332,8 @@ def test_the_raising_rank_is_the_cells_evidence_and_no_rank_survives(ddp_run) ->
 
 @pytest.mark.slow
 def test_a_hanging_rank_times_out_and_takes_every_rank_with_it(tmp_path: Path) -> None:
-    from suite import session
-    from suite.runner import RunConfig
+    from suite.host import session
+    from suite.run.runner import RunConfig
 
     suite_path = tmp_path / "hang.toml"
     suite_path.write_text(

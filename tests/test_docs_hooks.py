@@ -1,6 +1,6 @@
 """docs/plugins.md stays true: every hook, record field, fixture and example in it matches the code.
 
-The hook and record names come from the code (``suite.hookspecs``, the
+The hook and record names come from the code (``suite.host.hookspecs``, the
 dataclasses in ``suite.__all__``), so adding a hook or a field without
 documenting it fails here, and so does documenting one that no longer exists.
 The tutorial's plugin and suite file, and the testing example, are run.
@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 import suite
-from suite import hookspecs, manager
+import suite.contract.errors
+from suite.host import hookspecs, manager
 
 
 def _shipped_plugin_autoloads() -> bool:
@@ -81,7 +82,7 @@ RECORDS = {
 
 def test_every_hook_is_documented_and_no_other():
     documented = _subsections(_section("Hook reference", 2))
-    assert HOOKS, "no hook specs found in suite.hookspecs"
+    assert HOOKS, "no hook specs found in suite.host.hookspecs"
     assert sorted(documented) == sorted(HOOKS)
 
 
@@ -130,7 +131,7 @@ def test_loading_names_match_the_manager():
 
 def test_the_api_mismatch_message_is_the_real_one():
     plugin = types.SimpleNamespace(AMPSUITE_PLUGIN_API=suite.PLUGIN_API + 1)
-    with pytest.raises(suite.errors.PluginError) as info:
+    with pytest.raises(suite.contract.errors.PluginError) as info:
         manager.load_registry(manager.PluginSettings(autoload=False), objects=[("ampsuite-mine", plugin)])
     assert f"ampsuite: error: {info.value}" in TEXT
 

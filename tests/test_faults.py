@@ -21,9 +21,10 @@ import torch
 
 from plugins import faults
 from plugins.workloads import toy
-from suite import BuildContext, SkipCell, cli, results, session
-from suite.errors import ExitCode, SuiteFileError
-from suite.runner import malformed
+from suite import BuildContext, SkipCell, cli, results
+from suite.contract.errors import ExitCode, SuiteFileError
+from suite.host import session
+from suite.run.runner import malformed
 
 HANG_TIMEOUT = 10.0
 NUMERICS_STEPS = 12

@@ -25,9 +25,9 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from suite import cli, results
-from suite.errors import ExitCode, ResultsFileError, SuiteFileError
-from suite.matrix import expand
-from suite.suitefile import loads
+from suite.contract.errors import ExitCode, ResultsFileError, SuiteFileError
+from suite.spec.matrix import expand
+from suite.spec.suitefile import loads
 
 NAME = "fuzz.toml"
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -10,7 +10,7 @@ import torch
 from plugins.probes import kernels
 from plugins.workloads import cnn
 from suite import BuildContext, ProbeContext
-from suite.manager import PluginSettings, load_registry
+from suite.host.manager import PluginSettings, load_registry
 
 
 def event(name: str, ts: float, dur: float, cat: str = "kernel") -> dict[str, Any]:

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from suite import CheckContext, Technique, TrainStep, Workload, hookimpl
-from suite.errors import SuiteFileError, UsageError
-from suite.manager import PluginSettings, load_registry
-from suite.matrix import Cell, KeywordExpression, expand, select
-from suite.suitefile import loads
+from suite.contract.errors import SuiteFileError, UsageError
+from suite.host.manager import PluginSettings, load_registry
+from suite.spec.matrix import Cell, KeywordExpression, expand, select
+from suite.spec.suitefile import loads
 
 
 @dataclass(frozen=True)

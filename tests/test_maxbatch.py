@@ -16,11 +16,12 @@ from typing import Any
 
 import pytest
 
-from suite import cli, maxbatch, results
-from suite.errors import ExitCode
-from suite.matrix import expand
-from suite.maxbatch import QUANTUM, RESOLUTION, SearchConfig, midpoint
-from suite.suitefile import loads
+from suite import cli, results
+from suite.contract.errors import ExitCode
+from suite.run import maxbatch
+from suite.run.maxbatch import QUANTUM, RESOLUTION, SearchConfig, midpoint
+from suite.spec.matrix import expand
+from suite.spec.suitefile import loads
 
 # ---------------------------------------------------------------------------
 # the search logic, against a simulated ceiling

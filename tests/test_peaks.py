@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from suite import peaks
+from suite.run import peaks
 
 
 @pytest.fixture

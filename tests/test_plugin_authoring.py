@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from suite import Batch, TrainStep, Workload, hookimpl, scaffold
-from suite.errors import SuiteFileError, UsageError
+from suite.contract.errors import SuiteFileError, UsageError
 
 
 def _shipped_plugin_autoloads() -> bool:

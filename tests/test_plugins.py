@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from suite import matrix, suitefile
-from suite.errors import PluginError, SuiteFileError
-from suite.manager import AUTOLOAD_ENV, PluginSettings, load_registry
+from suite.contract.errors import PluginError, SuiteFileError
+from suite.host.manager import AUTOLOAD_ENV, PluginSettings, load_registry
+from suite.spec import matrix, suitefile
 
 TESTS = Path(__file__).parent
 BROKEN = TESTS / "broken_plugins"

@@ -13,7 +13,7 @@ from torch import nn
 from plugins.probes import flops, tensorcores
 from plugins.workloads import cnn, gemm, transformer
 from suite import Batch, BuildContext, ProbeContext, TrainStep
-from suite.manager import PluginSettings, load_registry
+from suite.host.manager import PluginSettings, load_registry
 
 CPU = torch.device("cpu")
 

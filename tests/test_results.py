@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from suite import results
-from suite.errors import ResultsFileError
+from suite.contract.errors import ResultsFileError
 
 
 def _doc(cells: Any = None, **top: Any) -> dict[str, Any]:

@@ -24,9 +24,10 @@ from typing import Any
 import pytest
 from conftest import FAST_MEASURE, QuietObserver
 
-from suite import cli, results, session
-from suite.errors import ExitCode
-from suite.runner import RunConfig
+from suite import cli, results
+from suite.contract.errors import ExitCode
+from suite.host import session
+from suite.run.runner import RunConfig
 
 HANG_TIMEOUT = 10.0
 
@@ -442,7 +443,7 @@ def test_ctrl_c_before_a_cell_starts_records_it_as_interrupted(tmp_path: Path, w
 
 def test_ctrl_c_while_peaks_are_measured_interrupts_every_cell(tmp_path: Path, write_suite, monkeypatch) -> None:
     """Ctrl-C during the peak measurement is not swallowed: no cell runs and the command exits 2 with a summary."""
-    from suite import runner
+    from suite.run import runner
 
     def interrupted_peaks(*args: Any, **kwargs: Any) -> None:
         raise KeyboardInterrupt
@@ -475,8 +476,8 @@ def test_unpicklable_result_is_sent_as_a_failed_record(tmp_path: Path, monkeypat
     """A plugin that leaves an unpicklable value in the result: the worker still sends a record, with evidence."""
     import multiprocessing as mp
 
-    from suite import worker
-    from suite.runner import malformed
+    from suite.run import worker
+    from suite.run.runner import malformed
 
     def run_cell(payload: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
         return {"status": "passed", "metrics": {}, "notes": {"callback": lambda: None}, "warnings": []}
@@ -518,7 +519,7 @@ def test_limit_memory_adds_to_the_mapped_size(tmp_path: Path) -> None:
     import multiprocessing as mp
     import resource
 
-    from suite import worker
+    from suite.run import worker
 
     def child(conn: Any) -> None:
         before = worker.mapped_bytes()

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from suite import selfcheck
-from suite.manager import PluginSettings, load_registry
-from suite.options import build_options, options_as_dict
-from suite.suitefile import MeasureSpec
-from suite.worker import build_step
+from suite.host.manager import PluginSettings, load_registry
+from suite.run import selfcheck
+from suite.run.worker import build_step
+from suite.spec.options import build_options, options_as_dict
+from suite.spec.suitefile import MeasureSpec
 
 
 def _step(workload: str, options: dict, techniques: tuple[str, ...] = (), batch_size: int = 16):

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from suite import matrix, suitefile
-from suite.errors import ExitCode, SuiteFileError
+from suite.contract.errors import ExitCode, SuiteFileError
+from suite.spec import matrix, suitefile
 
 GOOD_TOY = """
 [workloads.toy]

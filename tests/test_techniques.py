@@ -29,7 +29,7 @@ from plugins.techniques import (
 )
 from plugins.workloads import toy
 from suite import Batch, BuildContext, CheckContext, SkipCell, Technique, TrainStep, Workload
-from suite.options import build_options
+from suite.spec.options import build_options
 
 MODULES = (amp, islands, cuda_graphs, loading, channels_last, precision_flags, compile_, fused_optimizer)
 TECHNIQUES: dict[str, Technique] = {t.name: t for m in MODULES for t in m.ampsuite_techniques()}
@@ -96,9 +96,9 @@ def test_device_only_techniques_require_cuda() -> None:
 
 
 def test_the_matrix_prunes_impossible_combinations_with_their_reasons() -> None:
-    from suite.manager import PluginSettings, load_registry
-    from suite.matrix import expand
-    from suite.suitefile import loads
+    from suite.host.manager import PluginSettings, load_registry
+    from suite.spec.matrix import expand
+    from suite.spec.suitefile import loads
 
     spec = loads(
         """

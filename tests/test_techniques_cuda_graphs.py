@@ -12,7 +12,7 @@ from torch import nn
 from plugins.techniques import amp, cuda_graphs
 from plugins.workloads import toy
 from suite import Batch, BuildContext, CaptureFailed, CheckContext, SkipCell, TrainStep, Workload
-from suite.options import build_options
+from suite.spec.options import build_options
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 GRAPHS = cuda_graphs.ampsuite_techniques()[0]

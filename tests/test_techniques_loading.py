@@ -10,7 +10,7 @@ import torch
 from plugins.techniques import loading
 from plugins.workloads import toy
 from suite import Batch, BuildContext, CheckContext, SkipCell, Technique, TrainStep, Workload
-from suite.options import build_options
+from suite.spec.options import build_options
 
 TECHNIQUES: dict[str, Technique] = {t.name: t for t in loading.ampsuite_techniques()}
 

@@ -17,7 +17,7 @@ from torchvision.models import resnet as tv
 from plugins.probes import flops
 from plugins.workloads import _data, cnn, gemm, transformer, vit
 from suite import BuildContext, ProbeContext, TrainStep
-from suite.manager import PluginSettings, load_registry
+from suite.host.manager import PluginSettings, load_registry
 
 CPU = torch.device("cpu")
 

@@ -28,7 +28,8 @@ __all__ = ["describe", "main"]
 
 def describe(suite: str | Path | None, device: str | None) -> dict[str, Any]:
     """Expand ``suite`` (the default suite for the device when None) for ``device`` (detected when None)."""
-    from suite import environment, session, suitefile
+    from suite.host import environment, session
+    from suite.spec import suitefile
 
     dev = device or environment.detect_device()
     path = Path(suite) if suite is not None else suitefile.default_suite_path(dev)
@@ -44,7 +45,7 @@ def describe(suite: str | Path | None, device: str | None) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from suite.errors import AmpsuiteError
+    from suite.contract.errors import AmpsuiteError
 
     parser = argparse.ArgumentParser(prog="python -m suite.asvtools.plan", description=__doc__.splitlines()[0])
     parser.add_argument("--suite", help="suite file (default: the default suite for the device)")

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from suite import analysis
-from suite.analysis import Comparison, Doc
+from suite.analysis.derived import Comparison, Doc
 from suite.report.fmt import DASH, num, pct, signed_pct
 from suite.report.views import Run, cell_anchor, run_label, workload_page_name
 

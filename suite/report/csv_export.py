@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from suite import analysis
-from suite.analysis import Doc, as_mapping
+from suite.analysis.derived import Doc, as_mapping
 from suite.report.views import techniques_text
 
 __all__ = ["COLUMNS", "csv_rows", "write_csv"]

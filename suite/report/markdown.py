@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from suite import ReportSection, analysis
-from suite.analysis import Doc
+from suite.analysis.derived import Doc
 from suite.report.fmt import DASH, num, pct, ratio, signed_pct
 from suite.report.views import run_label, setup_label
 

@@ -15,7 +15,7 @@ from typing import Any
 from markupsafe import Markup
 
 from suite import analysis
-from suite.analysis import Record, as_mapping
+from suite.analysis.derived import Record, as_mapping
 from suite.report import charts
 from suite.report.fmt import DASH, bytes_, num, pct
 from suite.report.views import CellView, Run, cell_view, setup_label, techniques_text, workload_page_name

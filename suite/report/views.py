@@ -18,7 +18,7 @@ from typing import Any
 from markupsafe import Markup
 
 from suite import analysis
-from suite.analysis import Derived, Doc, Record, as_mapping
+from suite.analysis.derived import Derived, Doc, Record, as_mapping
 from suite.report import charts
 from suite.report.fmt import DASH, bytes_, num, pct, ratio, secs
 

@@ -22,7 +22,7 @@ What each rank does, and why in this order:
 1. joins the process group: NCCL on CUDA with its device = ``LOCAL_RANK``
    (``cuda:LOCAL_RANK`` is the cell's device in that rank), gloo on a CPU;
 2. builds the step exactly like a single-process cell
-   (:func:`suite.worker.build_step`: same seed on every rank, so the replicas
+   (:func:`suite.run.worker.build_step`: same seed on every rank, so the replicas
    start equal -- DDP broadcasts rank 0's weights anyway) and applies the
    techniques in their usual order;
 3. *then* wraps ``step.model`` in ``DistributedDataParallel``. After the
@@ -37,7 +37,7 @@ What each rank does, and why in this order:
    workload's own phases, such as GEMM's, or a technique's) would bypass
    DDP's gradient all-reduce: that rank raises SkipCell, so the cell is
    skipped with the reason;
-4. measures like a single-process cell (:func:`suite.worker.measure_cell`:
+4. measures like a single-process cell (:func:`suite.run.worker.measure_cell`:
    numerics, probes, warm-up, timed steps), with one difference: the
    stopping rule is agreed (below).
 
@@ -50,11 +50,11 @@ refused rather than measured wrongly.
 
 Step agreement. DDP needs every rank to run the same number of steps, or one
 rank waits forever in an all-reduce. The one-process stopping rule of
-:mod:`suite.measure` is kept, and decided together: before each chunk the
+:mod:`suite.run.measure` is kept, and decided together: before each chunk the
 ranks exchange (stop?, elapsed seconds); timing ends when *every* rank's rule
 says stop (so the figure of the slowest, noisiest rank is also settled), and
 the next chunk's size is the one-process rule's, from rank 0's elapsed time.
-Each chunk is timed by :func:`suite.measure.time_steps` with exactly that
+Each chunk is timed by :func:`suite.run.measure.time_steps` with exactly that
 many steps; the exchange happens outside the timed steps.
 
 Data. Every rank trains on the same seeded batches (the workload's own
@@ -77,7 +77,7 @@ against the one-process cell is derived in :mod:`suite.analysis`.
 (one launch of its ranks), whatever it says; pooling several launches would
 have to recombine every rank's figures, and is not done.
 
-Failure. A rank that raises writes its evidence (``suite.worker.classify``:
+Failure. A rank that raises writes its evidence (``suite.run.worker.classify``:
 type, message, traceback tail, phase; oom recognised) before it dies; the
 launcher stops the other ranks and raises ``ChildFailedError``. The cell then
 ends with the evidence of the rank that raised *first* (others often fail
@@ -114,8 +114,8 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from suite import measure
-from suite.errors import SkipCell
+from suite.contract.errors import SkipCell
+from suite.run import measure
 
 __all__ = [
     "NVLS_ENV",
@@ -430,8 +430,8 @@ def _exchange(value: Any) -> list[Any]:
 
 
 def agreed_time_steps(run: Callable[..., Any], data: Callable[[], Any], device: Any, spec: Any) -> list[float]:
-    """:func:`suite.measure.time_steps` in chunks that every rank agrees on (see the module docstring)."""
-    from suite.measure import _next_chunk, _should_stop, time_steps
+    """:func:`suite.run.measure.time_steps` in chunks that every rank agrees on (see the module docstring)."""
+    from suite.run.measure import _next_chunk, _should_stop, time_steps
 
     samples: list[float] = []
     start = time.perf_counter()
@@ -486,7 +486,7 @@ def rank_main(payload: dict[str, Any]) -> dict[str, Any]:
     try:
         return _run_rank(payload, rank, local_rank, state)
     except BaseException as exc:
-        from suite import worker
+        from suite.run import worker
 
         _write_json(rank_dir / f"rank-{rank}.json", {"time": time.time(), "result": worker.classify(exc, state)})
         raise
@@ -496,7 +496,7 @@ def _run_rank(payload: dict[str, Any], rank: int, local_rank: int, state: dict[s
     import torch
     import torch.distributed as dist
 
-    from suite import worker
+    from suite.run import worker
 
     cell = dict(payload["cell"])
     if cell["device"] == "cpu" and payload.get("memory_limit_bytes"):

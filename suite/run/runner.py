@@ -29,10 +29,12 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any, Protocol
 
-from suite import environment, measure, results
-from suite.manager import PluginSettings, Registry
-from suite.matrix import Cell
-from suite.suitefile import SuiteSpec
+from suite import results
+from suite.host import environment
+from suite.host.manager import PluginSettings, Registry
+from suite.run import measure
+from suite.spec.matrix import Cell
+from suite.spec.suitefile import SuiteSpec
 
 __all__ = [
     "Observer",
@@ -91,7 +93,7 @@ def worker_context() -> BaseContext:
         ctx = mp.get_context("forkserver")
         # The fork server imports torch and the built-ins once; each worker is
         # a fork of it, and no CUDA context exists before the fork.
-        ctx.set_forkserver_preload(["suite.worker", *BUILTIN_PLUGINS])
+        ctx.set_forkserver_preload(["suite.run.worker", *BUILTIN_PLUGINS])
         return ctx
     return mp.get_context("spawn")
 
@@ -278,7 +280,7 @@ def open_results(
 def _measure_peaks(
     ctx: BaseContext, device: str, refresh: bool, log: Path, observer: Observer
 ) -> dict[str, Any] | None:
-    from suite import worker
+    from suite.run import worker
 
     kind, value = _in_worker(ctx, worker.peaks_main, (device, refresh, str(log)), PEAKS_TIMEOUT[device], log)
     if kind == "result" and "peaks" in value:
@@ -382,7 +384,7 @@ def _attempt(
     registry: Registry,
 ) -> dict[str, Any]:
     """One process's measurement of ``cell`` (a fresh worker, or this process when ``ctx`` is None)."""
-    from suite import worker
+    from suite.run import worker
 
     payload = _payload(spec, cell, config, log)
     if ctx is None:
@@ -411,7 +413,7 @@ def _interrupted(log: Path) -> dict[str, Any]:
 def process_count(spec: SuiteSpec, cell: Cell) -> int:
     """How many processes measure ``cell``: ``[measure] processes``, or 1 for a data-parallel cell.
 
-    A data-parallel cell's record combines its ranks (:mod:`suite.distributed`);
+    A data-parallel cell's record combines its ranks (:mod:`suite.run.distributed`);
     pooling several such runs is not done, so ``processes`` does not apply to it.
     """
     return spec.measure.processes if cell.world_size <= 1 else 1
@@ -454,11 +456,11 @@ def pool_outcomes(outcomes: Sequence[dict[str, Any]], noise_target: float) -> di
     """One outcome from the passed outcomes of several processes measuring the same cell.
 
     The first outcome, with ``metrics.step_time`` recomputed from every
-    process's samples pooled in order (:func:`suite.measure.pool`: its ``noise``
+    process's samples pooled in order (:func:`suite.run.measure.pool`: its ``noise``
     is the larger of the pooled noise and the between-process noise of the
     medians), ``metrics.step_time.processes`` listing each process's median,
     noise and steps, ``throughput`` and ``tflops`` from the pooled median, and
-    the timing warnings (:func:`suite.measure.timing_warnings`) rewritten for the
+    the timing warnings (:func:`suite.run.measure.timing_warnings`) rewritten for the
     pooled figures; the first outcome's other warnings are kept.
     """
     first = outcomes[0]

@@ -18,12 +18,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from suite import distributed
-from suite.errors import SuiteFileError, UsageError
-from suite.manager import Registry
-from suite.options import OptionError, build_options, is_list_option, options_as_dict
-from suite.records import CheckContext, Technique, Workload
-from suite.suitefile import Rule, SuiteSpec
+from suite.contract.errors import SuiteFileError, UsageError
+from suite.contract.plugin import CheckContext, Technique, Workload
+from suite.host.manager import Registry
+from suite.run import distributed
+from suite.spec.options import OptionError, build_options, is_list_option, options_as_dict
+from suite.spec.suitefile import Rule, SuiteSpec
 
 __all__ = ["Cell", "KeywordExpression", "expand", "select"]
 

@@ -43,10 +43,10 @@ from pathlib import Path
 from typing import Any
 
 from suite import results
-from suite.errors import UsageError
-from suite.manager import PluginSettings, Registry
-from suite.matrix import Cell
-from suite.runner import (
+from suite.contract.errors import UsageError
+from suite.host.manager import PluginSettings, Registry
+from suite.host.session import Plan
+from suite.run.runner import (
     RunConfig,
     base_record,
     now,
@@ -55,8 +55,8 @@ from suite.runner import (
     sigterm_interrupts,
     worker_context,
 )
-from suite.session import Plan
-from suite.suitefile import MeasureSpec, SuiteSpec
+from suite.spec.matrix import Cell
+from suite.spec.suitefile import MeasureSpec, SuiteSpec
 
 __all__ = ["QUANTUM", "RESOLUTION", "SearchConfig", "attempt_measure", "midpoint", "search"]
 

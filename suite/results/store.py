@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from suite.errors import ResultsFileError
+from suite.contract.errors import ResultsFileError
 
 __all__ = [
     "FORMAT",

@@ -1,7 +1,7 @@
 """Fidelity: the harness against a plain hand-written training loop, in the same process.
 
 For each check, one step object is built through the plugins exactly as a
-cell would be. The harness times it with :func:`suite.measure.time_steps`
+cell would be. The harness times it with :func:`suite.run.measure.time_steps`
 (what every cell uses); the plain loop drives the same model, optimizer, loss
 and batches with the few lines a user would write, timed as users time it
 (one synchronisation, wall clock over N steps). Rounds alternate so drift in
@@ -19,12 +19,12 @@ from typing import Any
 
 import torch
 
-from suite.manager import PluginSettings, load_registry
-from suite.measure import summarize, time_steps
-from suite.options import build_options, options_as_dict
-from suite.step import Batch, TrainStep
-from suite.suitefile import MeasureSpec
-from suite.worker import build_step
+from suite.contract.step import Batch, TrainStep
+from suite.host.manager import PluginSettings, load_registry
+from suite.run.measure import summarize, time_steps
+from suite.run.worker import build_step
+from suite.spec.options import build_options, options_as_dict
+from suite.spec.suitefile import MeasureSpec
 
 __all__ = ["CHECKS", "Check", "CheckResult", "plain_step", "run_check"]
 

@@ -22,13 +22,13 @@ from typing import Any
 
 import torch
 
-from suite.errors import SkipCell
-from suite.manager import PluginSettings, Registry, load_registry
-from suite.measure import rates, summarize, time_steps, timing_warnings
-from suite.options import build_options
-from suite.records import BuildContext, ProbeContext
-from suite.step import TrainStep
-from suite.suitefile import MeasureSpec
+from suite.contract.errors import SkipCell
+from suite.contract.plugin import BuildContext, ProbeContext
+from suite.contract.step import TrainStep
+from suite.host.manager import PluginSettings, Registry, load_registry
+from suite.run.measure import rates, summarize, time_steps, timing_warnings
+from suite.spec.options import build_options
+from suite.spec.suitefile import MeasureSpec
 
 __all__ = [
     "build_step",
@@ -185,7 +185,7 @@ def run_cell(
     """Measure one cell; returns the record parts (status ``passed``).
 
     A cell of world size > 1 (suite-file ``gpus``) is handed to
-    :func:`suite.distributed.run_cell`, which launches its ranks from here; each
+    :func:`suite.run.distributed.run_cell`, which launches its ranks from here; each
     rank loads its own plugins, so ``registry`` does not reach them.
 
     :param state: filled as the cell progresses (phase, partial metrics), so that
@@ -194,7 +194,7 @@ def run_cell(
         plugin objects registered directly); workers load their own.
     """
     if int(payload["cell"].get("world_size", 1)) > 1:
-        from suite import distributed
+        from suite.run import distributed
 
         return distributed.run_cell(payload, state if state is not None else {})
     return measure_cell(payload, state, registry)
@@ -213,7 +213,7 @@ def measure_cell(
 
     :param prepare: applied to the step after its techniques and before it is composed
         (a rank wraps the model in DistributedDataParallel here).
-    :param timer: times the steps (:func:`suite.measure.time_steps`'s signature); ranks
+    :param timer: times the steps (:func:`suite.run.measure.time_steps`'s signature); ranks
         pass one whose stopping rule every rank agrees on.
     """
     state = state if state is not None else {}
@@ -402,7 +402,7 @@ def main(payload: dict[str, Any], conn: Any) -> None:
     # faulthandler writes every thread's Python stack to the log first, which
     # the runner keeps as the crashed record's stderr_tail.
     faulthandler.enable(file=sys.stderr, all_threads=True)
-    # A data-parallel cell's ranks set their own limit (suite.distributed): a
+    # A data-parallel cell's ranks set their own limit (suite.run.distributed): a
     # limit set here would be inherited by ranks that map more than this process.
     single = int(payload["cell"].get("world_size", 1)) <= 1
     if payload.get("memory_limit_bytes") and payload["cell"]["device"] == "cpu" and single:
@@ -434,7 +434,7 @@ def peaks_main(device_type: str, refresh: bool, log_path: str, conn: Any) -> Non
     os.dup2(log, 1)
     os.dup2(log, 2)
     try:
-        from suite.peaks import measure_peaks
+        from suite.run.peaks import measure_peaks
 
         conn.send({"peaks": measure_peaks(device_type, refresh=refresh)})
     except BaseException as exc:

@@ -19,9 +19,10 @@ from typing import Any, TypeVar
 
 import pluggy
 
-from suite import PLUGIN_API, __version__, hookspecs
-from suite.errors import PluginError
-from suite.records import Probe, Technique, Workload
+from suite import PLUGIN_API, __version__
+from suite.contract.errors import PluginError
+from suite.contract.plugin import Probe, Technique, Workload
+from suite.host import hookspecs
 
 ENTRY_POINT_GROUP = "ampsuite"
 AUTOLOAD_ENV = "AMPSUITE_DISABLE_PLUGIN_AUTOLOAD"

@@ -7,11 +7,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from suite import environment, matrix, runner, suitefile
-from suite.errors import UsageError
-from suite.manager import PluginSettings, Registry, load_registry
-from suite.matrix import Cell
-from suite.suitefile import SuiteSpec
+from suite.contract.errors import UsageError
+from suite.host import environment
+from suite.host.manager import PluginSettings, Registry, load_registry
+from suite.run import runner
+from suite.spec import matrix, suitefile
+from suite.spec.matrix import Cell
+from suite.spec.suitefile import SuiteSpec
 
 __all__ = ["Plan", "plan", "run_plan"]
 

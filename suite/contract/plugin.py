@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-    from suite.step import TrainStep
+    from suite.contract.step import TrainStep
 
 __all__ = [
     "BuildContext",

@@ -1,7 +1,7 @@
 """The suite file: TOML in, a validated :class:`SuiteSpec` out.
 
 Structure is checked here, completely, before any work starts; plugin names
-and plugin options are checked against the registry by :func:`suite.matrix.expand`
+and plugin options are checked against the registry by :func:`suite.spec.matrix.expand`
 (which also runs before any cell). Every error is a :class:`SuiteFileError`
 naming the file, the key path and what was expected.
 
@@ -25,7 +25,7 @@ Keys of ``[measure]`` whose meaning is not obvious from the README's example:
     (clocks, memory placement, allocator state): with N > 1 the record pools
     the N processes' samples, and its noise is the larger of the pooled noise
     and the scatter of the per-process medians (see
-    :func:`suite.runner.pool_outcomes`). Data-parallel cells (``gpus`` > 1)
+    :func:`suite.run.runner.pool_outcomes`). Data-parallel cells (``gpus`` > 1)
     ignore it and run once.
 
 Keys of a ``[workloads.ID]`` table that are not workload options:
@@ -35,7 +35,7 @@ Keys of a ``[workloads.ID]`` table that are not workload options:
 ``gpus``
     how many processes run each cell data-parallel (DistributedDataParallel): one
     per GPU on CUDA, gloo processes on a CPU; an integer >= 1 or a list of them (an
-    axis); default 1. See :mod:`suite.distributed`.
+    axis); default 1. See :mod:`suite.run.distributed`.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from suite.errors import SuiteFileError
+from suite.contract.errors import SuiteFileError
 
 __all__ = ["MeasureSpec", "Rule", "SuiteSpec", "WorkloadEntry", "default_suite_path", "load", "loads"]
 
@@ -70,7 +70,7 @@ class MeasureSpec:
     numerics_steps: int = 5
     processes: int = 1
     """Fresh worker processes each single-process cell is measured in, one after another, samples pooled
-    (see :func:`suite.runner.pool_outcomes`); data-parallel cells (``gpus`` > 1) run once whatever it says."""
+    (see :func:`suite.run.runner.pool_outcomes`); data-parallel cells (``gpus`` > 1) run once whatever it says."""
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from suite.matrix import Cell
-    from suite.records import Probe, ReportSection, Technique, Workload
+    from suite.contract.plugin import Probe, ReportSection, Technique, Workload
+    from suite.spec.matrix import Cell
 
 hookspec = pluggy.HookspecMarker("ampsuite")
 

@@ -1,0 +1,1 @@
+"""Layer 2, the host: hook specifications, the plugin manager, the machine's facts, and planning a run."""

@@ -19,6 +19,7 @@ from suite.contract.plugin import (
     Workload,
 )
 from suite.contract.step import Batch, StepFn, TrainStep, Wrapper
+from suite.contract.wire import Cell, Status
 
 __version__ = "0.1.0"
 
@@ -34,6 +35,7 @@ __all__ = [
     "Batch",
     "BuildContext",
     "CaptureFailed",
+    "Cell",
     "CheckContext",
     "ExitCode",
     "NoOptions",
@@ -42,6 +44,7 @@ __all__ = [
     "ProbeContext",
     "ReportSection",
     "SkipCell",
+    "Status",
     "StepFn",
     "SuiteFileError",
     "Technique",

@@ -60,7 +60,7 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
         argv=sys.argv,
     )
     try:
-        doc, interrupted = session.run_plan(p, config, display)
+        doc, interrupted = runner.run_plan(p, config, display)
     finally:
         display.stop()
     print_summary(doc, display.console)
@@ -177,7 +177,7 @@ def cmd_selfcheck(args: argparse.Namespace) -> ExitCode:
     from suite.display import make_console
     from suite.host import environment, session
     from suite.run import selfcheck
-    from suite.spec.matrix import KeywordExpression
+    from suite.spec.keyword import KeywordExpression
 
     device = session.resolve_device("auto", args.device)
     checks = selfcheck.CHECKS[device]

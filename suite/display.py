@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from suite.spec.matrix import Cell
+from suite.contract.wire import Cell
 
 __all__ = ["Display", "format_bytes", "line_for", "results_table"]
 

@@ -51,8 +51,8 @@ import pytest
 from suite.contract.errors import PluginError, SuiteFileError, UsageError
 
 if TYPE_CHECKING:
+    from suite.contract.wire import Cell
     from suite.host.manager import PluginSettings, Registry
-    from suite.spec.matrix import Cell
     from suite.spec.suitefile import SuiteSpec
 
 __all__ = [
@@ -370,7 +370,7 @@ def run_suite(
         argv=("ampsuite_run",),
     )
     observer = _QuietObserver()
-    doc, interrupted = session.run_plan(plan, config, observer)
+    doc, interrupted = runner.run_plan(plan, config, observer)
     return SuiteResult(doc, config.output, interrupted, plan.registry, observer.messages)
 
 

@@ -88,6 +88,7 @@ noop = ["noop"]
 def healthy_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     """A real two-cell toy run through isolated workers: (results path, document as returned by the runner)."""
     from suite.host import session
+    from suite.run import runner
     from suite.run.runner import RunConfig
 
     root = tmp_path_factory.mktemp("healthy")
@@ -96,7 +97,7 @@ def healthy_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[st
     out = root / "results.json"
     plan = session.plan(suite_path, device="cpu")
     config = RunConfig(output=out, data_dir=root / "data", measure_peaks=False, argv=["test"])
-    doc, interrupted = session.run_plan(plan, config, QuietObserver())
+    doc, interrupted = runner.run_plan(plan, config, QuietObserver())
     assert not interrupted
     return out, doc
 

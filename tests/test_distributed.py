@@ -21,8 +21,10 @@ from conftest import FAST_MEASURE, QuietObserver
 
 from suite import analysis
 from suite.contract.errors import SuiteFileError
-from suite.run import distributed
-from suite.spec import matrix, suitefile
+from suite.contract.wire import Cell
+from suite.run import distributed, runner
+from suite.spec import matrix, parallel, suitefile
+from suite.spec.keyword import select
 
 # ---------------------------------------------------------------------------
 # the suite file and the matrix
@@ -39,9 +41,9 @@ noop = ["noop"]
 """
 
 
-def _cells(registry: Any, gpus: str, device: str = "cpu", extra: str = "") -> list[matrix.Cell]:
+def _cells(registry: Any, gpus: str, device: str = "cpu", extra: str = "", gpu_count: int = 0) -> list[Cell]:
     spec = suitefile.loads(TOY.format(gpus=gpus) + extra)
-    return matrix.expand(spec, registry, device)
+    return matrix.expand(spec, registry, device, gpu_count)
 
 
 def test_gpus_axis_gives_world_sizes_and_keeps_one_process_ids(registry) -> None:
@@ -57,7 +59,7 @@ def test_gpus_axis_gives_world_sizes_and_keeps_one_process_ids(registry) -> None
     assert all(c.skip_reason is None for c in cells)  # gloo processes: any number on a CPU
     assert cells[2].as_dict()["world_size"] == 2 and plain[0].as_dict()["world_size"] == 1
     assert "gpus" not in cells[2].options  # not a workload option
-    assert matrix.select(cells, "x2") == cells[2:]
+    assert select(cells, "x2") == cells[2:]
 
 
 def test_single_gpus_value_and_default(registry) -> None:
@@ -85,37 +87,29 @@ def test_bad_gpus_values_are_refused(value: str, message: str) -> None:
     assert re.fullmatch(r"s\.toml: workloads\.toy\.gpus: " + message, str(info.value)), str(info.value)
 
 
-def test_cuda_cells_beyond_the_device_count_are_skipped(registry, monkeypatch) -> None:
-    import torch
-
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    cells = {c.id: c.skip_reason for c in _cells(registry, "gpus = [1, 2, 4]", device="cuda")}
+def test_cuda_cells_beyond_the_device_count_are_skipped(registry) -> None:
+    cells = {c.id: c.skip_reason for c in _cells(registry, "gpus = [1, 2, 4]", device="cuda", gpu_count=2)}
     assert cells["toy/fp32/bs8"] is None
     assert cells["toy/fp32/x2/bs8"] is None
     assert cells["toy/noop/x4/bs8"] == "needs 4 GPUs (gpus = 4); this machine has 2"
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
-    cells = {c.id: c.skip_reason for c in _cells(registry, "gpus = [1, 2]", device="cuda")}
+    cells = {c.id: c.skip_reason for c in _cells(registry, "gpus = [1, 2]", device="cuda", gpu_count=0)}
     assert cells["toy/fp32/bs8"] is None  # one process: the usual rules alone
     assert cells["toy/fp32/x2/bs8"] == "needs 2 GPUs (gpus = 2); this machine has 0"
 
 
-def test_cuda_graphs_are_refused_under_data_parallelism(registry, monkeypatch) -> None:
-    import torch
-
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+def test_cuda_graphs_are_refused_under_data_parallelism(registry) -> None:
     extra = 'graphs = ["cuda-graphs"]\n'
-    cells = {c.id: c.skip_reason for c in _cells(registry, "gpus = [1, 2]", device="cuda", extra=extra)}
+    cells = {c.id: c.skip_reason for c in _cells(registry, "gpus = [1, 2]", device="cuda", extra=extra, gpu_count=2)}
     assert cells["toy/graphs/bs8"] is None
-    assert cells["toy/graphs/x2/bs8"] == distributed.UNSUPPORTED_TECHNIQUES["cuda-graphs"]
+    assert cells["toy/graphs/x2/bs8"] == parallel.UNSUPPORTED_TECHNIQUES["cuda-graphs"]
     assert cells["toy/fp32/x2/bs8"] is None
 
 
-def test_skip_reason_never_counts_gpus_for_one_process_or_cpu() -> None:
-    def count() -> int:
-        raise AssertionError("GPUs counted")
-
-    assert distributed.skip_reason(1, "cuda", ["cuda-graphs"], count) is None
-    assert distributed.skip_reason(8, "cpu", ["amp-bf16"], count) is None
+def test_skip_reason_needs_gpus_only_for_several_cuda_processes() -> None:
+    assert parallel.skip_reason(1, "cuda", ["cuda-graphs"], 0) is None
+    assert parallel.skip_reason(8, "cpu", ["amp-bf16"], 0) is None
+    assert parallel.skip_reason(2, "cuda", ["amp-bf16"], 1) == "needs 2 GPUs (gpus = 2); this machine has 1"
+    assert parallel.skip_reason(2, "cuda", ["amp-bf16"], 2) is None
 
 
 # ---------------------------------------------------------------------------
@@ -234,7 +228,7 @@ def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     suite_path.write_text(RUN_SUITE, encoding="utf-8")
     plan = session.plan(suite_path, device="cpu")
     config = RunConfig(output=root / "results.json", data_dir=root / "data", measure_peaks=False, argv=["test"])
-    doc, interrupted = session.run_plan(plan, config, QuietObserver())
+    doc, interrupted = runner.run_plan(plan, config, QuietObserver())
     assert not interrupted
     return doc
 
@@ -346,7 +340,7 @@ def test_a_hanging_rank_times_out_and_takes_every_rank_with_it(tmp_path: Path) -
     )
     plan = session.plan(suite_path, device="cpu", keyword="hang")
     config = RunConfig(output=tmp_path / "r.json", data_dir=tmp_path / "data", measure_peaks=False)
-    doc, _ = session.run_plan(plan, config, QuietObserver())
+    doc, _ = runner.run_plan(plan, config, QuietObserver())
     (rec,) = doc["cells"]
     assert rec["status"] == "timeout"
     pids = [int(p) for p in re.findall(r"ampsuite: rank \d \(local \d\) pid (\d+)", rec["evidence"]["stderr_tail"])]

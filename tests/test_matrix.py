@@ -15,8 +15,10 @@ import pytest
 
 from suite import CheckContext, Technique, TrainStep, Workload, hookimpl
 from suite.contract.errors import SuiteFileError, UsageError
+from suite.contract.wire import Cell
 from suite.host.manager import PluginSettings, load_registry
-from suite.spec.matrix import Cell, KeywordExpression, expand, select
+from suite.spec.keyword import KeywordExpression, select
+from suite.spec.matrix import expand
 from suite.spec.suitefile import loads
 
 

@@ -27,6 +27,7 @@ from conftest import FAST_MEASURE, QuietObserver
 from suite import cli, results
 from suite.contract.errors import ExitCode
 from suite.host import session
+from suite.run import runner
 from suite.run.runner import RunConfig
 
 HANG_TIMEOUT = 10.0
@@ -344,7 +345,7 @@ def test_two_backups_with_the_same_mtime_are_both_kept(tmp_path: Path, write_sui
         if out.exists():
             os.utime(out, (1_700_000_000, 1_700_000_000))
         config = RunConfig(output=out, measure_peaks=False, argv=[f"run-{i}"])
-        session.run_plan(plan, config, observer)
+        runner.run_plan(plan, config, observer)
     kept = sorted(results.load(p)["run"]["argv"][0] for p in tmp_path.glob("results*.json"))
     assert kept == ["run-0", "run-1", "run-2", "run-3"]
     assert sorted(p.name for p in tmp_path.glob("results.*.json")) == [
@@ -402,7 +403,7 @@ SKIP_REASON = "cuda-graphs needs a CUDA device; this run is on cpu"
 
 def _run_interrupted(plan: Any, out: Path, observer: Any, **config: Any) -> tuple[dict[str, Any], bool]:
     try:
-        return session.run_plan(plan, RunConfig(output=out, argv=["test"], **config), observer)
+        return runner.run_plan(plan, RunConfig(output=out, argv=["test"], **config), observer)
     except KeyboardInterrupt:  # never let it reach pytest, which would stop the whole session
         pytest.fail("KeyboardInterrupt escaped run_cells")
 

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     import torch
 
     from suite.contract.step import TrainStep
+    from suite.contract.wire import Cell
 
 __all__ = [
     "BuildContext",
@@ -130,7 +131,7 @@ class ProbeContext:
     Attributes:
         step: the cell's step after every technique was applied.
         run: the composed step function that is timed.
-        cell: the cell as plain data (id, workload, techniques, batch_size, ...).
+        cell: the cell being measured (the same :class:`~suite.contract.wire.Cell` ``ampsuite_modify_cells`` saw).
         metrics: numbers for the record (JSON values; floats, never NaN).
         diagnostics: structured evidence (tables of shapes, dtype per op, ...).
         warnings: one-line warnings for the record and the report.
@@ -138,7 +139,7 @@ class ProbeContext:
 
     step: TrainStep
     run: Callable[..., Any]
-    cell: Mapping[str, Any]
+    cell: Cell
     metrics: dict[str, Any] = field(default_factory=dict)
     diagnostics: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)

@@ -103,6 +103,13 @@ def _torch_gpu() -> dict[str, Any] | None:
     }
 
 
+def gpu_count() -> int:
+    """CUDA devices this process sees (``torch.cuda.device_count``, which creates no CUDA context)."""
+    import torch
+
+    return int(torch.cuda.device_count())
+
+
 def detect_device() -> str:
     """``cuda`` when torch sees a GPU, else ``cpu``."""
     import torch

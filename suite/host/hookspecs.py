@@ -16,7 +16,7 @@ import pluggy
 
 if TYPE_CHECKING:
     from suite.contract.plugin import Probe, ReportSection, Technique, Workload
-    from suite.spec.matrix import Cell
+    from suite.contract.wire import Cell
 
 hookspec = pluggy.HookspecMarker("ampsuite")
 
@@ -70,9 +70,10 @@ def ampsuite_modify_cells(suite: Mapping[str, Any], cells: list[Cell]) -> None:
     """Filter or reorder the expanded cells in place.
 
     :param suite: the validated suite as plain data (``SuiteSpec.as_dict()``).
-    :param cells: the expanded cells; mutate the list (remove, reorder).
-        Removing a cell drops it from the run entirely (it gets no record);
-        to keep a record, set ``cell.skip_reason`` instead.
+    :param cells: the expanded cells (frozen :class:`suite.Cell` objects); mutate
+        the list (remove, reorder, replace). Removing a cell drops it from the
+        run entirely (it gets no record); to keep a record, replace it by
+        ``cell.skipped("why")`` instead.
 
     Runs in the parent, after expansion and ``-k`` selection. All
     implementations are called.

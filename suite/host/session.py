@@ -5,17 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from suite.contract.errors import UsageError
+from suite.contract.wire import Cell
 from suite.host import environment
 from suite.host.manager import PluginSettings, Registry, load_registry
-from suite.run import runner
 from suite.spec import matrix, suitefile
-from suite.spec.matrix import Cell
+from suite.spec.keyword import select
 from suite.spec.suitefile import SuiteSpec
 
-__all__ = ["Plan", "plan", "run_plan"]
+__all__ = ["Plan", "plan"]
 
 
 @dataclass
@@ -57,12 +56,7 @@ def plan(
         spec = suite if isinstance(suite, SuiteSpec) else suitefile.load(suite)
     dev = resolve_device(spec.device, device)
     registry = load_registry(settings, objects)
-    cells = matrix.select(matrix.expand(spec, registry, dev), keyword)
+    gpus = environment.gpu_count() if dev == "cuda" else 0
+    cells = select(matrix.expand(spec, registry, dev, gpus), keyword)
     registry.hook.ampsuite_modify_cells(suite=spec.as_dict(), cells=cells)
     return Plan(spec, dev, registry, cells, settings)
-
-
-def run_plan(p: Plan, config: runner.RunConfig, observer: runner.Observer) -> tuple[dict[str, Any], bool]:
-    """Run a plan's cells; returns (results document, interrupted)."""
-    config.plugins = p.settings
-    return runner.run_cells(p.spec, p.cells, p.registry, p.device, config, observer)

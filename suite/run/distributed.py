@@ -110,22 +110,20 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from suite.contract.errors import SkipCell
 from suite.run import measure
+from suite.spec.parallel import UNSUPPORTED_TECHNIQUES
 
 __all__ = [
     "NVLS_ENV",
     "agreed_time_steps",
     "combine",
-    "gpu_count",
-    "id_part",
     "rank_main",
     "run_cell",
-    "skip_reason",
     "wrap_ddp",
 ]
 
@@ -142,48 +140,6 @@ MONITOR_INTERVAL = 0.1
 SHUTDOWN_SECONDS = 5
 """How long the launcher waits after SIGTERM before it SIGKILLs the ranks it stops."""
 LOG_TAIL_BYTES = 4000
-
-UNSUPPORTED_TECHNIQUES: dict[str, str] = {
-    "cuda-graphs": (
-        "cuda-graphs is not supported with gpus > 1: capturing DistributedDataParallel needs DDP built on a "
-        "side stream, 11+ eager warm-up iterations and NCCL async error handling off, and the capture's warm-up "
-        "restores weights behind DDP's back"
-    ),
-}
-"""Techniques a data-parallel cell refuses, with the reason its record gives."""
-
-
-# ---------------------------------------------------------------------------
-# the parent: ids and skip reasons
-# ---------------------------------------------------------------------------
-
-
-def id_part(world_size: int) -> str:
-    """The part of a cell id that names its world size: empty for one process, so those ids never change."""
-    return f"/x{world_size}" if world_size > 1 else ""
-
-
-def gpu_count() -> int:
-    """CUDA devices this process sees (``torch.cuda.device_count``, which creates no CUDA context)."""
-    import torch
-
-    return int(torch.cuda.device_count())
-
-
-def skip_reason(
-    world_size: int, device: str, techniques: Collection[str], count: Callable[[], int] = gpu_count
-) -> str | None:
-    """Why a cell of ``world_size`` processes cannot run on ``device`` with ``techniques`` (None: it can)."""
-    if world_size <= 1:
-        return None
-    if device == "cuda":
-        have = count()
-        if world_size > have:
-            return f"needs {world_size} GPUs (gpus = {world_size}); this machine has {have}"
-    for name in sorted(techniques):
-        if name in UNSUPPORTED_TECHNIQUES:
-            return UNSUPPORTED_TECHNIQUES[name]
-    return None
 
 
 # ---------------------------------------------------------------------------

@@ -44,6 +44,7 @@ from typing import Any
 
 from suite import results
 from suite.contract.errors import UsageError
+from suite.contract.wire import Cell
 from suite.host.manager import PluginSettings, Registry
 from suite.host.session import Plan
 from suite.run.runner import (
@@ -55,7 +56,6 @@ from suite.run.runner import (
     sigterm_interrupts,
     worker_context,
 )
-from suite.spec.matrix import Cell
 from suite.spec.suitefile import MeasureSpec, SuiteSpec
 
 __all__ = ["QUANTUM", "RESOLUTION", "SearchConfig", "attempt_measure", "midpoint", "search"]

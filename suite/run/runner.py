@@ -30,10 +30,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from suite import results
+from suite.contract.wire import Cell
 from suite.host import environment
 from suite.host.manager import PluginSettings, Registry
+from suite.host.session import Plan
 from suite.run import measure
-from suite.spec.matrix import Cell
 from suite.spec.suitefile import SuiteSpec
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "pool_outcomes",
     "process_count",
     "run_cells",
+    "run_plan",
     "run_record",
     "sigterm_interrupts",
     "worker_context",
@@ -617,3 +619,9 @@ def _notify(registry: Registry, record: dict[str, Any]) -> list[str]:
                 f"warning: plugin {impl.plugin_name!r} ampsuite_cell_finished raised {type(exc).__name__}: {exc}"
             )
     return errors
+
+
+def run_plan(p: Plan, config: RunConfig, observer: Observer) -> tuple[dict[str, Any], bool]:
+    """Run a plan's cells (:func:`suite.host.session.plan`); returns (results document, interrupted)."""
+    config.plugins = p.settings
+    return run_cells(p.spec, p.cells, p.registry, p.device, config, observer)

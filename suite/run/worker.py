@@ -25,6 +25,7 @@ import torch
 from suite.contract.errors import SkipCell
 from suite.contract.plugin import BuildContext, ProbeContext
 from suite.contract.step import TrainStep
+from suite.contract.wire import Cell
 from suite.host.manager import PluginSettings, Registry, load_registry
 from suite.run.measure import rates, summarize, time_steps, timing_warnings
 from suite.spec.options import build_options
@@ -243,7 +244,7 @@ def measure_cell(
     numerics = _numerics(step, run, spec.numerics_steps, metrics)
     state["numerics"] = numerics
 
-    ctx = ProbeContext(step=step, run=run, cell=cell, metrics=metrics)
+    ctx = ProbeContext(step=step, run=run, cell=Cell.from_dict(cell), metrics=metrics)
     probes = sorted(registry.probes.values(), key=lambda p: (p.order, p.name))
     for probe in probes:
         if probe.inspect is not None:

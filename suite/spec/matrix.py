@@ -13,56 +13,26 @@ from __future__ import annotations
 import copy
 import difflib
 import itertools
-import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
-from suite.contract.errors import SuiteFileError, UsageError
+from suite.contract.errors import SuiteFileError
 from suite.contract.plugin import CheckContext, Technique, Workload
-from suite.host.manager import Registry
-from suite.run import distributed
+from suite.contract.wire import Cell
+from suite.spec import parallel
 from suite.spec.options import OptionError, build_options, is_list_option, options_as_dict
 from suite.spec.suitefile import Rule, SuiteSpec
 
-__all__ = ["Cell", "KeywordExpression", "expand", "select"]
+__all__ = ["Catalog", "Cell", "expand"]
 
 
-@dataclass
-class Cell:
-    """One point of the matrix: a workload configuration, a technique combination, a batch size."""
+class Catalog(Protocol):
+    """The plugins' records by name: what expansion needs of the plugin registry (``suite.host.manager.Registry``)."""
 
-    id: str
-    workload_id: str
-    workload: str
-    options: dict[str, Any]
-    axes: dict[str, Any]
-    combination: str
-    techniques: list[tuple[str, dict[str, Any]]]
-    batch_size: int
-    device: str
-    baseline: str
-    skip_reason: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    world_size: int = 1
-    """Processes (one per GPU; gloo processes on a CPU) the cell runs data-parallel on."""
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "workload_id": self.workload_id,
-            "workload": self.workload,
-            "options": self.options,
-            "axes": self.axes,
-            "combination": self.combination,
-            "techniques": [{"name": n, "options": o} for n, o in self.techniques],
-            "batch_size": self.batch_size,
-            "device": self.device,
-            "baseline": self.baseline,
-            "skip_reason": self.skip_reason,
-            "extra": self.extra,
-            "world_size": self.world_size,
-        }
+    @property
+    def workloads(self) -> Mapping[str, Workload]: ...
+    @property
+    def techniques(self) -> Mapping[str, Technique]: ...
 
 
 def _fmt(value: Any) -> str:
@@ -78,7 +48,7 @@ def _lookup(spec: SuiteSpec, key: str, names: Mapping[str, Any], kind: str, name
         raise SuiteFileError(spec.path, key, f"unknown {kind} {name!r}; {hint} (see `ampsuite list`)")
 
 
-def _technique_options(spec: SuiteSpec, registry: Registry) -> dict[str, dict[str, Any]]:
+def _technique_options(spec: SuiteSpec, registry: Catalog) -> dict[str, dict[str, Any]]:
     used = {t for combo in spec.combinations.values() for t in combo}
     for cid, combo in spec.combinations.items():
         for i, t in enumerate(combo):
@@ -98,9 +68,7 @@ def _technique_options(spec: SuiteSpec, registry: Registry) -> dict[str, dict[st
     return out
 
 
-def _workload_configs(
-    spec: SuiteSpec, registry: Registry
-) -> list[tuple[Any, Workload, dict[str, Any], dict[str, Any]]]:
+def _workload_configs(spec: SuiteSpec, registry: Catalog) -> list[tuple[Any, Workload, dict[str, Any], dict[str, Any]]]:
     """(entry, record, options, axis values) for every point of each workload's option axes."""
     configs = []
     for entry in spec.workloads:
@@ -129,7 +97,7 @@ def _workload_configs(
 
 def _skip_reason(
     spec: SuiteSpec,
-    registry: Registry,
+    registry: Catalog,
     record: Workload,
     options: Any,
     techniques: Sequence[Technique],
@@ -171,7 +139,7 @@ def _skip_reason(
     return None
 
 
-def _check_rules(spec: SuiteSpec, registry: Registry) -> None:
+def _check_rules(spec: SuiteSpec, registry: Catalog) -> None:
     """Refuse rule values that name nothing in the suite: such a rule would silently match no cell."""
     workload_ids = {e.id: e for e in spec.workloads}
     plugins_used = {e.plugin for e in spec.workloads}
@@ -219,8 +187,8 @@ def _matches(rule: Rule, cell: Cell, entry_plugin: str) -> bool:
     return all(cell.options.get(k) == v for k, v in rule.options.items())
 
 
-def expand(spec: SuiteSpec, registry: Registry, device: str) -> list[Cell]:
-    """Every cell of the suite on ``device``, in run order, with skip reasons set.
+def expand(spec: SuiteSpec, registry: Catalog, device: str, gpu_count: int = 0) -> list[Cell]:
+    """Every cell of the suite on ``device`` with ``gpu_count`` GPUs, in run order, with skip reasons set.
 
     Order: workloads and their option points as declared, then batch sizes,
     then world sizes (``gpus``), then combinations with the baseline first (so
@@ -243,13 +211,13 @@ def expand(spec: SuiteSpec, registry: Registry, device: str) -> list[Cell]:
                 techs = sorted((registry.techniques[n] for n in names), key=lambda t: (t.order, t.name))
                 # Every cell owns its dicts: ampsuite_modify_cells may change one cell without touching others.
                 cell = Cell(
-                    id=f"{entry.id}{suffix}/{cid}{distributed.id_part(world)}/bs{bs}",
+                    id=f"{entry.id}{suffix}/{cid}{parallel.id_part(world)}/bs{bs}",
                     workload_id=entry.id,
                     workload=record.name,
                     options=copy.deepcopy(options),
                     axes=copy.deepcopy(axis_values),
                     combination=cid,
-                    techniques=[(t.name, copy.deepcopy(tech_options[t.name])) for t in techs],
+                    techniques=tuple((t.name, copy.deepcopy(tech_options[t.name])) for t in techs),
                     batch_size=bs,
                     device=device,
                     baseline=spec.baseline,
@@ -259,87 +227,10 @@ def expand(spec: SuiteSpec, registry: Registry, device: str) -> list[Cell]:
                     continue
                 if any(_matches(r, cell, entry.plugin) for r in spec.exclude):
                     continue
-                cell.skip_reason = _skip_reason(spec, registry, record, opts_obj, techs, device, bs, tech_options)
-                if cell.skip_reason is None and world > 1:
-                    cell.skip_reason = distributed.skip_reason(world, device, [t.name for t in techs])
+                reason = _skip_reason(spec, registry, record, opts_obj, techs, device, bs, tech_options)
+                if reason is None and world > 1:
+                    reason = parallel.skip_reason(world, device, [t.name for t in techs], gpu_count)
+                if reason is not None:
+                    cell = cell.skipped(reason)
                 cells.append(cell)
     return cells
-
-
-class KeywordExpression:
-    """A ``-k`` expression: substrings of cell ids combined with and, or, not and parentheses.
-
-    Written here rather than borrowed from pytest because pytest's matcher is a
-    private module; the grammar is the same subset users know from ``pytest -k``.
-    """
-
-    _TOKEN = re.compile(r"\s*(\(|\)|[^\s()]+)")
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.tokens = [m.group(1) for m in self._TOKEN.finditer(text)]
-        if not self.tokens:
-            raise UsageError("-k: empty expression")
-        self.pos = 0
-        self._tree = self._or()
-        if self.pos != len(self.tokens):
-            raise UsageError(f"-k {text!r}: unexpected {self.tokens[self.pos]!r}")
-
-    def _peek(self) -> str | None:
-        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
-
-    def _take(self) -> str:
-        tok = self._peek()
-        if tok is None:
-            raise UsageError(f"-k {self.text!r}: expression ends too early")
-        self.pos += 1
-        return tok
-
-    def _or(self) -> Any:
-        node = self._and()
-        while self._peek() == "or":
-            self._take()
-            node = ("or", node, self._and())
-        return node
-
-    def _and(self) -> Any:
-        node = self._not()
-        while self._peek() == "and":
-            self._take()
-            node = ("and", node, self._not())
-        return node
-
-    def _not(self) -> Any:
-        if self._peek() == "not":
-            self._take()
-            return ("not", self._not())
-        tok = self._take()
-        if tok == "(":
-            node = self._or()
-            if self._take() != ")":
-                raise UsageError(f"-k {self.text!r}: missing ')'")
-            return node
-        if tok in (")", "and", "or"):
-            raise UsageError(f"-k {self.text!r}: unexpected {tok!r}")
-        return ("word", tok)
-
-    def matches(self, cell_id: str) -> bool:
-        def ev(node: Any) -> bool:
-            op = node[0]
-            if op == "word":
-                return bool(node[1].lower() in cell_id.lower())
-            if op == "not":
-                return not ev(node[1])
-            if op == "and":
-                return ev(node[1]) and ev(node[2])
-            return ev(node[1]) or ev(node[2])
-
-        return ev(self._tree)
-
-
-def select(cells: Iterable[Cell], keyword: str | None) -> list[Cell]:
-    """The cells whose ids match the ``-k`` expression (all when None)."""
-    if not keyword:
-        return list(cells)
-    expr = KeywordExpression(keyword)
-    return [c for c in cells if expr.matches(c.id)]

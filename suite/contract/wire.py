@@ -1,0 +1,533 @@
+"""The wire format: every shape a cell's data takes between the suite file and the report.
+
+One module holds them all so that each boundary has one typed definition:
+
+- :class:`Cell`, one point of the matrix: what ``ampsuite_modify_cells`` and
+  probes see (the same frozen object), and what the runner hands a worker;
+- :class:`WorkerPayload`, the plain data a worker process starts from;
+- :class:`Outcome`, what one measurement (a worker, or the runner on its behalf)
+  says about a cell;
+- :class:`Record`, one cell's entry in the results file, and :class:`Document`,
+  the file itself;
+- :class:`Status`, the one spelling of every status, with its subsets.
+
+The records are ``TypedDict``s, not classes: a results file is JSON, and readers
+(reports, asv, other tools) index it as such. :func:`check` validates any value
+against these types, so the results loader can refuse a malformed file and every
+reader after it can trust the types.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Literal, NotRequired, TypedDict, Union
+
+__all__ = [
+    "FAILURES",
+    "NOT_RUN",
+    "ORDER",
+    "TERMINAL",
+    "WORKER_STATUSES",
+    "Cell",
+    "Document",
+    "Evidence",
+    "Metrics",
+    "Numerics",
+    "Outcome",
+    "Record",
+    "Status",
+    "StepTime",
+    "WireError",
+    "WorkerPayload",
+    "check",
+    "json_problem",
+    "outcome",
+]
+
+
+class Status(StrEnum):
+    """A cell's status. A ``StrEnum``: it is written to JSON as its value and equals it."""
+
+    PASSED = "passed"
+    SKIPPED = "skipped"
+    FAILED = "failed"
+    OOM = "oom"
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+    INTERRUPTED = "interrupted"
+
+
+ORDER: tuple[Status, ...] = tuple(Status)
+"""Every status, in the order reports list them."""
+TERMINAL: frozenset[Status] = frozenset(Status) - {Status.INTERRUPTED}
+"""Statuses that ``--resume`` keeps; interrupted cells run again."""
+FAILURES: frozenset[Status] = frozenset({Status.FAILED, Status.OOM, Status.TIMEOUT, Status.CRASHED})
+"""Statuses that mean the cell was attempted and did not give a measurement (exit code 1)."""
+NOT_RUN: frozenset[Status] = frozenset({Status.SKIPPED, Status.INTERRUPTED})
+"""Statuses of cells that were not (completely) attempted."""
+WORKER_STATUSES: frozenset[Status] = frozenset({Status.PASSED, Status.SKIPPED, Status.FAILED, Status.OOM})
+"""What a worker may say about its own cell; timeout, crashed and interrupted are the runner's to say."""
+
+
+# ---------------------------------------------------------------------------
+# the cell
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of the matrix: a workload configuration, a technique combination, a batch size.
+
+    Frozen: a plugin changes a cell by replacing it in the list it was given
+    (``cells[i] = cell.skipped("why")`` or ``dataclasses.replace``).
+
+    Attributes:
+        id: unique and stable, ``WORKLOAD[axis=value,...]/COMBINATION[/xN]/bsN``.
+        workload_id: the suite file's name for the workload entry.
+        workload: the workload plugin's registered name.
+        options: the workload's options, every field filled in.
+        axes: the options that are axes in the suite file, with this cell's values.
+        combination: the suite file's name for the technique combination.
+        techniques: ``(name, options)`` pairs in the order they are applied.
+        batch_size: samples per step (per process when ``world_size`` > 1).
+        device: ``cpu`` or ``cuda``.
+        baseline: the combination this cell is compared with.
+        skip_reason: why the cell will not run, or None.
+        world_size: processes the cell runs data-parallel on (1 = one process).
+    """
+
+    id: str
+    workload_id: str
+    workload: str
+    options: dict[str, Any]
+    axes: dict[str, Any]
+    combination: str
+    techniques: tuple[tuple[str, dict[str, Any]], ...]
+    batch_size: int
+    device: str
+    baseline: str
+    skip_reason: str | None = None
+    world_size: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Free-form data a plugin attaches in ``ampsuite_modify_cells``; travels to the worker."""
+
+    def __post_init__(self) -> None:
+        # Lists from callers become tuples: a frozen cell's technique order cannot change under it.
+        object.__setattr__(self, "techniques", tuple((str(n), dict(o)) for n, o in self.techniques))
+
+    def skipped(self, reason: str) -> Cell:
+        """This cell, to be recorded as skipped with ``reason`` instead of run."""
+        return dataclasses.replace(self, skip_reason=reason)
+
+    @property
+    def technique_names(self) -> tuple[str, ...]:
+        return tuple(n for n, _ in self.techniques)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON data (what a worker payload carries)."""
+        return {
+            "id": self.id,
+            "workload_id": self.workload_id,
+            "workload": self.workload,
+            "options": self.options,
+            "axes": self.axes,
+            "combination": self.combination,
+            "techniques": [{"name": n, "options": o} for n, o in self.techniques],
+            "batch_size": self.batch_size,
+            "device": self.device,
+            "baseline": self.baseline,
+            "skip_reason": self.skip_reason,
+            "extra": self.extra,
+            "world_size": self.world_size,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Cell:
+        """The inverse of :meth:`as_dict`."""
+        return cls(
+            id=data["id"],
+            workload_id=data["workload_id"],
+            workload=data["workload"],
+            options=dict(data["options"]),
+            axes=dict(data["axes"]),
+            combination=data["combination"],
+            techniques=tuple((t["name"], dict(t["options"])) for t in data["techniques"]),
+            batch_size=int(data["batch_size"]),
+            device=data["device"],
+            baseline=data["baseline"],
+            skip_reason=data.get("skip_reason"),
+            extra=dict(data.get("extra") or {}),
+            world_size=int(data.get("world_size", 1)),
+        )
+
+
+# ---------------------------------------------------------------------------
+# parent -> worker
+# ---------------------------------------------------------------------------
+
+
+class MeasureData(TypedDict):
+    warmup_steps: int
+    min_steps: int
+    max_steps: int
+    max_seconds: float
+    noise_target: float
+    numerics_steps: int
+    processes: int
+
+
+class WorkerPayload(TypedDict):
+    """What a worker process is started with (pickled through multiprocessing; plain data only)."""
+
+    cell: dict[str, Any]
+    """:meth:`Cell.as_dict` (the worker rebuilds the :class:`Cell`)."""
+    measure: MeasureData
+    seed: int
+    data_dir: str
+    plugins: dict[str, Any]
+    """``PluginSettings.as_dict()``: the worker loads the same plugins."""
+    log_path: str
+    memory_limit_bytes: int
+    cpu_threads: int | None
+
+
+# ---------------------------------------------------------------------------
+# what one measurement says, and the record
+# ---------------------------------------------------------------------------
+
+
+class StepTime(TypedDict):
+    samples: list[float]
+    n: int
+    median: float
+    mean: float
+    min: float
+    max: float
+    p10: float
+    p90: float
+    iqr: float
+    rel_iqr: float
+    noise: float
+    processes: NotRequired[list[dict[str, Any]]]
+
+
+class Metrics(TypedDict, total=False):
+    """Figures of one cell. Probes may add keys of their own (JSON values)."""
+
+    step_time: StepTime
+    throughput: float | None
+    samples_per_step: int | float
+    build_seconds: float
+    first_step_seconds: float | None
+    torch_threads: int
+    flops_per_step: float | int | None
+    tflops: float | None
+    matmul_dtype: str | None
+    peak_memory_bytes: int | None
+    peak_memory_allocated_bytes: int | None
+    memory_kind: str
+    clocks: dict[str, Any]
+    gpu_busy_share: float | None
+    kernel_seconds_per_step: float | None
+    world_size: int
+    samples_per_step_per_gpu: int | float
+    throughput_per_gpu: float | None
+    slowest_rank: int
+    ranks: list[dict[str, Any]]
+
+
+class Numerics(TypedDict, total=False):
+    losses: list[float | None]
+    loss_at_n: float | None
+    final_loss: float | None
+    nonfinite_step: int | None
+    nonfinite_what: str | None
+    scale_history: list[float | None]
+    skipped_steps: int | None
+    scale_start: float | None
+    scale_collapsed_step: int | None
+    scale_at_collapse: float | None
+
+
+class Evidence(TypedDict, total=False):
+    """Why a cell did not pass; which keys are present depends on the status."""
+
+    reason: str
+    type: str
+    message: str
+    traceback: str
+    phase: str
+    cause: str
+    memory: dict[str, Any]
+    exitcode: int | None
+    signal: str | None
+    stderr_tail: str
+    timeout_seconds: float
+    process: int
+    rank: int | None
+    world_size: int
+    ranks: list[dict[str, Any]]
+    result_status: str | None
+    stacks: str
+
+
+class Outcome(TypedDict, total=False):
+    """What one measurement of a cell says: a worker's result, or the runner's word for it."""
+
+    status: Status
+    metrics: dict[str, Any]
+    numerics: dict[str, Any] | None
+    diagnostics: dict[str, Any]
+    notes: dict[str, Any]
+    warnings: list[str]
+    evidence: dict[str, Any] | None
+
+
+def outcome(status: Status, evidence: Mapping[str, Any] | None = None, **parts: Any) -> Outcome:
+    """An :class:`Outcome` with ``status``, ``evidence`` and any other parts given."""
+    out: dict[str, Any] = {"status": status, "evidence": dict(evidence) if evidence is not None else None, **parts}
+    return typing.cast(Outcome, out)
+
+
+class WorkloadInfo(TypedDict):
+    id: str
+    plugin: str
+    options: dict[str, Any]
+    axes: dict[str, Any]
+    unit: str
+
+
+class TechniqueInfo(TypedDict):
+    name: str
+    options: dict[str, Any]
+
+
+class Record(TypedDict):
+    """One cell's entry in the results file (docs/architecture.md lists every key)."""
+
+    id: str
+    status: Status
+    device: str
+    batch_size: int
+    world_size: int
+    combination: str
+    baseline: str
+    workload: WorkloadInfo
+    techniques: list[TechniqueInfo]
+    started: str
+    wall_seconds: float
+    metrics: Metrics
+    numerics: Numerics | None
+    diagnostics: dict[str, Any]
+    notes: dict[str, Any]
+    warnings: list[str]
+    evidence: Evidence | None
+
+
+class SuiteInfo(TypedDict):
+    name: str
+    path: str | None
+    sha256: str | None
+    baseline: str
+    device: str
+    numerics_tolerance: float
+
+
+class RunInfo(TypedDict):
+    id: str
+    started: str
+    finished: str | None
+    argv: list[str]
+    suite: SuiteInfo
+    measure: MeasureData
+    plugins: list[dict[str, Any]]
+    resumed: NotRequired[list[str]]
+
+
+class Document(TypedDict):
+    format: Literal["ampsuite-results"]
+    version: int
+    run: RunInfo
+    environment: dict[str, Any]
+    cells: list[Record]
+    integrity: NotRequired[dict[str, str]]
+
+
+# ---------------------------------------------------------------------------
+# validation
+# ---------------------------------------------------------------------------
+
+MAX_INT = 2**63
+"""Integers beyond 64 bits are no figure ampsuite writes; a file holding one is refused."""
+MAX_DEPTH = 64
+"""Deeper JSON than this is no document ampsuite writes."""
+
+
+class WireError(ValueError):
+    """A value does not have the shape of the wire format; ``where`` is its JSON path."""
+
+    def __init__(self, where: str, problem: str) -> None:
+        super().__init__(f"{where or 'value'}: {problem}")
+        self.where = where
+        self.problem = problem
+
+
+def json_problem(value: Any, where: str = "", depth: int = 0) -> str | None:
+    """The first place where ``value`` is not strict JSON data (finite numbers, string keys, bounded), or None."""
+    if depth > MAX_DEPTH:
+        return f"{where or 'value'}: nested deeper than {MAX_DEPTH} levels"
+    if value is None or isinstance(value, bool | str):
+        return None
+    if isinstance(value, int):
+        return None if -MAX_INT < value < MAX_INT else f"{where or 'value'}: integer out of range"
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{where or 'value'}: non-finite number {value!r}"
+    if isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            problem = json_problem(item, f"{where}[{i}]", depth + 1)
+            if problem:
+                return problem
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"{where or 'value'}: key {key!r} is not a string"
+            problem = json_problem(item, f"{where}.{key}" if where else key, depth + 1)
+            if problem:
+                return problem
+        return None
+    return f"{where or 'value'}: a {type(value).__name__} is not JSON data"
+
+
+def _name(tp: Any) -> str:
+    if tp is type(None):
+        return "null"
+    if isinstance(tp, type):
+        return {"str": "a string", "int": "an integer", "float": "a number", "bool": "true/false"}.get(
+            tp.__name__, f"an object ({tp.__name__})" if typing.is_typeddict(tp) else tp.__name__
+        )
+    origin = typing.get_origin(tp)
+    if origin is list:
+        return "a list"
+    if origin is dict:
+        return "an object"
+    if origin is Literal:
+        return " or ".join(repr(a) for a in typing.get_args(tp))
+    return str(tp)
+
+
+def _check(value: Any, tp: Any, where: str) -> None:
+    if tp is Any:
+        problem = json_problem(value, where)
+        if problem:
+            raise WireError(where, problem.split(": ", 1)[-1])
+        return
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        errors = []
+        for arm in typing.get_args(tp):
+            try:
+                _check(value, arm, where)
+                return
+            except WireError as exc:
+                errors.append(exc)
+        deepest = max(errors, key=lambda e: len(e.where))
+        if deepest.where != where:
+            raise deepest
+        raise WireError(where, "expected " + " or ".join(_name(a) for a in typing.get_args(tp)))
+    if origin is Literal:
+        if value not in typing.get_args(tp):
+            raise WireError(where, f"expected {_name(tp)}, got {value!r}"[:200])
+        return
+    if origin is list:
+        if not isinstance(value, list):
+            raise WireError(where, f"expected a list, got {_kind(value)}")
+        (item,) = typing.get_args(tp)
+        for i, v in enumerate(value):
+            _check(v, item, f"{where}[{i}]")
+        return
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise WireError(where, f"expected an object, got {_kind(value)}")
+        _, item = typing.get_args(tp)
+        for k, v in value.items():
+            _check(v, item, f"{where}.{k}")
+        return
+    if typing.is_typeddict(tp):
+        _check_typeddict(value, tp, where)
+        return
+    if isinstance(tp, type) and issubclass(tp, StrEnum):
+        if value not in {m.value for m in tp}:
+            raise WireError(where, f"expected one of {', '.join(m.value for m in tp)}, got {value!r}"[:200])
+        return
+    if tp is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if ok and isinstance(value, float) and not math.isfinite(value):
+            raise WireError(where, "non-finite number")
+        if ok and isinstance(value, int) and not -MAX_INT < value < MAX_INT:
+            raise WireError(where, "integer out of range")
+    elif tp is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        if ok and not -MAX_INT < value < MAX_INT:
+            raise WireError(where, "integer out of range")
+    elif tp is type(None):
+        ok = value is None
+    else:
+        ok = isinstance(value, tp)
+    if not ok:
+        raise WireError(where, f"expected {_name(tp)}, got {_kind(value)}")
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else f"{type(value).__name__} {str(value)[:40]!r}"
+
+
+@typing.no_type_check
+def _hints(tp: Any) -> dict[str, Any]:
+    hints = _HINTS.get(tp)
+    if hints is None:
+        hints = {k: _strip(v) for k, v in typing.get_type_hints(tp).items()}
+        _HINTS[tp] = hints
+    return hints
+
+
+def _strip(tp: Any) -> Any:
+    return typing.get_args(tp)[0] if typing.get_origin(tp) is NotRequired else tp
+
+
+_HINTS: dict[Any, dict[str, Any]] = {}
+
+
+def _check_typeddict(value: Any, tp: Any, where: str) -> None:
+    if not isinstance(value, dict):
+        raise WireError(where, f"expected an object, got {_kind(value)}")
+    hints = _hints(tp)
+    for key in sorted(tp.__required_keys__):
+        if key not in value:
+            raise WireError(where, f"missing {key!r}")
+    for key, item in value.items():
+        sub = f"{where}.{key}" if where else str(key)
+        if key in hints:
+            _check(item, hints[key], sub)
+        else:
+            # Keys the format does not name (a probe's own metric, a newer writer's field) are
+            # accepted as long as they are JSON data.
+            _check(item, Any, sub)
+
+
+def check(value: Any, tp: Any, where: str = "") -> None:
+    """Raise :class:`WireError` (naming the JSON path) unless ``value`` has the shape of ``tp``.
+
+    ``tp`` is any type of this module (``Record``, ``Document``, ``Outcome``, ...);
+    numbers must be finite and within 64 bits, nesting within ``MAX_DEPTH``.
+    """
+    problem = json_problem(value, where)
+    if problem and "nested deeper" in problem:
+        raise WireError(where, problem.split(": ", 1)[-1])
+    _check(value, tp, where)

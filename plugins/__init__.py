@@ -3,6 +3,11 @@
 The core reaches this package only through :data:`BUILTIN_PLUGINS`, and loads
 each module exactly like a third-party plugin. Nothing outside ampsuite should
 import it.
+
+Two built-ins are opt-in, loaded only with ``-p MODULE`` or ``AMPSUITE_PLUGINS``
+(as pytest keeps its pytester plugin opt-in): ``plugins.probes.kernels``, whose
+profiler taxes the launches it sees, and ``plugins.faults``, whose fault-injection
+techniques exist to test ampsuite and are not offered to its users.
 """
 
 BUILTIN_PLUGINS: tuple[str, ...] = (
@@ -24,5 +29,4 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "plugins.probes.flops",
     "plugins.probes.tensorcores",
     "plugins.probes.clocks",
-    "plugins.faults",
 )

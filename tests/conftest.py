@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 
 AUTOLOAD_ENV = "AMPSUITE_DISABLE_PLUGIN_AUTOLOAD"
+PLUGINS_ENV = "AMPSUITE_PLUGINS"
+FAULTS = "plugins.faults"
 
 FAST_MEASURE = """\
 [measure]
@@ -32,6 +34,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # Set before any test imports suite.host.manager, and inherited by every
     # subprocess and worker the tests start.
     os.environ.setdefault(AUTOLOAD_ENV, "1")
+    # The fault-injection plugin is opt-in for users; the tests inject faults everywhere.
+    os.environ.setdefault(PLUGINS_ENV, FAULTS)
 
 
 SuiteWriter = Callable[..., Path]

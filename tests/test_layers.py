@@ -1,0 +1,174 @@
+"""The core's layering, read from the source: one-way imports, plugins on the public API only, statuses in one place.
+
+Every import counts, inside functions too; only imports under ``if TYPE_CHECKING:``
+(annotations) are left out. docs/architecture.md explains the layers.
+"""
+
+from __future__ import annotations
+
+import ast
+import graphlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import suite
+from suite.contract import wire
+
+ROOT = Path(__file__).resolve().parent.parent
+
+LAYERS: dict[str, int] = {
+    "suite.contract": 0,
+    "suite.spec": 1,
+    "suite.host": 2,
+    "suite.results": 3,
+    "suite.run": 4,
+    "suite.analysis": 5,
+    "suite.report": 6,
+    "suite.asvtools": 6,
+}
+"""Rank of each layer: a module may import its own layer and lower ones. Modules directly under
+suite/ are the application (cli, display, testing, ...), rank 7, except the public API in
+suite/__init__.py, which re-exports the contract and so sits with it."""
+APP = 7
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for top in ("suite", "plugins"):
+        for path in (ROOT / top).rglob("*.py"):
+            if "templates" not in path.parts:
+                found[_module_name(path)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _resolve(name: str) -> str | None:
+    """The project module ``name`` refers to (the longest known prefix), or None for other packages."""
+    while name:
+        if name in MODULES:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def _imports(module: str, path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            skipped.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            # `from pkg import name` imports the submodule pkg.name when there is one.
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            resolved = _resolve(target)
+            if resolved is not None and resolved != module:
+                found.add(resolved)
+    return found
+
+
+GRAPH = {module: _imports(module, path) for module, path in MODULES.items()}
+
+
+def _rank(module: str) -> int | None:
+    if not module.startswith("suite"):
+        return None
+    if module == "suite":
+        return 0
+    for prefix, rank in LAYERS.items():
+        if module == prefix or module.startswith(prefix + "."):
+            return rank
+    return APP
+
+
+def test_the_graph_was_read() -> None:
+    # A walker that finds nothing would pass every test below.
+    assert "suite.run.runner" in GRAPH and "suite.contract.wire" in GRAPH["suite.run.runner"]
+    assert len(GRAPH) > 60
+
+
+def test_no_import_cycle() -> None:
+    # Edges into packages whose __init__ only re-exports its own modules are real edges too:
+    # the cycle check sees the graph exactly as Python would import it.
+    try:
+        tuple(graphlib.TopologicalSorter(GRAPH).static_order())
+    except graphlib.CycleError as exc:
+        pytest.fail(f"import cycle: {' -> '.join(exc.args[1])}")
+
+
+def test_layers_import_one_way() -> None:
+    upward = []
+    for module, targets in GRAPH.items():
+        mine = _rank(module)
+        if mine is None:
+            continue
+        for target in targets:
+            theirs = _rank(target)
+            if theirs is not None and theirs > mine:
+                upward.append(f"{module} (layer {mine}) imports {target} (layer {theirs})")
+    assert not upward, "\n".join(sorted(upward))
+
+
+def test_plugins_use_the_public_api_only() -> None:
+    offenders = []
+    for module, path in MODULES.items():
+        if not module.startswith("plugins"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "suite":
+                names = [a.name for a in node.names]
+                if node.module != "suite" or not set(names) <= set(suite.__all__):
+                    offenders.append(f"{module}: from {node.module} import {', '.join(names)}")
+            elif isinstance(node, ast.Import) and any(a.name.split(".")[0] == "suite" for a in node.names):
+                offenders.append(f"{module}: import {', '.join(a.name for a in node.names)}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_public_api_is_importable_and_complete() -> None:
+    for name in suite.__all__:
+        assert hasattr(suite, name), name
+    assert suite.Cell is wire.Cell and suite.Status is wire.Status
+
+
+@pytest.mark.parametrize("enabled", [False, True], ids=["default", "with -p plugins.faults"])
+def test_fault_techniques_are_listed_only_when_enabled(enabled: bool) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "AMPSUITE_PLUGINS"}
+    args = [sys.executable, "-m", "suite", "list", *(["-p", "plugins.faults"] if enabled else [])]
+    out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert ("fault-abort" in out.stdout) is enabled
+    assert "noop" in out.stdout

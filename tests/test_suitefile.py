@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import textwrap
 import sys
 from pathlib import Path
 
@@ -321,3 +322,39 @@ def test_cli_reports_an_unknown_plugin_in_one_line_and_exits_4(write_suite) -> N
     assert proc.stderr.splitlines() == [
         f"ampsuite: error: {path}: workloads.toy.hiden: unknown option; did you mean 'hidden'?"
     ], proc.stderr
+
+
+def test_base_techniques_start_every_combination_and_minus_removes_one() -> None:
+    spec = suitefile.loads(
+        textwrap.dedent("""\
+        [suite]
+        base_techniques = ["cudnn-benchmark"]
+        [workloads.toy]
+        batch_size = 4
+        [combinations]
+        fp32 = []
+        plain = ["-cudnn-benchmark"]
+        bf16 = ["amp-bf16", "cudnn-benchmark"]
+        """),
+        "b.toml",
+    )
+    assert spec.combinations == {
+        "fp32": ("cudnn-benchmark",),
+        "plain": (),
+        "bf16": ("amp-bf16", "cudnn-benchmark"),
+    }
+    assert spec.base_techniques == ("cudnn-benchmark",)
+
+
+@pytest.mark.parametrize(
+    ("suite_table", "combination", "pattern"),
+    [
+        ('base_techniques = "tf32"', "[]", r"b\.toml: suite\.base_techniques: expected a list"),
+        ('base_techniques = ["tf32", "tf32"]', "[]", r"suite\.base_techniques: expected a list of distinct"),
+        ('base_techniques = ["tf32"]', '["-channels-last"]', r"combinations\.c: '-channels-last' removes a technique"),
+    ],
+)
+def test_bad_base_techniques_are_refused(suite_table: str, combination: str, pattern: str) -> None:
+    text = f"[suite]\n{suite_table}\n[workloads.toy]\nbatch_size = 4\n[combinations]\nc = {combination}\n"
+    with pytest.raises(SuiteFileError, match=pattern):
+        suitefile.loads(text, "b.toml")

@@ -119,6 +119,8 @@ class SuiteSpec:
     technique_options: Mapping[str, Mapping[str, Any]]
     include: tuple[Rule, ...] = ()
     exclude: tuple[Rule, ...] = ()
+    base_techniques: tuple[str, ...] = ()
+    """Techniques every combination starts from (``[suite] base_techniques``); already in ``combinations``."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -256,6 +258,7 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
             "numerics_tolerance",
             "memory_limit_gb",
             "cpu_threads",
+            "base_techniques",
         ),
     )
     name = s.get("name", str, Path(path).stem, "a string")
@@ -269,6 +272,9 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
     tolerance = s.number("numerics_tolerance", 0.05, minimum=0)
     memory_limit = s.number("memory_limit_gb", 0.0, minimum=0)
     cpu_threads = s.number("cpu_threads", 0, minimum=0, integer=True)
+    base = s.get("base_techniques", list, [], "a list of technique names")
+    if not all(isinstance(t, str) and t and not t.startswith("-") for t in base) or len(set(base)) != len(base):
+        raise s.error("base_techniques", f"expected a list of distinct technique names, got {_show(base)}")
     s.finish()
 
     m = _Reader(path, "measure", top.get("measure", dict, {}, "a table"), tuple(MeasureSpec.__dataclass_fields__))
@@ -319,7 +325,7 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
             raise SuiteFileError(
                 path, f"combinations.{cid}", "combination ids may not contain '/', '[', ']', ',' or spaces"
             )
-        combinations[cid] = tuple(techniques)
+        combinations[cid] = _with_base(path, cid, tuple(base), techniques)
     if baseline is None:
         baseline = "fp32" if "fp32" in combinations else next(iter(combinations))
     elif baseline not in combinations:
@@ -356,7 +362,25 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
         technique_options=technique_options,
         include=include,
         exclude=exclude,
+        base_techniques=tuple(base),
     )
+
+
+def _with_base(path: str, cid: str, base: tuple[str, ...], techniques: list[str]) -> tuple[str, ...]:
+    """A combination's techniques: the suite's base techniques, less those it removes with ``-NAME``, then its own.
+
+    A base technique is part of every combination so that baselines are tuned the way
+    practitioners run them (cudnn.benchmark on); ``-NAME`` keeps an extra row with
+    PyTorch's plain defaults for comparison.
+    """
+    removed = {t[1:] for t in techniques if t.startswith("-")}
+    unknown = sorted(removed - set(base))
+    if unknown:
+        raise SuiteFileError(
+            path, f"combinations.{cid}", f"'-{unknown[0]}' removes a technique that is not in suite.base_techniques"
+        )
+    own = [t for t in techniques if not t.startswith("-")]
+    return (*[t for t in base if t not in removed and t not in own], *own)
 
 
 def load(path: str | Path) -> SuiteSpec:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 import subprocess
-import textwrap
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest

@@ -334,7 +334,13 @@ def test_fp32_islands_need_an_amp_technique() -> None:
     assert check_reason("fp32-islands") == (
         "needs amp-fp16 or amp-bf16 in the same combination (without autocast everything is float32 already)"
     )
-    assert check_reason("fp32-islands", techniques=("amp-bf16",)) is None
+    assert check_reason("fp32-islands", techniques=("amp-bf16",), traits=frozenset({"model"})) is None
+
+
+def test_fp32_islands_are_refused_before_running_where_there_is_no_model() -> None:
+    # The GEMM workload has no model: the dry run must already say the cell is skipped.
+    reason = check_reason("fp32-islands", techniques=("amp-bf16",))
+    assert reason is not None and "trait 'model'" in reason
     with pytest.raises(SkipCell, match="needs amp-fp16 or amp-bf16"):
         use(sensitive_step(), "fp32-islands")
 

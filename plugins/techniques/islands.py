@@ -89,6 +89,9 @@ def island(module: nn.Module, device_type: str) -> bool:
 def check(ctx: CheckContext) -> str | None:
     if not any(name in ctx.techniques for name in AMP_TECHNIQUES):
         return "needs amp-fp16 or amp-bf16 in the same combination (without autocast everything is float32 already)"
+    if "model" not in ctx.workload.traits:
+        # Decided here, not in apply: a dry run must say what the real run will do.
+        return "needs a workload with a model (trait 'model'): there are no layers to keep in float32"
     return None
 
 

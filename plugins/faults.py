@@ -68,6 +68,7 @@ Fault = Literal[
     "segfault",
     "exit",
     "hang",
+    "launch-hang",
     "oom",
     "leak",
     "nan",
@@ -84,6 +85,7 @@ KINDS: dict[str, str] = {
     "segfault": "the worker gets SIGSEGV",
     "exit": "the worker exits with code 3 without a result",
     "hang": "the step sleeps forever",
+    "launch-hang": "the step launches small kernels forever, syncing now and then (a hang inside a launch loop)",
     "oom": "allocates memory at once until it runs out",
     "leak": "leaks more memory in every step until it runs out",
     "nan": "NaN parameters and loss",
@@ -199,6 +201,17 @@ def _read_bad_address(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _launch_forever(device: torch.device) -> None:
+    # The host never blocks for long: the stack a timeout dumps must show this loop,
+    # not a wait inside the driver.
+    x = torch.ones(1024, device=device)
+    while True:
+        for _ in range(1000):
+            x = x * 1.0000001
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+
 def fire(kind: str, step: TrainStep, options: FaultOptions | KindOptions) -> None:
     """Make the fault happen now (the kinds that are not tied to a phase of the step)."""
     if kind == "raise":
@@ -212,6 +225,8 @@ def fire(kind: str, step: TrainStep, options: FaultOptions | KindOptions) -> Non
     if kind == "hang":
         while True:
             time.sleep(1)
+    if kind == "launch-hang":
+        _launch_forever(step.device)
     if kind == "oom":
         _exhaust_memory(step.device, options.oom_limit_gb)
     if kind == "corrupt":

@@ -61,10 +61,10 @@ def write_suite(tmp_path: Path) -> SuiteWriter:
 
 @pytest.fixture(scope="session")
 def registry() -> Any:
-    """The built-in plugins only (autoload off), loaded once: loading imports torch and every built-in."""
+    """The built-in plugins and the opt-in fault plugin (autoload off), loaded once: loading imports torch."""
     from suite.host.manager import PluginSettings, load_registry
 
-    return load_registry(PluginSettings(autoload=False))
+    return load_registry(PluginSettings(extra=(FAULTS,), autoload=False))
 
 
 HEALTHY_SUITE = (

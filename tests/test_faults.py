@@ -30,7 +30,19 @@ HANG_TIMEOUT = 10.0
 NUMERICS_STEPS = 12
 """Enough steps for a GradScaler halving every step to fall 2**10 below its start (at step 9)."""
 
-CPU_FAULTS = ("raise", "abort", "segfault", "exit", "hang", "oom", "leak", "nan", "corrupt", "illegal-address")
+CPU_FAULTS = (
+    "raise",
+    "abort",
+    "segfault",
+    "exit",
+    "hang",
+    "launch-hang",
+    "oom",
+    "leak",
+    "nan",
+    "corrupt",
+    "illegal-address",
+)
 CUDA_ONLY = ("cuda-assert", "graph-capture")
 
 
@@ -128,6 +140,7 @@ EXPECTED: dict[str, tuple[str, Callable[[dict[str, Any]], bool]]] = {
     "segfault": ("crashed", lambda r: (r["evidence"]["signal"], r["evidence"]["exitcode"]) == ("SIGSEGV", -11)),
     "exit": ("crashed", lambda r: (r["evidence"]["signal"], r["evidence"]["exitcode"]) == (None, 3)),
     "hang": ("timeout", lambda r: r["evidence"]["timeout_seconds"] == HANG_TIMEOUT),
+    "launch-hang": ("timeout", lambda r: r["evidence"]["timeout_seconds"] == HANG_TIMEOUT),
     "oom": ("oom", lambda r: "allocate" in r["evidence"]["message"] and r["evidence"]["memory"]["max_rss_bytes"] > 0),
     # The leak grew over several steps: what ran out was not its first, smallest piece.
     "leak": ("oom", lambda r: _allocated_bytes(r["evidence"]["message"]) > faults.LEAK_FIRST_BYTES),

@@ -48,7 +48,7 @@ def plan(
 
     Everything is validated here, before any cell runs.
     """
-    settings = settings or PluginSettings()
+    settings = settings or PluginSettings.from_args([])  # $AMPSUITE_PLUGINS applies as on the command line
     if suite is None:
         device = device or environment.detect_device()
         spec = suitefile.load(suitefile.default_suite_path(device))

@@ -7,6 +7,13 @@ and batches with the few lines a user would write, timed as users time it
 (one synchronisation, wall clock over N steps). Rounds alternate so drift in
 clocks or temperature hits both sides alike. A ratio near 1.00 says the
 harness adds nothing; the ratio is plain time / harness time.
+
+A compiled step (torch-compile) is compared with the plain loop calling the
+same compiled module, which is what a user writes. A graph-captured step
+(cuda-graphs) cannot share its objects with a second capture, so the plain
+side builds its own step from the same seed without the technique and
+captures the whole step by hand, as PyTorch's CUDA Graphs documentation shows
+(side-stream warm-up, static batch, ``torch.cuda.graph``, copy in, replay).
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from suite.run.worker import build_step
 from suite.spec.options import build_options, options_as_dict
 from suite.spec.suitefile import MeasureSpec
 
-__all__ = ["CHECKS", "Check", "CheckResult", "plain_step", "run_check"]
+__all__ = ["CHECKS", "Check", "CheckResult", "plain_graph_step", "plain_step", "run_check"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,29 @@ CHECKS: dict[str, tuple[Check, ...]] = {
         Check("gemm-fp16-8192", "gemm", {"dtype": "float16"}, (), 1),
         Check("resnet50-amp-bf16-cl-bs256", "resnet", {"depth": 50}, ("amp-bf16", "channels-last"), 256),
         Check("resnet50-amp-bf16-bs32", "resnet", {"depth": 50}, ("amp-bf16",), 32),
+        # Host-bound at batch 32: with and without cuDNN's algorithm search (issue 15's 5 ms per step).
+        Check("resnet50-amp-bf16-cl-bs32", "resnet", {"depth": 50}, ("amp-bf16", "channels-last"), 32),
+        Check(
+            "resnet50-amp-bf16-cl-cudnnbench-bs32",
+            "resnet",
+            {"depth": 50},
+            ("amp-bf16", "channels-last", "cudnn-benchmark"),
+            32,
+        ),
+        Check(
+            "resnet50-bf16-cl-compile-bs256",
+            "resnet",
+            {"depth": 50},
+            ("amp-bf16", "channels-last", "cudnn-benchmark", "torch-compile"),
+            256,
+        ),
+        Check(
+            "resnet50-bf16-cl-fused-graphs-bs256",
+            "resnet",
+            {"depth": 50},
+            ("amp-bf16", "channels-last", "cudnn-benchmark", "fused-optimizer", "cuda-graphs"),
+            256,
+        ),
         Check("bert-base-amp-bf16-bs128", "bert", {}, ("amp-bf16",), 128),
         Check("vit-b16-amp-bf16-bs256", "vit", {}, ("amp-bf16",), 256),
     ),
@@ -96,6 +126,59 @@ def plain_step(step: TrainStep) -> Callable[[Batch], Any]:
     return train_step
 
 
+def plain_graph_step(step: TrainStep, example: Batch) -> Callable[[Batch], Any]:
+    """The whole training step captured into one CUDA graph by hand, as PyTorch's documentation shows."""
+    model, optimizer, loss_fn, dtype = step.model, step.optimizer, step.loss_fn, step.autocast_dtype
+    if model is None or optimizer is None or loss_fn is None or step.scaler is not None:
+        raise ValueError("a hand-captured plain loop needs a model, an optimizer and no GradScaler")
+    for group in optimizer.param_groups:
+        if "capturable" in group:
+            group["capturable"] = True
+    static = Batch(tuple(t.clone() for t in example.inputs), None if example.target is None else example.target.clone())
+
+    def body() -> Any:
+        with torch.autocast("cuda", dtype=dtype, enabled=dtype is not None):
+            loss = loss_fn(model(*static.inputs), static.target)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            optimizer.zero_grad(set_to_none=True)
+            body()
+    torch.cuda.current_stream().wait_stream(side)
+    optimizer.zero_grad(set_to_none=True)  # grads allocated inside the capture are overwritten on each replay
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_loss = body()
+
+    def replay(batch: Batch) -> Any:
+        for dst, src in zip(static.inputs, batch.inputs, strict=True):
+            dst.copy_(src, non_blocking=True)
+        if static.target is not None and batch.target is not None:
+            static.target.copy_(batch.target, non_blocking=True)
+        graph.replay()
+        return static_loss
+
+    return replay
+
+
+def _cell(registry: Any, check: Check, techniques: tuple[str, ...]) -> dict[str, Any]:
+    workload = registry.workloads[check.workload]
+    return {
+        "workload": check.workload,
+        "options": options_as_dict(build_options(workload.options, check.options)),
+        "techniques": [
+            {"name": t, "options": options_as_dict(build_options(registry.techniques[t].options, {}))}
+            for t in sorted(techniques, key=lambda n: (registry.techniques[n].order, n))
+        ],
+        "batch_size": check.batch_size,
+    }
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -103,24 +186,22 @@ def _sync(device: torch.device) -> None:
 
 def run_check(check: Check, device: str, *, rounds: int = 3, measure: MeasureSpec | None = None) -> CheckResult:
     """Time the harness and the plain loop on the same step, alternating rounds."""
-    registry = load_registry(PluginSettings())
+    registry = load_registry(PluginSettings.from_args([]))  # $AMPSUITE_PLUGINS applies, as on the command line
     dev = torch.device(device)
-    workload = registry.workloads[check.workload]
-    cell = {
-        "workload": check.workload,
-        "options": options_as_dict(build_options(workload.options, check.options)),
-        "techniques": [
-            {"name": t, "options": options_as_dict(build_options(registry.techniques[t].options, {}))}
-            for t in sorted(check.techniques, key=lambda n: (registry.techniques[n].order, n))
-        ],
-        "batch_size": check.batch_size,
-    }
-    step = build_step(registry, cell, dev, seed=0, data_dir="reports/data")
-    if step.wrappers:
-        raise ValueError(f"{check.name}: selfcheck compares eager steps only; drop wrapping techniques")
+    step = build_step(registry, _cell(registry, check, check.techniques), dev, seed=0, data_dir="reports/data")
     run = step.compose()
-    plain = plain_step(step)
-    pool = [step.data() for _ in range(4)]
+    if "cuda-graphs" in check.techniques:
+        others = tuple(t for t in check.techniques if t != "cuda-graphs")
+        own = build_step(registry, _cell(registry, check, others), dev, seed=0, data_dir="reports/data")
+        if own.wrappers:
+            raise ValueError(f"{check.name}: the hand-captured side takes no wrapping techniques besides cuda-graphs")
+        plain = plain_graph_step(own, own.data())
+        pool = [own.data() for _ in range(4)]
+    else:
+        if step.wrappers:
+            raise ValueError(f"{check.name}: selfcheck compares eager or compiled steps; drop wrapping techniques")
+        plain = plain_step(step)
+        pool = [step.data() for _ in range(4)]
     spec = measure or MeasureSpec(warmup_steps=5, min_steps=20, max_steps=200, max_seconds=3.0, noise_target=0.005)
     for _ in range(spec.warmup_steps):
         run(step.data())

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from venvs import layered_venv
 
 from suite import matrix, suitefile
 from suite.errors import PluginError, SuiteFileError
@@ -39,9 +40,7 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A virtual environment holding only the example plugin distribution, on top of the system packages."""
     root = tmp_path_factory.mktemp("venv")
     env_dir = root / "env"
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(env_dir)], check=True, timeout=120
-    )
+    layered_venv(env_dir)  # the packages of the interpreter running the tests, in a venv or not
     src = root / "plugin_dist"  # build from a copy: the build writes into the source tree
     shutil.copytree(DIST, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     python = env_dir / "bin" / "python"
@@ -211,6 +210,28 @@ def test_duplicate_of_a_builtin_name_names_both_plugins(monkeypatch: pytest.Monk
         "plugin 'impostor': workload 'toy' is already registered by plugin 'toy'; "
         "rename one, or block one with -p no:impostor"
     )
+
+
+def test_an_option_without_a_default_is_refused_at_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every option needs a default (a suite may leave any out): refused when the plugin loads, not when a suite
+    first uses the record, and never listed as ``default None``."""
+    monkeypatch.syspath_prepend(str(BROKEN))
+    from dataclasses import dataclass
+
+    from suite import Technique, hookimpl
+
+    @dataclass(frozen=True)
+    class StepsOptions:
+        steps: int
+
+    class NoDefault:
+        @hookimpl
+        def ampsuite_techniques(self) -> list[Technique]:
+            return [Technique(name="accumulate", summary="x", apply=lambda step, options: step, options=StepsOptions)]
+
+    with pytest.raises(PluginError) as info:
+        load_registry(BUILTINS, objects=[("no-default", NoDefault())])
+    assert str(info.value) == "plugin 'no-default': technique 'accumulate': option 'steps' has no default"
 
 
 def test_duplicate_from_a_p_module_blames_it_not_the_builtin(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

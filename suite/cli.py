@@ -25,7 +25,9 @@ class _Parser(argparse.ArgumentParser):
 def _plugin_settings(args: argparse.Namespace) -> Any:
     from suite.manager import PluginSettings
 
-    return PluginSettings.from_args(args.plugin or [])
+    # -p before the subcommand (main parser) and after it (subparser) land in different attributes:
+    # argparse lets a subparser's default overwrite the main parser's value for one dest.
+    return PluginSettings.from_args([*(getattr(args, "global_plugin", None) or []), *(args.plugin or [])])
 
 
 def _registry(args: argparse.Namespace) -> Any:
@@ -263,10 +265,10 @@ def cmd_asv_machine(args: argparse.Namespace) -> ExitCode:
     return ExitCode.OK
 
 
-def _add_plugin_args(p: argparse.ArgumentParser) -> None:
+def _add_plugin_args(p: argparse.ArgumentParser, dest: str = "plugin") -> None:
     p.add_argument(
         "-p",
-        dest="plugin",
+        dest=dest,
         action="append",
         metavar="MODULE",
         help="load plugin MODULE; -p no:NAME blocks the plugin registered as NAME",
@@ -276,6 +278,7 @@ def _add_plugin_args(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="ampsuite", description="Benchmark mixed-precision training techniques.")
     parser.add_argument("--version", action="version", version=f"ampsuite {__version__}")
+    _add_plugin_args(parser, dest="global_plugin")  # -p anywhere: `ampsuite -p no:NAME list` as well
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def command(name: str, fn: Callable[[argparse.Namespace], ExitCode], help: str) -> argparse.ArgumentParser:
@@ -317,7 +320,12 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--data-dir", default="reports/data")
     new_plugin = command("new-plugin", cmd_new_plugin, "write a plugin package: one workload, one technique, a test")
     new_plugin.add_argument("name", help="distribution name of the package, e.g. ampsuite-myplugin")
-    new_plugin.add_argument("-o", "--output", default=".", help="parent directory of the package (default .)")
+    new_plugin.add_argument(
+        "-o",
+        "--output",
+        default=".",
+        help="directory in which the package's own folder NAME/ is created (default .: ./NAME)",
+    )
     mb = command("max-batch", cmd_max_batch, "find the largest batch size that runs, per workload and combination")
     mb.add_argument("suite", nargs="?", help="suite file (TOML)")
     mb.add_argument("-k", dest="keyword", metavar="EXPR", help="only cells whose id matches EXPR (and, or, not)")

@@ -41,7 +41,8 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
     from suite.display import Display, print_summary
 
     p = session.plan(args.suite, device=args.device, keyword=args.keyword, settings=_plugin_settings(args))
-    display = Display()
+    peaks = not args.no_peaks and not args.in_process
+    display = Display(noise_target=p.spec.measure.noise_target, measures_peaks=peaks)
     if not p.cells:
         display.console.print(f"{p.spec.path}: no cells selected", markup=False)
         return ExitCode.NO_CELLS

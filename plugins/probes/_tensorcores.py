@@ -263,6 +263,11 @@ def _tables(rec: MatmulRecorder) -> Iterator[dict[str, Any]]:
         }
 
 
+def has_tensor_cores(device: torch.device) -> bool:
+    """Whether misalignment costs anything here: Tensor Cores are a CUDA GPU's (a CPU has none)."""
+    return device.type == "cuda"
+
+
 def inspect(ctx: ProbeContext) -> None:
     rec = MatmulRecorder()
     try:
@@ -272,15 +277,19 @@ def inspect(ctx: ProbeContext) -> None:
         return
     ops = sorted(_tables(rec), key=lambda r: (r["phase"] != "forward", r["op"], str(r["shapes"]), r["dtype"]))
     misaligned = 0
+    # On a CPU the shapes are still recorded, with the count, but warning about Tensor Cores
+    # there is noise: 17 warnings on one cell, hundreds in a report, none of them actionable.
+    warn = has_tensor_cores(ctx.step.device)
     for row in ops:
         bad = _misaligned(row["dims"])
         if bad and row["dtype"] in ("float16", "bfloat16"):
             misaligned += 1
             what = ", ".join(f"{k}={v}" for k, v in bad.items())
-            ctx.warn(
-                f"Tensor Cores: {row['op']} {row['shapes']} in {row['dtype']} ({row['phase']}) "
-                f"has {what}, not a multiple of {ALIGN}"
-            )
+            if warn:
+                ctx.warn(
+                    f"Tensor Cores: {row['op']} {row['shapes']} in {row['dtype']} ({row['phase']}) "
+                    f"has {what}, not a multiple of {ALIGN}"
+                )
     ctx.diagnostics["tensor_cores"] = {"ops": ops, "misaligned": misaligned}
     ctx.diagnostics["precision_ops"] = [
         {"op": f"aten.{name}", "family": family, "dtype": dtype, "phase": phase, "count": count}

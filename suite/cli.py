@@ -68,7 +68,7 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
     print_summary(doc, display.console)
     display.console.print(f"results: {output}", markup=False)
     if not args.no_report:
-        index = _render(_sections(p.registry, [doc]), [doc], out_dir)
+        index = _render(_sections(p.registry, [doc]), [doc], out_dir, files=[output])
         display.console.print(f"report: {index}", markup=False)
     if interrupted:
         return ExitCode.INTERRUPTED
@@ -83,11 +83,20 @@ def _sections(registry: Any, docs: list[dict[str, Any]]) -> list[Any]:
 
 
 def _render(
-    sections: list[Any], docs: list[dict[str, Any]], out_dir: Path, compare_with: Any = None, history: Any = None
+    sections: list[Any],
+    docs: list[dict[str, Any]],
+    out_dir: Path,
+    compare_with: Any = None,
+    history: Any = None,
+    files: Sequence[str | Path] = (),
 ) -> Path:
     from suite.report import render_site
 
-    return Path(render_site(docs, out_dir, compare_with=compare_with, history=history, extra_sections=sections))
+    return Path(
+        render_site(
+            docs, out_dir, compare_with=compare_with, history=history, extra_sections=sections, results_files=files
+        )
+    )
 
 
 def cmd_list(args: argparse.Namespace) -> ExitCode:
@@ -145,7 +154,7 @@ def cmd_report(args: argparse.Namespace) -> ExitCode:
 
         history = analysis.history(docs if not args.asv_results else Path(args.asv_results))
     sections = _sections(_registry(args), docs)
-    index = _render(sections, docs, Path(args.output), compare_with=compare_with, history=history)
+    index = _render(sections, docs, Path(args.output), compare_with=compare_with, history=history, files=args.results)
     print(f"report: {index}")
     if args.markdown:
         from suite.report import markdown_summary

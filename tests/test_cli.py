@@ -191,3 +191,13 @@ def test_exit_codes_are_stable() -> None:
         "USAGE_ERROR": 4,
         "NO_CELLS": 5,
     }
+
+
+def test_results_are_readable_and_report_o_ships_them(healthy_run, tmp_path: Path, capsys) -> None:
+    """results.json is written 0644 (not mkstemp's 0600), and ``report -o`` puts a copy in the site, linked."""
+    path, _ = healthy_run
+    assert path.stat().st_mode & 0o777 == 0o644
+    site = tmp_path / "site"
+    assert cli.main(["report", str(path), "-o", str(site)]) == 0
+    assert (site / "results.json").read_bytes() == path.read_bytes()
+    assert 'href="results.json"' in (site / "index.html").read_text(encoding="utf-8")

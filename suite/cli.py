@@ -151,8 +151,13 @@ def cmd_report(args: argparse.Namespace) -> ExitCode:
     history = None
     if args.asv_results or len(docs) > 1:
         from suite import analysis
+        from suite.report.history import git_commit_order, in_commit_order
 
         history = analysis.history(docs if not args.asv_results else Path(args.asv_results))
+        if args.asv_results:  # asv tracks whatever suite it was given: keep the cells of these results
+            ids = {str(r["id"]) for doc in docs for r in doc["cells"]}
+            history = {k: v for k, v in history.items() if k.split(" @ ", 1)[0] in ids}
+        history = in_commit_order(history, git_commit_order())
     sections = _sections(_registry(args), docs)
     index = _render(sections, docs, Path(args.output), compare_with=compare_with, history=history, files=args.results)
     print(f"report: {index}")

@@ -26,11 +26,12 @@ from suite import ReportSection, __version__
 from suite.analysis import Doc, HistoryPoint
 from suite.report import fmt
 from suite.report.compare import compare_context
+from suite.report.compare import summary as compare_summary
 from suite.report.csv_export import write_csv
 from suite.report.history import history_context
 from suite.report.markdown import markdown_summary
 from suite.report.pages import index_context, speedup_summary, workload_contexts
-from suite.report.views import load_runs
+from suite.report.views import load_runs, run_label
 
 __all__ = ["CSV_NAME", "JSON_NAME", "MARKDOWN_NAME", "environment", "render_site"]
 
@@ -158,7 +159,12 @@ def render_site(
         path.write_text(html, encoding="utf-8")
         return path
 
-    index = write("index.html", "index.html", sections=_section_views(sections), **index_context(runs))
+    compared = None
+    if compare_with is not None:
+        compared = {"reference": run_label(compare_with), "runs": compare_summary(runs, compare_with)}
+    index = write(
+        "index.html", "index.html", sections=_section_views(sections), compared=compared, **index_context(runs)
+    )
     for page in workloads.values():
         write(page["file"], "workload.html", **page)
     if history is not None:

@@ -156,8 +156,11 @@ def cmd_report(args: argparse.Namespace) -> ExitCode:
         history = analysis.history(docs if not args.asv_results else Path(args.asv_results))
         if args.asv_results:  # asv tracks whatever suite it was given: keep the cells of these results
             ids = {str(r["id"]) for doc in docs for r in doc["cells"]}
+            tracked = len(history)
             history = {k: v for k, v in history.items() if k.split(" @ ", 1)[0] in ids}
-        history = in_commit_order(history, git_commit_order())
+            if not history:
+                print(f"history: {args.asv_results} tracks none of these cells ({tracked} others); no history page")
+        history = in_commit_order(history, git_commit_order()) if history else None
     sections = _sections(_registry(args), docs)
     index = _render(sections, docs, Path(args.output), compare_with=compare_with, history=history, files=args.results)
     print(f"report: {index}")

@@ -30,3 +30,25 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "plugins.probes.tensorcores",
     "plugins.probes.clocks",
 )
+
+BUILTIN_IMPLEMENTATIONS: tuple[str, ...] = (
+    "plugins.workloads._toy",
+    "plugins.workloads._cnn",
+    "plugins.workloads._transformer",
+    "plugins.workloads._vit",
+    "plugins.workloads._gemm",
+    "plugins.techniques._amp",
+    "plugins.techniques._islands",
+    "plugins.techniques._cuda_graphs",
+    "plugins.techniques._loading",
+    "plugins.techniques._channels_last",
+    "plugins.techniques._precision_flags",
+    "plugins.techniques._compile",
+    "plugins.probes._flops",
+    "plugins.probes._tensorcores",
+    "plugins._faults",
+)
+"""The torch-dependent halves of the built-ins (each registration module imports its own on first
+use, so that registering them, as ``ampsuite list`` does, imports no torch). The runner's fork
+server preloads them: a worker is a fork that has them already, and a cell's memory limit is
+room above them."""

@@ -48,19 +48,13 @@ at ``oom_limit_gb`` with a failed cell rather than exhausting the host.
 
 from __future__ import annotations
 
+import importlib
 import math
-import os
-import signal
-import time
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, ClassVar, Literal
 
-import torch
-from torch import nn
-
-from suite import Batch, SkipCell, StepFn, Technique, TrainStep, hookimpl
-
-__all__ = ["KINDS", "FaultOptions", "InjectedFault", "KindOptions", "apply", "fire"]
+from suite import Technique, TrainStep, hookimpl
 
 Fault = Literal[
     "raise",
@@ -79,6 +73,7 @@ Fault = Literal[
     "graph-capture",
 ]
 
+
 KINDS: dict[str, str] = {
     "raise": "raises InjectedFault",
     "abort": "the worker aborts (SIGABRT)",
@@ -96,18 +91,28 @@ KINDS: dict[str, str] = {
     "graph-capture": "a host sync inside the step, which a CUDA graph capture refuses (needs cuda-graphs)",
 }
 
+
 STEP_ONLY = frozenset({"nan", "leak", "scale-collapse", "graph-capture"})
 """Kinds that only make sense inside a step."""
 
+
 OOM_CHUNK_BYTES = 256 * 2**20
+
+
 LEAK_FIRST_BYTES = 64 * 2**20
 """What ``leak`` keeps in its first faulty step; each later step keeps twice as much as the one before,
 so any device runs out within a dozen or so steps, while several steps are still seen to grow."""
+
+
 OVERFLOW_FACTOR = 2.0**120
 """What ``scale-collapse`` multiplies the loss gradient by: past float32's range at the initial scale and
 past float16's at any scale above 2**-104, so every step overflows while the GradScaler halves its scale."""
+
+
 BAD_ADDRESS = 0x1000
 """An address below any mapping (Linux's mmap_min_addr, CUDA's reserved low range)."""
+
+
 CORRUPTION: dict[str, Any] = {"not_json": {1, 2, 3}, "not_finite": float("inf")}
 """What ``corrupt`` puts into the cell's notes: a set (not JSON) and an infinity (not allowed in results)."""
 
@@ -164,173 +169,6 @@ class InjectedFault(RuntimeError):
     """The error raised by kind='raise' (and by oom/leak that never ran out of memory)."""
 
 
-def _exhaust_memory(device: torch.device, limit_gb: float) -> None:
-    hoard = []
-    for _ in range(int(limit_gb * 2**30 // OOM_CHUNK_BYTES) + 1):
-        hoard.append(torch.ones(OOM_CHUNK_BYTES // 4, dtype=torch.float32, device=device))
-    raise InjectedFault(f"allocated {limit_gb} GiB without running out of memory")
-
-
-class _Leak:
-    """Memory kept forever, more in each step: what a step that holds on to its tensors does."""
-
-    def __init__(self, device: torch.device, limit_gb: float) -> None:
-        self.device = device
-        self.limit = int(limit_gb * 2**30)
-        self.kept: list[torch.Tensor] = []
-        self.total = 0
-        self.next = LEAK_FIRST_BYTES
-
-    def grow(self) -> None:
-        if self.total + self.next > self.limit:
-            raise InjectedFault(f"leaked {self.total / 2**30:.2f} GiB without running out of memory")
-        self.kept.append(torch.empty(self.next, dtype=torch.uint8, device=self.device))
-        self.total += self.next
-        self.next *= 2
-
-
-def _read_bad_address(device: torch.device) -> None:
-    # A tensor over memory nobody allocated; reading it runs a kernel on an
-    # unmapped address: a sticky "illegal memory access" on CUDA, SIGSEGV on a CPU.
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())  # storages need the explicit index
-    storage = torch._C._construct_storage_from_data_pointer(BAD_ADDRESS, device, 4096)
-    bad = torch.empty(0, dtype=torch.float32, device=device).set_(storage, 0, (1024,), (1,))
-    float(bad.sum())
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _launch_forever(device: torch.device) -> None:
-    # The host never blocks for long: the stack a timeout dumps must show this loop,
-    # not a wait inside the driver.
-    x = torch.ones(1024, device=device)
-    while True:
-        for _ in range(1000):
-            x = x * 1.0000001
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-
-def fire(kind: str, step: TrainStep, options: FaultOptions | KindOptions) -> None:
-    """Make the fault happen now (the kinds that are not tied to a phase of the step)."""
-    if kind == "raise":
-        raise InjectedFault("injected fault")
-    if kind == "abort":
-        os.abort()
-    if kind == "segfault":
-        os.kill(os.getpid(), signal.SIGSEGV)
-    if kind == "exit":
-        os._exit(3)
-    if kind == "hang":
-        while True:
-            time.sleep(1)
-    if kind == "launch-hang":
-        _launch_forever(step.device)
-    if kind == "oom":
-        _exhaust_memory(step.device, options.oom_limit_gb)
-    if kind == "corrupt":
-        step.notes["injected_corruption"] = dict(CORRUPTION)
-    if kind == "cuda-assert":
-        # An out-of-range index trips a device-side assert: a sticky error that
-        # leaves the CUDA context unusable for the rest of the process.
-        x = torch.zeros(4, device=step.device)
-        x[torch.tensor([1 << 20], device=step.device)] = 1.0
-        if step.device.type == "cuda":
-            torch.cuda.synchronize(step.device)
-    if kind == "illegal-address":
-        _read_bad_address(step.device)
-
-
-class _Overflow(torch.autograd.Function):
-    """Identity forward; backward multiplies the gradient past float16's (and float32's) range."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        return grad * OVERFLOW_FACTOR
-
-
-class _OverflowingLoss(nn.Module):
-    """The workload's loss, whose gradient overflows once ``fires()`` says so; the value is unchanged."""
-
-    def __init__(self, inner: nn.Module, fires: Any) -> None:
-        super().__init__()
-        self.inner = inner
-        self.fires = fires
-
-    def forward(self, out: Any, target: Any) -> torch.Tensor:
-        loss = self.inner(out, target)
-        return _Overflow.apply(loss) if self.fires() else loss
-
-
-def _this_rank() -> int:
-    """This process's rank in a data-parallel cell (the launcher's ``RANK``); 0 in a single-process cell."""
-    try:
-        return int(os.environ.get("RANK", "0"))
-    except ValueError:
-        return 0
-
-
-def apply(step: TrainStep, options: FaultOptions | KindOptions) -> TrainStep:
-    kind = options.kind
-    rank = getattr(options, "rank", -1)
-    if rank >= 0 and rank != _this_rank():
-        return step  # another rank's fault
-    if kind == "graph-capture" and step.device.type != "cuda":
-        raise SkipCell(f"fault graph-capture needs a CUDA device; this step runs on {step.device.type}")
-    if kind == "scale-collapse" and (step.scaler is None or step.loss_fn is None):
-        raise SkipCell("fault scale-collapse needs a GradScaler (amp-fp16) and a workload with a loss_fn")
-    if options.at == "apply":
-        fire(kind, step, options)
-        return step
-    calls = {"n": 0}
-
-    def fires() -> bool:
-        calls["n"] += 1
-        return calls["n"] > options.after_steps
-
-    if kind == "scale-collapse":
-        assert step.loss_fn is not None
-        step.loss_fn = _OverflowingLoss(step.loss_fn, fires)
-        return step
-    if kind == "graph-capture":
-        inner, _ = step.phases()
-
-        def synced(batch: Batch) -> torch.Tensor:
-            loss = inner(batch)
-            if fires():
-                float(loss)  # a host sync: fine eagerly, refused while a CUDA graph is being captured
-            return loss
-
-        step.forward_backward = synced
-        return step
-    leak = _Leak(step.device, options.oom_limit_gb) if kind == "leak" else None
-
-    def wrap(fn: StepFn, step: TrainStep) -> StepFn:
-        def faulty(batch: Batch) -> torch.Tensor:
-            if not fires():
-                return fn(batch)
-            if kind == "nan":
-                if step.model is not None:
-                    with torch.no_grad():
-                        next(step.model.parameters()).fill_(float("nan"))
-                return fn(batch) * float("nan")
-            if leak is not None:
-                leak.grow()
-                return fn(batch)
-            fire(kind, step, options)
-            return fn(batch)
-
-        return faulty
-
-    step.wrappers.append(wrap)
-    return step
-
-
 def _kind_technique(kind: str) -> Technique:
     options = type(f"{kind.title().replace('-', '')}FaultOptions", (KindOptions,), {"kind": kind, "__doc__": None})
     requires = {
@@ -349,6 +187,16 @@ def _kind_technique(kind: str) -> Technique:
     )
 
 
+def _impl() -> ModuleType:
+    # The torch-dependent part lives in plugins._faults: registering this plugin (ampsuite list,
+    # --help, suite-file checks) must not import torch.
+    return importlib.import_module("plugins._faults")
+
+
+def apply(step: TrainStep, options: FaultOptions | KindOptions) -> TrainStep:
+    return _impl().apply(step, options)
+
+
 @hookimpl
 def ampsuite_techniques() -> list[Technique]:
     return [
@@ -361,3 +209,10 @@ def ampsuite_techniques() -> list[Technique]:
         ),
         *(_kind_technique(kind) for kind in KINDS),
     ]
+
+
+def __getattr__(name: str) -> Any:
+    """Everything else of the plugin (models, datasets) from its implementation module."""
+    if name.startswith(("__", "AMPSUITE_", "ampsuite_")):  # the manager's and pluggy's probes stay here
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(_impl(), name)

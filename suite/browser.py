@@ -201,6 +201,7 @@ def load_page(
     timeout: float = 60.0,
     chromium: str | None = None,
     screenshots: str | Path | None = None,
+    width: int | None = None,
 ) -> PageReport:
     """Open ``url`` in headless Chromium that can reach no host but 127.0.0.1.
 
@@ -216,6 +217,7 @@ def load_page(
         (late requests, errors after drawing).
     :param screenshots: a folder for a PNG of the page after the load and after
         each hash (``page.png``, ``page-1.png``, ...), to look at what it shows.
+    :param width: viewport width in CSS pixels (height 900), e.g. to check for horizontal overflow.
     :raises BrowserError: no Chromium, or it did not load the page in ``timeout``.
     """
     exe = chromium or find_chromium()
@@ -261,6 +263,9 @@ def load_page(
             session = tools.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
             for domain in ("Network", "Runtime", "Log", "Page"):
                 tools.call(f"{domain}.enable", session=session)
+            if width is not None:
+                metrics = {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False}
+                tools.call("Emulation.setDeviceMetricsOverride", metrics, session=session)
             tools.call("Page.navigate", {"url": url}, session=session)
             deadline = time.monotonic() + timeout
             loaded = False

@@ -25,7 +25,9 @@ class _Parser(argparse.ArgumentParser):
 def _plugin_settings(args: argparse.Namespace) -> Any:
     from suite.host.manager import PluginSettings
 
-    return PluginSettings.from_args(args.plugin or [])
+    # -p before the subcommand (main parser) and after it (subparser) land in different attributes:
+    # argparse lets a subparser's default overwrite the main parser's value for one dest.
+    return PluginSettings.from_args([*(getattr(args, "global_plugin", None) or []), *(args.plugin or [])])
 
 
 def _registry(args: argparse.Namespace) -> Any:
@@ -40,7 +42,8 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
     from suite.run import runner
 
     p = session.plan(args.suite, device=args.device, keyword=args.keyword, settings=_plugin_settings(args))
-    display = Display()
+    peaks = not args.no_peaks and not args.in_process
+    display = Display(noise_target=p.spec.measure.noise_target, measures_peaks=peaks)
     if not p.cells:
         display.console.print(f"{p.spec.path}: no cells selected", markup=False)
         return ExitCode.NO_CELLS
@@ -66,7 +69,7 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
     print_summary(doc, display.console)
     display.console.print(f"results: {output}", markup=False)
     if not args.no_report:
-        index = _render(_sections(p.registry, [doc]), [doc], out_dir)
+        index = _render(_sections(p.registry, [doc]), [doc], out_dir, files=[output])
         display.console.print(f"report: {index}", markup=False)
     if interrupted:
         return ExitCode.INTERRUPTED
@@ -81,11 +84,20 @@ def _sections(registry: Any, docs: list[dict[str, Any]]) -> list[Any]:
 
 
 def _render(
-    sections: list[Any], docs: list[dict[str, Any]], out_dir: Path, compare_with: Any = None, history: Any = None
+    sections: list[Any],
+    docs: list[dict[str, Any]],
+    out_dir: Path,
+    compare_with: Any = None,
+    history: Any = None,
+    files: Sequence[str | Path] = (),
 ) -> Path:
     from suite.report import render_site
 
-    return Path(render_site(docs, out_dir, compare_with=compare_with, history=history, extra_sections=sections))
+    return Path(
+        render_site(
+            docs, out_dir, compare_with=compare_with, history=history, extra_sections=sections, results_files=files
+        )
+    )
 
 
 def cmd_list(args: argparse.Namespace) -> ExitCode:
@@ -140,10 +152,18 @@ def cmd_report(args: argparse.Namespace) -> ExitCode:
     history = None
     if args.asv_results or len(docs) > 1:
         from suite import analysis
+        from suite.report.history import git_commit_order, in_commit_order
 
         history = analysis.history(docs if not args.asv_results else Path(args.asv_results))
+        if args.asv_results:  # asv tracks whatever suite it was given: keep the cells of these results
+            ids = {str(r["id"]) for doc in docs for r in doc["cells"]}
+            tracked = len(history)
+            history = {k: v for k, v in history.items() if k.split(" @ ", 1)[0] in ids}
+            if not history:
+                print(f"history: {args.asv_results} tracks none of these cells ({tracked} others); no history page")
+        history = in_commit_order(history, git_commit_order()) if history else None
     sections = _sections(_registry(args), docs)
-    index = _render(sections, docs, Path(args.output), compare_with=compare_with, history=history)
+    index = _render(sections, docs, Path(args.output), compare_with=compare_with, history=history, files=args.results)
     print(f"report: {index}")
     if args.markdown:
         from suite.report import markdown_summary
@@ -266,10 +286,10 @@ def cmd_asv_machine(args: argparse.Namespace) -> ExitCode:
     return ExitCode.OK
 
 
-def _add_plugin_args(p: argparse.ArgumentParser) -> None:
+def _add_plugin_args(p: argparse.ArgumentParser, dest: str = "plugin") -> None:
     p.add_argument(
         "-p",
-        dest="plugin",
+        dest=dest,
         action="append",
         metavar="MODULE",
         help="load plugin MODULE; -p no:NAME blocks the plugin registered as NAME",
@@ -279,6 +299,7 @@ def _add_plugin_args(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="ampsuite", description="Benchmark mixed-precision training techniques.")
     parser.add_argument("--version", action="version", version=f"ampsuite {__version__}")
+    _add_plugin_args(parser, dest="global_plugin")  # -p anywhere: `ampsuite -p no:NAME list` as well
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def command(name: str, fn: Callable[[argparse.Namespace], ExitCode], help: str) -> argparse.ArgumentParser:
@@ -320,7 +341,12 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--data-dir", default="reports/data")
     new_plugin = command("new-plugin", cmd_new_plugin, "write a plugin package: one workload, one technique, a test")
     new_plugin.add_argument("name", help="distribution name of the package, e.g. ampsuite-myplugin")
-    new_plugin.add_argument("-o", "--output", default=".", help="parent directory of the package (default .)")
+    new_plugin.add_argument(
+        "-o",
+        "--output",
+        default=".",
+        help="directory in which the package's own folder NAME/ is created (default .: ./NAME)",
+    )
     mb = command("max-batch", cmd_max_batch, "find the largest batch size that runs, per workload and combination")
     mb.add_argument("suite", nargs="?", help="suite file (TOML)")
     mb.add_argument("-k", dest="keyword", metavar="EXPR", help="only cells whose id matches EXPR (and, or, not)")

@@ -7,12 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from suite.contract.wire import Cell
 
-__all__ = ["Display", "format_bytes", "line_for", "results_table"]
+__all__ = ["Display", "format_bytes", "line_for", "print_summary", "results_table", "untrusted_note"]
 
 STATUS_STYLE = {
     "passed": "green",
@@ -51,17 +52,48 @@ def _time(seconds: float) -> str:
     return f"{seconds * 1e6:.1f} us"
 
 
-def line_for(record: Mapping[str, Any]) -> str:
-    """One line that says how a cell ended, with its figure or its evidence."""
+def untrusted_note(record: Mapping[str, Any], target: float) -> str | None:
+    """Why a passed cell's step time is not to be trusted (noise above target, unstable, throttled), or None.
+
+    The same rule as the report's and the Markdown summary's "untrusted" mark (analysis.derive).
+    """
+    from suite import analysis
+
+    if record["status"] != "passed":
+        return None
+    own = analysis.noise(record)
+    if own is None:
+        return "no noise estimate"
+    if own > target:
+        return f"noise above the {target:.1%} target"
+    unstable = analysis.instability_warnings(record)
+    return unstable[0] if unstable else None
+
+
+def _nonfinite_note(record: Mapping[str, Any]) -> str | None:
+    numerics = record.get("numerics") or {}
+    if numerics.get("nonfinite_step") is None:
+        return None
+    return f"loss non-finite at step {numerics['nonfinite_step']}"
+
+
+def line_for(record: Mapping[str, Any], target: float | None = None) -> str:
+    """One line that says how a cell ended, with its figure or its evidence.
+
+    With the run's noise target, an untrusted figure is marked (``UNTRUSTED: why``), as is a
+    loss that went non-finite.
+    """
     status = record["status"]
     if status == "passed":
         st = record["metrics"]["step_time"]
         unit = record["workload"]["unit"]
-        return (
-            f"{_time(st['median'])} +-{st['noise']:.2%}  {record['metrics']['throughput']:,.1f} {unit}/s"
-            if st["noise"] is not None
-            else f"{_time(st['median'])}  {record['metrics']['throughput']:,.1f} {unit}/s"
-        )
+        noise = f" +-{st['noise']:.2%}" if st["noise"] is not None else ""
+        text = f"{_time(st['median'])}{noise}  {record['metrics']['throughput']:,.1f} {unit}/s"
+        why = untrusted_note(record, target) if target is not None else None
+        if why:
+            text += f"  UNTRUSTED: {why}"
+        bad = _nonfinite_note(record)
+        return f"{text}  {bad.upper()}" if bad else text
     ev = record.get("evidence") or {}
     if "reason" in ev:
         return str(ev["reason"])
@@ -77,16 +109,37 @@ def line_for(record: Mapping[str, Any]) -> str:
 class Display:
     """Implements the runner's Observer for a terminal or a log."""
 
-    def __init__(self, console: Console | None = None, *, live: bool | None = None) -> None:
+    def __init__(
+        self,
+        console: Console | None = None,
+        *,
+        live: bool | None = None,
+        noise_target: float | None = None,
+        measures_peaks: bool = False,
+    ) -> None:
+        """``noise_target``: the run's, so that progress lines mark untrusted figures;
+        ``measures_peaks``: the runner measures (or reads the cached) device peaks before the first cell."""
         self.console = console or make_console()
         self.live = self.console.is_terminal if live is None else live
+        self.noise_target = noise_target
+        self.measures_peaks = measures_peaks
         self.total = 0
+        self.started = ""
         self._progress: Progress | None = None
         self._task: Any = None
 
     def run_started(self, total: int, path: Path) -> None:
+        from suite.run.runner import now
+
         self.total = total
-        self.console.print(f"ampsuite: {total} cells, results in {path}")
+        self.started = now()
+        self.console.print(f"ampsuite: {total} cells, results in {path}", markup=False)
+        first = "starting"
+        if self.measures_peaks:
+            # Up to ~10 s on a first run (cached per device and torch version afterwards): say what it is.
+            first = "measuring the device's peak rates (cached after the first run; --no-peaks skips it)"
+            if not self.live:
+                self.console.print(first, markup=False)
         if self.live:
             self._progress = Progress(
                 TextColumn("{task.description}"),
@@ -97,7 +150,7 @@ class Display:
                 transient=True,
             )
             self._progress.start()
-            self._task = self._progress.add_task("starting", total=total)
+            self._task = self._progress.add_task(first, total=total)
 
     def cell_started(self, index: int, cell: Cell) -> None:
         if self._progress is not None:
@@ -106,7 +159,13 @@ class Display:
     def cell_finished(self, index: int, record: Mapping[str, Any]) -> None:
         status = record["status"]
         width = len(str(self.total))
-        text = f"[{index + 1:>{width}}/{self.total}] {record['id']} {status.upper()} {line_for(record)}"
+        # A record kept by --resume started before this run did: say so, or it reads as a new measurement.
+        resumed = bool(self.started) and str(record.get("started") or "") < self.started
+        kept = " (kept from the earlier run)" if resumed else ""
+        text = (
+            f"[{index + 1:>{width}}/{self.total}] {record['id']} {status.upper()}{kept} "
+            f"{line_for(record, self.noise_target)}"
+        ).rstrip()
         if self.live:
             self.console.print(text, style=STATUS_STYLE.get(status), markup=False)
             if self._progress is not None:
@@ -131,29 +190,37 @@ class Display:
         self.console.print(f"{len(cells)} cells: {runs} to run, {len(cells) - runs} skipped", markup=False)
 
 
-def results_table(doc: Mapping[str, Any]) -> Table:
-    """The final table: one row per cell, with speedup and numerics where known."""
+_DROP_ORDER = ("peak mem", "scaling", "numerics", "throughput", "vs FP32", "noise", "step time")
+"""Columns left out, first to last, when the table is wider than the console; cell and status always stay."""
+
+UNTRUSTED_MARK = "!"
+
+
+def _row_cells(doc: Mapping[str, Any]) -> tuple[list[str], list[list[str]], list[str]]:
+    """Column names, one row of plain text per cell, and the notes printed under the table."""
     from suite import analysis
 
     derived = analysis.derive(doc)
+    target = analysis.noise_target(doc)
     # Data-parallel runs get a scaling column (efficiency against the one-process cell); others keep their table.
     scaling = analysis.data_parallel(doc)
-    table = Table(title=f"{doc['run']['suite']['name']} on {_device_name(doc)}", show_lines=False)
     columns = ["cell", "status", "step time", "noise", "throughput", "vs FP32", "peak mem", "numerics"]
     if scaling:
         columns.insert(6, "scaling")
-    for col in columns:
-        table.add_column(col, justify="left" if col in ("cell", "status", "numerics") else "right")
+    rows: list[list[str]] = []
+    notes: list[str] = []
     for rec in doc["cells"]:
         d = derived.get(rec["id"])
         if rec["status"] == "passed":
             m = rec["metrics"]
             st = m["step_time"]
+            why = untrusted_note(rec, target)
+            noise = f"{st['noise']:.1%}" if st.get("noise") is not None else "-"
             row = [
                 rec["id"],
-                f"[{STATUS_STYLE['passed']}]passed[/]",
+                "passed",
                 _time(st["median"]),
-                f"{st['noise']:.1%}" if st.get("noise") is not None else "-",
+                f"{noise}{UNTRUSTED_MARK}" if why else noise,
                 f"{m['throughput']:,.1f} {rec['workload']['unit']}/s",
                 f"{d.speedup_vs_fp32:.2f}x" if d and d.speedup_vs_fp32 else "-",
                 format_bytes(m.get("peak_memory_bytes")),
@@ -161,11 +228,64 @@ def results_table(doc: Mapping[str, Any]) -> Table:
             ]
             if scaling:
                 row.insert(6, f"{d.scaling_efficiency:.1%}" if d and d.scaling_efficiency is not None else "-")
-            table.add_row(*row)
+            if why:
+                notes.append(f"{UNTRUSTED_MARK} {rec['id']}: untrusted, {why}")
+            bad = _nonfinite_note(rec)
+            if bad:
+                notes.append(f"  {rec['id']}: {bad}")
         else:
-            style = STATUS_STYLE.get(rec["status"], "")
-            blanks = [""] * (len(columns) - 3)
-            table.add_row(rec["id"], f"[{style}]{rec['status']}[/]", *blanks, line_for(rec)[:60])
+            # The reason goes under the table, whole: in a column it wrapped over many rows, or was cut.
+            row = [rec["id"], rec["status"], *[""] * (len(columns) - 2)]
+            reason = line_for(rec)
+            if reason:
+                notes.append(f"  {rec['id']} {rec['status']}: {reason}")
+        rows.append(row)
+    return columns, rows, notes
+
+
+def _fit(columns: list[str], rows: list[list[str]], width: int) -> list[int]:
+    """Indexes of the columns that fit in ``width`` (each column's widest text, rich's padding and borders)."""
+    widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
+    keep = list(range(len(columns)))
+
+    def total() -> int:
+        return sum(widths[i] + 3 for i in keep) + 1
+
+    for name in _DROP_ORDER:
+        if total() <= width:
+            break
+        if name in columns:
+            keep.remove(columns.index(name))
+    return keep
+
+
+def results_table(doc: Mapping[str, Any], width: int | None = None) -> Table:
+    """The final table: one row per cell, with speedup and numerics where known.
+
+    Ids are never wrapped or cut; at ``width`` (the console's) the least needed columns are
+    left out instead, and the caption says which.
+    """
+    columns, rows, _ = _row_cells(doc)
+    keep = _fit(columns, rows, width) if width else list(range(len(columns)))
+    dropped = [c for i, c in enumerate(columns) if i not in keep]
+    table = Table(
+        title=f"{doc['run']['suite']['name']} on {_device_name(doc)}",
+        caption=f"left out at this width: {', '.join(dropped)} (see the report)" if dropped else None,
+        show_lines=False,
+    )
+    for i in keep:
+        col = columns[i]
+        table.add_column(
+            col,
+            justify="left" if col in ("cell", "status", "numerics") else "right",
+            no_wrap=col != "numerics",
+            min_width=max(len(r[i]) for r in rows) if col == "cell" and rows else None,
+        )
+    for row in rows:
+        style = STATUS_STYLE.get(row[1], "")
+        cells = [row[i] for i in keep]
+        cells[1] = f"[{style}]{row[1]}[/]" if style else row[1]
+        table.add_row(*[c if n == 1 else escape(c) for n, c in enumerate(cells)])
     return table
 
 
@@ -177,7 +297,10 @@ def _device_name(doc: Mapping[str, Any]) -> str:
 
 def print_summary(doc: Mapping[str, Any], console: Console | None = None) -> None:
     console = console or make_console()
-    console.print(results_table(doc))
+    console.print(results_table(doc, console.width))
+    _, _, notes = _row_cells(doc)
+    for note in notes:
+        console.print(note, markup=False, highlight=False)
     counts: dict[str, int] = {}
     for rec in doc["cells"]:
         counts[rec["status"]] = counts.get(rec["status"], 0) + 1

@@ -72,6 +72,13 @@ def test_list_shows_the_toy_workload_with_options_and_defaults(capsys, monkeypat
     assert ", default 'raise'): " in kind
 
 
+@pytest.mark.parametrize("argv", [["-p", "no:faults", "list"], ["list", "-p", "no:faults"]])
+def test_p_is_accepted_before_and_after_the_subcommand(capsys, argv: list[str]) -> None:
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "inject-fault" not in out and "workload toy" in out
+
+
 def test_list_keeps_one_record_per_line_when_piped() -> None:
     proc = _run([sys.executable, "-m", "suite", "list"])
     assert proc.returncode == 0, proc.stderr
@@ -184,3 +191,13 @@ def test_exit_codes_are_stable() -> None:
         "USAGE_ERROR": 4,
         "NO_CELLS": 5,
     }
+
+
+def test_results_are_readable_and_report_o_ships_them(healthy_run, tmp_path: Path, capsys) -> None:
+    """results.json is written 0644 (not mkstemp's 0600), and ``report -o`` puts a copy in the site, linked."""
+    path, _ = healthy_run
+    assert path.stat().st_mode & 0o777 == 0o644
+    site = tmp_path / "site"
+    assert cli.main(["report", str(path), "-o", str(site)]) == 0
+    assert (site / "results.json").read_bytes() == path.read_bytes()
+    assert 'href="results.json"' in (site / "index.html").read_text(encoding="utf-8")

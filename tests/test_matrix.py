@@ -45,6 +45,10 @@ def _picky_check(ctx: CheckContext) -> str | None:
     return f"batch size {ctx.batch_size} is below 16" if ctx.batch_size < 16 else None
 
 
+def _self_naming_check(ctx: CheckContext) -> str | None:
+    return "self-naming: needs a model"
+
+
 class MatrixPlugin:
     """Registered as an object, so it exists only in this test process."""
 
@@ -65,6 +69,7 @@ class MatrixPlugin:
             Technique(name="clash", summary="conflicts with noop", apply=_never_applied, conflicts=frozenset({"noop"})),
             Technique(name="picky", summary="checks the batch size", apply=_never_applied, check=_picky_check),
             Technique(name="early", summary="applies first", apply=_never_applied, order=1),
+            Technique(name="self-naming", summary="names itself", apply=_never_applied, check=_self_naming_check),
         ]
 
 
@@ -291,6 +296,7 @@ SKIPS = [
     ("requires-cuda-on-cpu", "toy", ["needs-cuda"], "cpu", "needs-cuda needs a CUDA device; this run is on cpu"),
     ("requires-cuda-on-cuda", "toy", ["needs-cuda"], "cuda", None),
     ("technique-check", "toy", ["picky"], "cpu", "picky: batch size 8 is below 16"),
+    ("technique-check-names-itself", "toy", ["self-naming"], "cpu", "self-naming: needs a model"),  # prefixed once
     ("workload-requires-cuda", "gpu-only", [], "cpu", "workload 'gpu-only' needs a cuda device; this run is on cpu"),
     ("workload-requires-cuda-on-cuda", "gpu-only", [], "cuda", None),
     (

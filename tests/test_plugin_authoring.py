@@ -1,10 +1,10 @@
 """Third-party plugins end to end: the shipped pytest plugin, ``ampsuite new-plugin``, and the
 example package installed into a virtualenv the way a user installs a plugin.
 
-The venv tests share one virtualenv per module (``--system-site-packages``, so
-torch and friends are reused; ampsuite and the plugins are installed into the
-venv only, with ``--no-deps --no-build-isolation --no-index``). Every command
-runs from a temporary directory so that ``python -m suite`` imports the
+The venv tests share one virtualenv per module (layered on the interpreter running the
+tests by tests/venvs.py, so torch and friends are reused; ampsuite and the plugins are
+installed into the venv only, with ``--no-deps --no-build-isolation --no-index``). Every
+command runs from a temporary directory so that ``python -m suite`` imports the
 installed copy, never this checkout.
 """
 
@@ -15,11 +15,11 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from venvs import layered_venv
 
 from suite import Batch, TrainStep, Workload, hookimpl, scaffold
 from suite.contract.errors import SuiteFileError, UsageError
@@ -332,10 +332,8 @@ def _ampsuite_sources(into: Path) -> Path:
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
     root = tmp_path_factory.mktemp("plugin-venv")
-    # No pip of its own: the system pip, run by the venv's interpreter, installs into the venv.
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(root / "env")], check=True
-    )
+    # No pip of its own: the outer pip, run by the venv's interpreter, installs into the venv.
+    layered_venv(root / "env")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AMPSUITE_", "PYTHONPATH", "PYTEST_ADDOPTS"))}
     env.update(COLUMNS="200", PIP_NO_INPUT="1")
     venv = Venv(root, root / "env" / "bin" / "python", env)

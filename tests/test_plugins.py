@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from venvs import layered_venv
 
 from suite.contract.errors import PluginError, SuiteFileError
 from suite.host.manager import AUTOLOAD_ENV, PluginSettings, load_registry
@@ -39,9 +40,7 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A virtual environment holding only the example plugin distribution, on top of the system packages."""
     root = tmp_path_factory.mktemp("venv")
     env_dir = root / "env"
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(env_dir)], check=True, timeout=120
-    )
+    layered_venv(env_dir)  # the packages of the interpreter running the tests, in a venv or not
     src = root / "plugin_dist"  # build from a copy: the build writes into the source tree
     shutil.copytree(DIST, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     python = env_dir / "bin" / "python"
@@ -213,6 +212,28 @@ def test_duplicate_of_a_builtin_name_names_both_plugins(monkeypatch: pytest.Monk
     )
 
 
+def test_an_option_without_a_default_is_refused_at_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every option needs a default (a suite may leave any out): refused when the plugin loads, not when a suite
+    first uses the record, and never listed as ``default None``."""
+    monkeypatch.syspath_prepend(str(BROKEN))
+    from dataclasses import dataclass
+
+    from suite import Technique, hookimpl
+
+    @dataclass(frozen=True)
+    class StepsOptions:
+        steps: int
+
+    class NoDefault:
+        @hookimpl
+        def ampsuite_techniques(self) -> list[Technique]:
+            return [Technique(name="accumulate", summary="x", apply=lambda step, options: step, options=StepsOptions)]
+
+    with pytest.raises(PluginError) as info:
+        load_registry(BUILTINS, objects=[("no-default", NoDefault())])
+    assert str(info.value) == "plugin 'no-default': technique 'accumulate': option 'steps' has no default"
+
+
 def test_duplicate_from_a_p_module_blames_it_not_the_builtin(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A -p module registers after the built-ins, so it is the one told to rename or be blocked."""
     (tmp_path / "bp_toy_again.py").write_text(
@@ -303,3 +324,32 @@ def test_cli_broken_plugin_is_one_line_and_exit_4() -> None:
         "cannot find my configuration file"
     ]
     assert proc.stdout == ""
+
+
+def test_registering_the_builtins_imports_no_torch() -> None:
+    """``ampsuite list``, ``--help`` and suite-file errors answer in well under a second only while
+    registration stays torch-free: torch alone takes 1.5 s of CPU to import, torchvision.models 3 s."""
+    code = (
+        "import sys\n"
+        "from suite.host.manager import PluginSettings, load_registry\n"
+        "registry = load_registry(PluginSettings(autoload=False))\n"
+        "assert registry.workloads and registry.techniques and registry.probes\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'torchvision', 'numpy')))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=_env())
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_every_builtin_implementation_module_is_preloaded() -> None:
+    """The fork server preloads plugins.BUILTIN_IMPLEMENTATIONS: one left out would be imported in every
+    worker, after its memory limit is set."""
+    import pkgutil
+
+    import plugins
+
+    modules = {name for _, name, _ in pkgutil.walk_packages(plugins.__path__, "plugins.")}
+    halves = {
+        m for m in modules if m.rsplit(".", 1)[1].startswith("_") and m.rsplit(".", 1)[1] not in ("__init__", "_data")
+    }
+    assert halves == set(plugins.BUILTIN_IMPLEMENTATIONS)

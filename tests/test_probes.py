@@ -60,8 +60,23 @@ def test_probes_are_registered() -> None:
 # ---------------------------------------------------------------------------
 
 
+@pytest.fixture
+def tensor_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe warns only where Tensor Cores exist (CUDA); these tests check the warnings on a CPU step."""
+    from plugins.probes import _tensorcores
+
+    monkeypatch.setattr(_tensorcores, "has_tensor_cores", lambda device: True)
+
+
+def test_on_a_cpu_misalignment_is_recorded_without_warnings() -> None:
+    ctx = probe(make(gemm, gemm.GemmOptions(m=64, n=64, k=65, dtype="bfloat16")), tensorcores.inspect)
+    assert ctx.warnings == []
+    assert ctx.diagnostics["tensor_cores"]["misaligned"] == 1
+    assert ctx.diagnostics["tensor_cores"]["ops"][0]["aligned"] is False
+
+
 @pytest.mark.parametrize(("dims", "bad"), [((64, 64, 65), "K=65"), ((65, 64, 64), "M=65"), ((64, 65, 64), "N=65")])
-def test_misaligned_bf16_product_is_warned_about(dims: tuple[int, int, int], bad: str) -> None:
+def test_misaligned_bf16_product_is_warned_about(dims: tuple[int, int, int], bad: str, tensor_cores: None) -> None:
     m, n, k = dims
     ctx = probe(make(gemm, gemm.GemmOptions(m=m, n=n, k=k, dtype="bfloat16")), tensorcores.inspect)
     assert len(ctx.warnings) == 1
@@ -97,13 +112,13 @@ def test_float32_misalignment_is_recorded_but_not_warned() -> None:
     assert ctx.diagnostics["tensor_cores"]["misaligned"] == 0
 
 
-def test_autocast_dtype_reaches_the_table() -> None:
+def test_autocast_dtype_reaches_the_table(tensor_cores: None) -> None:
     ctx = probe(make(gemm, gemm.GemmOptions(m=64, n=64, k=65), autocast=torch.bfloat16), tensorcores.inspect)
     assert [row["dtype"] for row in ctx.diagnostics["tensor_cores"]["ops"]] == ["bfloat16"]
     assert len(ctx.warnings) == 1
 
 
-def test_bert_unpadded_vocab_is_flagged_and_padding_fixes_it() -> None:
+def test_bert_unpadded_vocab_is_flagged_and_padding_fixes_it(tensor_cores: None) -> None:
     odd = probe(make(transformer, tiny_bert(vocab=1001), autocast=torch.bfloat16), tensorcores.inspect)
     assert len(odd.warnings) == 3  # the head's product forward, and both of its backward products
     assert all("1001" in w for w in odd.warnings)

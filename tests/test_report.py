@@ -345,3 +345,38 @@ def test_csv_neutralises_spreadsheet_formulas(tmp_path: Path) -> None:
     with (tmp_path / "f.csv").open(newline="") as fh:
         [row] = list(csv.DictReader(fh))
     assert row["run_id"] == "'=HYPERLINK(1)" and row["cell_id"] == "'-2+3" and row["workload"] == "'@SUM(A1)"
+
+
+def test_history_follows_commit_order_when_dates_tie() -> None:
+    from suite.analysis.derived import HistoryPoint
+    from suite.report.history import in_commit_order
+
+    same = "2026-01-01T00:00:00+00:00"
+    order = {"b" * 40: 0, "a" * 40: 1, "c" * 40: 2}  # b, then a, then c: hash order would say a, b, c
+    points = [HistoryPoint("a" * 12, same, 1.0, None), HistoryPoint("c" * 12, same, 3.0, None)]
+    points.append(HistoryPoint("b" * 12, same, 2.0, None))
+    assert [p.label[0] for p in in_commit_order({"x": points}, order)["x"]] == ["b", "a", "c"]
+    unknown = [*points, HistoryPoint("run-1", "2025-01-01T00:00:00+00:00", 0.5, None)]
+    assert [p.label[0] for p in in_commit_order({"x": unknown}, order)["x"]] == ["r", "b", "a", "c"]
+
+
+def test_compare_reaches_the_overview_with_a_chart_and_cells_measured_in_neither_run(tmp_path: Path) -> None:
+    from suite.report import render_site
+    from suite.report.compare import compare_context
+    from suite.report.views import load_runs
+
+    a = json.loads((FIXTURES / "results_a.json").read_text(encoding="utf-8"))
+    b = json.loads((FIXTURES / "results_b.json").read_text(encoding="utf-8"))
+    render_site([b], tmp_path, compare_with=a)
+    index = (tmp_path / "index.html").read_text(encoding="utf-8")
+    assert 'id="compare-summary"' in index and 'href="compare.html"' in index
+    (section,) = compare_context(load_runs([b]), a)["sections"]
+    regressed = dict(section["counts"])["regressed"]
+    assert regressed >= 1 and f"regressed</span> {regressed}" in index
+    assert '<svg class="chart"' in (tmp_path / "compare.html").read_text(encoding="utf-8")
+    # A cell that ran in neither run (skipped twice) was not compared: never "same".
+    (same_run,) = compare_context(load_runs([a]), a)["sections"]
+    verdicts = {r["cell"]: r["verdict"] for r in same_run["rows"]}
+    for record in a["cells"]:
+        expected = "same" if record["status"] == "passed" else "not measured"
+        assert verdicts[record["id"]] == expected, record["id"]

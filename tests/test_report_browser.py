@@ -89,3 +89,37 @@ def test_overview_screenshot_is_not_blank(site: Path, tmp_path: Path) -> None:
     assert colours is not None and len(colours) > 50, "screenshot is (nearly) a single colour"
     share = max(colours)[0] / (image.size[0] * image.size[1])
     assert share < 0.95, f"one colour covers {share:.0%} of the screenshot"
+
+
+OVERFLOW = """(() => {
+  const width = document.documentElement.clientWidth;
+  const bad = [];
+  if (document.documentElement.scrollWidth > width) bad.push('page: ' + document.documentElement.scrollWidth + 'px');
+  document.querySelectorAll('table, svg, pre, .table-wrap').forEach(el => {
+    const name = el.tagName + '.' + (typeof el.className === 'string' ? el.className : el.className.baseVal);
+    if (el.scrollWidth > el.clientWidth + 1 && getComputedStyle(el).overflowX !== 'visible')
+      bad.push(name + ' scrolls: ' + el.scrollWidth + ' > ' + el.clientWidth);
+    if (el.getBoundingClientRect().right > width + 1) bad.push(name + ' ends past the window');
+  });
+  return bad;
+})()"""
+
+
+def test_no_page_overflows_horizontally_at_1280_px(site: Path) -> None:
+    """Nothing wider than a 1280 px window: no page scrollbar, and no table whose columns hide behind one."""
+    for page in sorted(site.glob("*.html")):
+        report = load_page(page.as_uri(), expressions={"overflow": OVERFLOW}, settle=0.1, width=1280)
+        assert report.values["overflow"] == [], f"{page.name}: {report.values['overflow']}"
+
+
+def test_every_page_links_to_the_results_json(site: Path) -> None:
+    for page in sorted(site.glob("*.html")):
+        links = load_page(
+            page.as_uri(),
+            expressions={"json": "Array.from(document.querySelectorAll('a[href$=\".json\"]')).map(a => a.href)"},
+            settle=0.1,
+        ).values["json"]
+        assert links, f"{page.name}: no link to the results JSON"
+        for link in links:
+            doc = json.loads(Path(link.removeprefix("file://")).read_text(encoding="utf-8"))
+            assert doc["format"] == "ampsuite-results"

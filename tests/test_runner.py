@@ -211,7 +211,7 @@ def test_raise_is_failed_with_type_and_traceback(fault_runs) -> None:
     assert (ev["type"], ev["message"], ev["phase"]) == ("InjectedFault", "injected fault", "numerics")
     tail = ev["traceback"].splitlines()
     assert tail[-1] == "plugins.faults.InjectedFault: injected fault"
-    assert any("plugins/faults.py" in line for line in tail)
+    assert any("plugins/_faults.py" in line for line in tail)
     assert len(tail) <= 30
 
 
@@ -227,7 +227,7 @@ def test_killed_worker_is_crashed_with_its_signal(fault_runs, kind: str, signame
 @pytest.mark.parametrize("kind", ["abort", "segfault"])
 def test_crash_evidence_shows_where_the_worker_died(fault_runs, kind: str) -> None:
     tail = _by_combination(fault_runs[kind][1])["fault"]["evidence"]["stderr_tail"]
-    assert "plugins/faults.py" in tail
+    assert "plugins/_faults.py" in tail
     assert "Fatal Python error" in tail
 
 

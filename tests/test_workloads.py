@@ -209,7 +209,8 @@ def test_gemm_flops_are_2mnk_per_product(batch: int) -> None:
 
 @pytest.mark.parametrize("depth", sorted(cnn.DEPTHS))
 def test_narrow_resnet_at_width_64_has_torchvisions_parameters(depth: int) -> None:
-    block, layers = cnn.DEPTHS[depth]
+    name, layers = cnn.DEPTHS[depth]
+    block = cnn.BLOCKS[name]
     with torch.device("meta"):  # shapes only: skip allocating and initialising full-size weights
         ours = cnn.NarrowResNet(block, layers, 64, 1000)
         theirs = cnn.make_model(cnn.ResNetOptions(depth=depth))
@@ -365,7 +366,7 @@ def test_gemm_step_is_one_product_with_static_inputs() -> None:
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_gemm_runs_in_its_dtype_and_follows_autocast(dtype: Any) -> None:
     step = build("gemm", gemm.GemmOptions(m=8, n=8, k=8, dtype=dtype))
-    assert first_loss(step).dtype == gemm.DTYPES[dtype]
+    assert first_loss(step).dtype == getattr(torch, dtype)
     amp = build("gemm", gemm.GemmOptions(m=8, n=8, k=8, batch=2))
     amp.autocast_dtype = torch.bfloat16
     assert first_loss(amp).dtype == torch.bfloat16

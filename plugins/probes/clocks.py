@@ -29,9 +29,10 @@ import contextlib
 import statistics
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 from suite import Probe, ProbeContext, hookimpl
 
@@ -162,6 +163,8 @@ def summarize(samples: list[Sample]) -> tuple[dict[str, Any], list[str]]:
 
 
 def _handle(nvml: Any, device: torch.device) -> Any:
+    import torch  # here, not at the top: registering the probe must not import torch
+
     index = device.index
     if torch.cuda.is_available():
         index = torch.cuda.current_device() if index is None else index

@@ -20,27 +20,21 @@ CUDA with TF32 allowed for that op) or ``float32``. The split itself goes to
 
 from __future__ import annotations
 
-from torch.utils.flop_counter import FlopCounterMode
+import importlib
+from types import ModuleType
+from typing import Any
 
-from plugins.probes.tensorcores import EXTRA_FLOP_FORMULAS, MatmulRecorder, run_eager_step
 from suite import Probe, ProbeContext, hookimpl
 
 
+def _impl() -> ModuleType:
+    # The torch-dependent part lives in plugins.probes._flops: registering this plugin (ampsuite list,
+    # --help, suite-file checks) must not import torch.
+    return importlib.import_module("plugins.probes._flops")
+
+
 def inspect(ctx: ProbeContext) -> None:
-    counter = FlopCounterMode(display=False, custom_mapping=dict(EXTRA_FLOP_FORMULAS))
-    recorder = MatmulRecorder()
-    try:
-        run_eager_step(ctx, counter, recorder)
-    except Exception as exc:  # a probe must not void the cell's timing; the warning is the evidence
-        ctx.warn(f"flops probe could not count the step: {type(exc).__name__}: {exc}")
-        return
-    total = counter.get_total_flops()
-    ctx.metrics["flops_per_step"] = float(total)
-    by_dtype = {dtype: float(flops) for dtype, flops in recorder.flops.most_common() if flops}
-    if by_dtype:
-        ctx.metrics["matmul_dtype"] = next(iter(by_dtype))
-    by_op = {str(op): float(n) for op, n in counter.get_flop_counts().get("Global", {}).items()}
-    ctx.diagnostics["flops"] = {"total": float(total), "by_dtype": by_dtype, "by_op": by_op}
+    return _impl().inspect(ctx)
 
 
 @hookimpl
@@ -53,3 +47,10 @@ def ampsuite_probes() -> list[Probe]:
             order=40,
         )
     ]
+
+
+def __getattr__(name: str) -> Any:
+    """Everything else of the plugin (models, datasets) from its implementation module."""
+    if name.startswith(("__", "AMPSUITE_", "ampsuite_")):  # the manager's and pluggy's probes stay here
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(_impl(), name)

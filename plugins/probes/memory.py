@@ -6,13 +6,13 @@ import contextlib
 import resource
 from collections.abc import Iterator
 
-import torch
-
 from suite import Probe, ProbeContext, hookimpl
 
 
 @contextlib.contextmanager
 def around(ctx: ProbeContext) -> Iterator[None]:
+    import torch  # here, not at the top: registering the probe must not import torch
+
     device = ctx.step.device
     if device.type == "cuda":
         # Drop what the allocator cached for earlier phases (eager probe steps,

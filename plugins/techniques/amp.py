@@ -13,13 +13,12 @@ exponent range, so it needs no scaler.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
-
-import torch
+from types import ModuleType
+from typing import Any
 
 from suite import NoOptions, Technique, TrainStep, hookimpl
-
-__all__ = ["Fp16Options", "apply_bf16", "apply_fp16"]
 
 
 @dataclass(frozen=True)
@@ -47,27 +46,18 @@ class Fp16Options:
             raise ValueError(f"growth_interval must be >= 1, got {self.growth_interval!r}")
 
 
+def _impl() -> ModuleType:
+    # The torch-dependent part lives in plugins.techniques._amp: registering this plugin (ampsuite list,
+    # --help, suite-file checks) must not import torch.
+    return importlib.import_module("plugins.techniques._amp")
+
+
 def apply_fp16(step: TrainStep, options: Fp16Options) -> TrainStep:
-    step.autocast_dtype = torch.float16
-    notes: dict[str, object] = {"dtype": "float16", "scaler": options.scaler}
-    if options.scaler:
-        step.scaler = torch.amp.GradScaler(
-            step.device.type,
-            init_scale=options.init_scale,
-            growth_factor=options.growth_factor,
-            backoff_factor=options.backoff_factor,
-            growth_interval=options.growth_interval,
-        )
-        notes.update(init_scale=options.init_scale, growth_interval=options.growth_interval)
-    step.notes["amp"] = notes
-    return step
+    return _impl().apply_fp16(step, options)
 
 
 def apply_bf16(step: TrainStep, options: NoOptions) -> TrainStep:
-    step.autocast_dtype = torch.bfloat16
-    step.scaler = None
-    step.notes["amp"] = {"dtype": "bfloat16", "scaler": False}
-    return step
+    return _impl().apply_bf16(step, options)
 
 
 @hookimpl
@@ -89,3 +79,10 @@ def ampsuite_techniques() -> list[Technique]:
             conflicts=frozenset({"amp-fp16"}),
         ),
     ]
+
+
+def __getattr__(name: str) -> Any:
+    """Everything else of the plugin (models, datasets) from its implementation module."""
+    if name.startswith(("__", "AMPSUITE_", "ampsuite_")):  # the manager's and pluggy's probes stay here
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(_impl(), name)

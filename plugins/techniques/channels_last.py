@@ -14,45 +14,25 @@ converted each time, as a user's loop would.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+from types import ModuleType
+from typing import Any
 
-import torch
-
-from suite import Batch, CheckContext, NoOptions, SkipCell, Technique, TrainStep, hookimpl
-
-__all__ = ["ChannelsLastData", "apply", "check"]
+from suite import CheckContext, NoOptions, Technique, TrainStep, hookimpl
 
 
-class ChannelsLastData:
-    """Wraps ``step.data``: 4-D inputs come out in channels-last layout."""
-
-    def __init__(self, data: Callable[[], Batch]) -> None:
-        self.data = data
-
-    def __call__(self) -> Batch:
-        batch = self.data()
-        if any(t.dim() == 4 and not t.is_contiguous(memory_format=torch.channels_last) for t in batch.inputs):
-            batch.inputs = tuple(
-                t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t for t in batch.inputs
-            )
-        return batch
+def _impl() -> ModuleType:
+    # The torch-dependent part lives in plugins.techniques._channels_last: registering this plugin (ampsuite list,
+    # --help, suite-file checks) must not import torch.
+    return importlib.import_module("plugins.techniques._channels_last")
 
 
 def check(ctx: CheckContext) -> str | None:
-    if "conv" not in ctx.workload.traits:
-        return f"needs a convolutional workload (trait 'conv'); {ctx.workload.name!r} has none"
-    return None
+    return _impl().check(ctx)
 
 
 def apply(step: TrainStep, options: NoOptions) -> TrainStep:
-    if step.model is None:
-        raise SkipCell("channels-last needs a workload with a model")
-    step.model.to(memory_format=torch.channels_last)
-    step.memory_format = torch.channels_last
-    step.data = ChannelsLastData(step.data)
-    converted = sum(1 for p in step.model.parameters() if p.dim() == 4)
-    step.notes["channels_last"] = {"params_4d": converted}
-    return step
+    return _impl().apply(step, options)
 
 
 @hookimpl
@@ -66,3 +46,10 @@ def ampsuite_techniques() -> list[Technique]:
             check=check,
         )
     ]
+
+
+def __getattr__(name: str) -> Any:
+    """Everything else of the plugin (models, datasets) from its implementation module."""
+    if name.startswith(("__", "AMPSUITE_", "ampsuite_")):  # the manager's and pluggy's probes stay here
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(_impl(), name)

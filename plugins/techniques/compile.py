@@ -14,15 +14,12 @@ trees); the ``cuda-graphs`` technique refuses to stack on them and says so.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
-from typing import cast
+from types import ModuleType
+from typing import Any
 
-import torch
-from torch import nn
-
-from suite import SkipCell, Technique, TrainStep, hookimpl
-
-__all__ = ["MODES", "CompileOptions", "apply"]
+from suite import Technique, TrainStep, hookimpl
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -42,21 +39,14 @@ class CompileOptions:
             raise ValueError(f"mode {self.mode!r} applies to the inductor backend only, got backend {self.backend!r}")
 
 
+def _impl() -> ModuleType:
+    # The torch-dependent part lives in plugins.techniques._compile: registering this plugin (ampsuite list,
+    # --help, suite-file checks) must not import torch.
+    return importlib.import_module("plugins.techniques._compile")
+
+
 def apply(step: TrainStep, options: CompileOptions) -> TrainStep:
-    if step.model is None:
-        raise SkipCell("torch-compile needs a workload with a model (this step has its own phases)")
-    if options.backend == "inductor":
-        compiled = torch.compile(step.model, mode=options.mode, fullgraph=options.fullgraph, dynamic=False)
-    else:
-        compiled = torch.compile(step.model, backend=options.backend, fullgraph=options.fullgraph, dynamic=False)
-    step.model = cast(nn.Module, compiled)  # an OptimizedModule: same parameters, compiled forward
-    step.notes["torch_compile"] = {
-        "mode": options.mode,
-        "backend": options.backend,
-        "fullgraph": options.fullgraph,
-        "dynamic": False,
-    }
-    return step
+    return _impl().apply(step, options)
 
 
 @hookimpl
@@ -70,3 +60,10 @@ def ampsuite_techniques() -> list[Technique]:
             order=80,
         )
     ]
+
+
+def __getattr__(name: str) -> Any:
+    """Everything else of the plugin (models, datasets) from its implementation module."""
+    if name.startswith(("__", "AMPSUITE_", "ampsuite_")):  # the manager's and pluggy's probes stay here
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(_impl(), name)

@@ -14,47 +14,25 @@ the backends report afterwards is recorded, read through the new API.
 
 from __future__ import annotations
 
-import contextlib
+import importlib
+from types import ModuleType
+from typing import Any
 
-import torch
-
-from suite import NoOptions, SkipCell, Technique, TrainStep, hookimpl
-
-__all__ = ["apply_cudnn_benchmark", "apply_tf32", "tf32_state"]
+from suite import NoOptions, Technique, TrainStep, hookimpl
 
 
-def tf32_state() -> dict[str, str]:
-    """The FP32 precision each backend reports (``tf32`` or ``ieee``/``none``)."""
-    state: dict[str, str] = {}
-    for key, read in (
-        ("matmul", lambda: torch.backends.cuda.matmul.fp32_precision),
-        ("cudnn_conv", lambda: torch.backends.cudnn.conv.fp32_precision),  # type: ignore[attr-defined]
-        ("cudnn_rnn", lambda: torch.backends.cudnn.rnn.fp32_precision),  # type: ignore[attr-defined]
-    ):
-        with contextlib.suppress(AttributeError, RuntimeError):  # torch without the new API
-            state[key] = str(read())
-    return state
+def _impl() -> ModuleType:
+    # The torch-dependent part lives in plugins.techniques._precision_flags: registering this plugin (ampsuite list,
+    # --help, suite-file checks) must not import torch.
+    return importlib.import_module("plugins.techniques._precision_flags")
 
 
 def apply_tf32(step: TrainStep, options: NoOptions) -> TrainStep:
-    if step.device.type != "cuda":
-        raise SkipCell(f"tf32 needs a CUDA device; this step runs on {step.device.type}")
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
-    step.notes["tf32"] = {
-        "set": {"torch.backends.cuda.matmul.allow_tf32": True, "torch.backends.cudnn.allow_tf32": True},
-        "reported": tf32_state(),
-        "float32_matmul_precision": torch.get_float32_matmul_precision(),
-    }
-    return step
+    return _impl().apply_tf32(step, options)
 
 
 def apply_cudnn_benchmark(step: TrainStep, options: NoOptions) -> TrainStep:
-    if step.device.type != "cuda":
-        raise SkipCell(f"cudnn-benchmark needs a CUDA device; this step runs on {step.device.type}")
-    torch.backends.cudnn.benchmark = True
-    step.notes["cudnn_benchmark"] = {"torch.backends.cudnn.benchmark": torch.backends.cudnn.benchmark}
-    return step
+    return _impl().apply_cudnn_benchmark(step, options)
 
 
 @hookimpl
@@ -75,3 +53,10 @@ def ampsuite_techniques() -> list[Technique]:
             requires=frozenset({"cuda"}),
         ),
     ]
+
+
+def __getattr__(name: str) -> Any:
+    """Everything else of the plugin (models, datasets) from its implementation module."""
+    if name.startswith(("__", "AMPSUITE_", "ampsuite_")):  # the manager's and pluggy's probes stay here
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(_impl(), name)

@@ -17,36 +17,21 @@ Two data sources:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
 from dataclasses import dataclass, field
-from typing import Literal
+from types import ModuleType
+from typing import Any, Literal
 
-import torch
-from torch import nn
-from torch.utils.data import Dataset
-from torchvision.models import resnet as tv
+from suite import BuildContext, TrainStep, Workload, hookimpl
 
-from plugins.workloads._data import (
-    POOL_BATCHES,
-    DiskImages,
-    cycling,
-    device_pool,
-    image_collate,
-    loader_data,
-    prepare_disk_images,
-    synthetic_images,
-)
-from suite import Batch, BuildContext, TrainStep, Workload, hookimpl
-
-BlockType = type[tv.BasicBlock] | type[tv.Bottleneck]
-
-DEPTHS: dict[int, tuple[BlockType, tuple[int, int, int, int]]] = {
-    18: (tv.BasicBlock, (2, 2, 2, 2)),
-    34: (tv.BasicBlock, (3, 4, 6, 3)),
-    50: (tv.Bottleneck, (3, 4, 6, 3)),
-    101: (tv.Bottleneck, (3, 4, 23, 3)),
-    152: (tv.Bottleneck, (3, 8, 36, 3)),
+DEPTHS: dict[int, tuple[str, tuple[int, int, int, int]]] = {
+    18: ("BasicBlock", (2, 2, 2, 2)),
+    34: ("BasicBlock", (3, 4, 6, 3)),
+    50: ("Bottleneck", (3, 4, 6, 3)),
+    101: ("Bottleneck", (3, 4, 23, 3)),
+    152: ("Bottleneck", (3, 8, 36, 3)),
 }
+"""Block (a torchvision.models.resnet class, named so that this module needs no torchvision) and stage depths."""
 
 
 @dataclass(frozen=True)
@@ -80,102 +65,18 @@ class ResNetOptions:
             raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
 
 
-class NarrowResNet(nn.Module):
-    """torchvision's ResNet layout with a base width other than 64.
-
-    The same stem, the same ``BasicBlock``/``Bottleneck`` modules, stage widths
-    ``width * (1, 2, 4, 8)`` and torchvision's initialisation; at ``width=64``
-    its parameters have exactly torchvision's shapes.
-    """
-
-    def __init__(self, block: BlockType, layers: tuple[int, int, int, int], width: int, classes: int) -> None:
-        super().__init__()
-        self.inplanes = width
-        self.conv1 = nn.Conv2d(3, width, kernel_size=7, stride=2, padding=3, bias=False)
-        self.bn1 = nn.BatchNorm2d(width)
-        self.relu = nn.ReLU(inplace=True)
-        self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
-        self.layer1 = self._make_layer(block, width, layers[0], 1)
-        self.layer2 = self._make_layer(block, width * 2, layers[1], 2)
-        self.layer3 = self._make_layer(block, width * 4, layers[2], 2)
-        self.layer4 = self._make_layer(block, width * 8, layers[3], 2)
-        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
-        self.fc = nn.Linear(width * 8 * block.expansion, classes)
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(m, nn.BatchNorm2d):
-                nn.init.constant_(m.weight, 1)
-                nn.init.constant_(m.bias, 0)
-
-    def _make_layer(self, block: BlockType, planes: int, blocks: int, stride: int) -> nn.Sequential:
-        downsample = None
-        if stride != 1 or self.inplanes != planes * block.expansion:
-            downsample = nn.Sequential(
-                nn.Conv2d(self.inplanes, planes * block.expansion, kernel_size=1, stride=stride, bias=False),
-                nn.BatchNorm2d(planes * block.expansion),
-            )
-        layers: list[nn.Module] = [block(self.inplanes, planes, stride, downsample)]
-        self.inplanes = planes * block.expansion
-        layers += [block(self.inplanes, planes) for _ in range(1, blocks)]
-        return nn.Sequential(*layers)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        return self.fc(torch.flatten(self.avgpool(x), 1))
-
-
-def make_model(options: ResNetOptions) -> nn.Module:
-    """torchvision's ResNet at width 64, :class:`NarrowResNet` otherwise (uses the global generator)."""
-    block, layers = DEPTHS[options.depth]
-    if options.width == 64:
-        return tv.ResNet(block, list(layers), num_classes=options.classes)
-    return NarrowResNet(block, layers, options.width, options.classes)
-
-
-def prepare(options: ResNetOptions, data_dir: str) -> str:
-    """Write the on-disk data set that ``source='disk'`` reads (idempotent); returns its folder.
-
-    With ``source='synthetic'`` nothing is read from disk, so nothing is
-    written and the result is an empty string.
-    """
-    if options.source != "disk":
-        return ""
-    return str(prepare_disk_images(data_dir, "images", options.disk_images, options.image_size, options.classes))
-
-
-def _optimizer(options: ResNetOptions, model: nn.Module) -> torch.optim.Optimizer:
-    if options.optimizer == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=options.lr, momentum=0.9, weight_decay=options.weight_decay)
-    return torch.optim.AdamW(model.parameters(), lr=options.lr, weight_decay=options.weight_decay, fused=False)
+def _impl() -> ModuleType:
+    # The torch-dependent part lives in plugins.workloads._cnn: registering this plugin (ampsuite list,
+    # --help, suite-file checks) must not import torch.
+    return importlib.import_module("plugins.workloads._cnn")
 
 
 def build(options: ResNetOptions, ctx: BuildContext) -> TrainStep:
-    torch.manual_seed(ctx.seed)
-    model = make_model(options).to(ctx.device)
-    data: Callable[[], Batch]
-    dataset: Dataset[tuple[torch.Tensor, torch.Tensor]]
-    if options.source == "disk":
-        whole = (options.disk_images // ctx.batch_size) * ctx.batch_size
-        if whole == 0:
-            raise ValueError(f"disk_images ({options.disk_images}) must be >= the batch size ({ctx.batch_size})")
-        dataset = DiskImages(prepare(options, ctx.data_dir), length=whole)
-        data = loader_data(dataset, ctx.batch_size, image_collate, ctx.device)
-    else:
-        dataset = synthetic_images(POOL_BATCHES * ctx.batch_size, options.image_size, options.classes, ctx.seed)
-        data = cycling(device_pool(dataset, ctx.batch_size, image_collate, ctx.device, POOL_BATCHES))
-    return TrainStep(
-        device=ctx.device,
-        batch_size=ctx.batch_size,
-        samples_per_step=ctx.batch_size,
-        data=data,
-        model=model,
-        optimizer=_optimizer(options, model),
-        loss_fn=nn.CrossEntropyLoss(),
-        dataset=dataset,
-        collate=image_collate,
-    )
+    return _impl().build(options, ctx)
+
+
+def prepare(options: ResNetOptions, data_dir: str) -> str:
+    return _impl().prepare(options, data_dir)
 
 
 @hookimpl
@@ -191,3 +92,10 @@ def ampsuite_workloads() -> list[Workload]:
             prepare=prepare,
         )
     ]
+
+
+def __getattr__(name: str) -> Any:
+    """Everything else of the plugin (models, datasets) from its implementation module."""
+    if name.startswith(("__", "AMPSUITE_", "ampsuite_")):  # the manager's and pluggy's probes stay here
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(_impl(), name)

@@ -16,14 +16,15 @@ with the FP32 baseline.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
-from typing import Literal
+from types import ModuleType
+from typing import Any, Literal
 
-import torch
+from suite import BuildContext, TrainStep, Workload, hookimpl
 
-from suite import Batch, BuildContext, TrainStep, Workload, hookimpl
-
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES = ("float32", "float16", "bfloat16")
+"""Storage dtypes, by their torch attribute names (torch is imported only when a cell builds)."""
 
 
 @dataclass(frozen=True)
@@ -49,38 +50,14 @@ class GemmOptions:
         return 2 * self.batch * self.m * self.n * self.k
 
 
-def _operand(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> torch.Tensor:
-    # Drawn in float32 on the host and rounded, so every dtype and device sees the same values.
-    return torch.randn(shape, generator=gen).to(device=device, dtype=dtype)
+def _impl() -> ModuleType:
+    # The torch-dependent part lives in plugins.workloads._gemm: registering this plugin (ampsuite list,
+    # --help, suite-file checks) must not import torch.
+    return importlib.import_module("plugins.workloads._gemm")
 
 
 def build(options: GemmOptions, ctx: BuildContext) -> TrainStep:
-    torch.manual_seed(ctx.seed)
-    gen = torch.Generator().manual_seed(ctx.seed)
-    dtype = DTYPES[options.dtype]
-    lead = (options.batch,) if options.batch > 1 else ()
-    a = _operand((*lead, options.m, options.k), dtype, ctx.device, gen)
-    b = _operand((*lead, options.k, options.n), dtype, ctx.device, gen)
-    batch = Batch((a, b))
-    product = torch.bmm if options.batch > 1 else torch.mm
-
-    def data() -> Batch:
-        return batch
-
-    step = TrainStep(device=ctx.device, batch_size=ctx.batch_size, samples_per_step=1, data=data)
-
-    def forward_backward(inputs: Batch) -> torch.Tensor:
-        with step.autocast():
-            out = product(*inputs.inputs)
-        return out.reshape(-1)[0]
-
-    step.forward_backward = forward_backward
-    step.update = _no_update
-    return step
-
-
-def _no_update() -> None:
-    """Nothing to apply: a product has no parameters."""
+    return _impl().build(options, ctx)
 
 
 @hookimpl
@@ -94,3 +71,10 @@ def ampsuite_workloads() -> list[Workload]:
             unit="products",
         )
     ]
+
+
+def __getattr__(name: str) -> Any:
+    """Everything else of the plugin (models, datasets) from its implementation module."""
+    if name.startswith(("__", "AMPSUITE_", "ampsuite_")):  # the manager's and pluggy's probes stay here
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(_impl(), name)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import itertools
+import importlib
 from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
 
-import torch
-from torch import nn
-
-from suite import Batch, BuildContext, TrainStep, Workload, hookimpl
+from suite import BuildContext, TrainStep, Workload, hookimpl
 
 
 @dataclass(frozen=True)
@@ -25,54 +24,14 @@ class ToyOptions:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
-class ToyDataset(torch.utils.data.Dataset[tuple[torch.Tensor, torch.Tensor]]):
-    """Deterministic random samples, identical for every cell with the same seed."""
-
-    def __init__(self, size: int, features: int, classes: int, seed: int) -> None:
-        gen = torch.Generator().manual_seed(seed)
-        self.x = torch.randn(size, features, generator=gen)
-        self.y = torch.randint(0, classes, (size,), generator=gen)
-
-    def __len__(self) -> int:
-        return len(self.x)
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.x[index], self.y[index]
-
-
-def collate(item: tuple[torch.Tensor, torch.Tensor]) -> Batch:
-    x, y = item
-    return Batch((x,), y)
+def _impl() -> ModuleType:
+    # The torch-dependent part lives in plugins.workloads._toy: registering this plugin (ampsuite list,
+    # --help, suite-file checks) must not import torch.
+    return importlib.import_module("plugins.workloads._toy")
 
 
 def build(options: ToyOptions, ctx: BuildContext) -> TrainStep:
-    torch.manual_seed(ctx.seed)
-    widths = [options.features] + [options.hidden] * options.layers
-    body: list[nn.Module] = []
-    for a, b in itertools.pairwise(widths):
-        body += [nn.Linear(a, b), nn.ReLU()]
-    model = nn.Sequential(*body, nn.Linear(widths[-1], options.classes)).to(ctx.device)
-    dataset = ToyDataset(4 * ctx.batch_size, options.features, options.classes, ctx.seed)
-    pool = [
-        Batch((dataset.x[i : i + ctx.batch_size].to(ctx.device),), dataset.y[i : i + ctx.batch_size].to(ctx.device))
-        for i in range(0, len(dataset), ctx.batch_size)
-    ]
-    cursor = iter(range(1 << 62))
-
-    def data() -> Batch:
-        return pool[next(cursor) % len(pool)]
-
-    return TrainStep(
-        device=ctx.device,
-        batch_size=ctx.batch_size,
-        samples_per_step=ctx.batch_size,
-        data=data,
-        model=model,
-        optimizer=torch.optim.SGD(model.parameters(), lr=options.lr),
-        loss_fn=nn.CrossEntropyLoss(),
-        dataset=dataset,
-        collate=collate,
-    )
+    return _impl().build(options, ctx)
 
 
 @hookimpl
@@ -87,3 +46,10 @@ def ampsuite_workloads() -> list[Workload]:
             traits=frozenset({"model", "data-path"}),
         )
     ]
+
+
+def __getattr__(name: str) -> Any:
+    """Everything else of the plugin (models, datasets) from its implementation module."""
+    if name.startswith(("__", "AMPSUITE_", "ampsuite_")):  # the manager's and pluggy's probes stay here
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(_impl(), name)

@@ -8,13 +8,11 @@ of host dataset as the ResNet's synthetic source, so loading techniques apply.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
 
-import torch
-from torch import nn
-from torchvision.models.vision_transformer import VisionTransformer
-
-from plugins.workloads._data import POOL_BATCHES, cycling, device_pool, image_collate, synthetic_images
 from suite import BuildContext, TrainStep, Workload, hookimpl
 
 
@@ -47,36 +45,14 @@ class ViTOptions:
             raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
 
 
-def make_model(options: ViTOptions) -> VisionTransformer:
-    return VisionTransformer(
-        image_size=options.image_size,
-        patch_size=options.patch_size,
-        num_layers=options.layers,
-        num_heads=options.heads,
-        hidden_dim=options.hidden,
-        mlp_dim=options.mlp,
-        dropout=options.dropout,
-        attention_dropout=options.dropout,
-        num_classes=options.classes,
-    )
+def _impl() -> ModuleType:
+    # The torch-dependent part lives in plugins.workloads._vit: registering this plugin (ampsuite list,
+    # --help, suite-file checks) must not import torch.
+    return importlib.import_module("plugins.workloads._vit")
 
 
 def build(options: ViTOptions, ctx: BuildContext) -> TrainStep:
-    torch.manual_seed(ctx.seed)
-    model = make_model(options).to(ctx.device)
-    dataset = synthetic_images(POOL_BATCHES * ctx.batch_size, options.image_size, options.classes, ctx.seed)
-    pool = device_pool(dataset, ctx.batch_size, image_collate, ctx.device, POOL_BATCHES)
-    return TrainStep(
-        device=ctx.device,
-        batch_size=ctx.batch_size,
-        samples_per_step=ctx.batch_size,
-        data=cycling(pool),
-        model=model,
-        optimizer=torch.optim.AdamW(model.parameters(), lr=options.lr, weight_decay=options.weight_decay, fused=False),
-        loss_fn=nn.CrossEntropyLoss(),
-        dataset=dataset,
-        collate=image_collate,
-    )
+    return _impl().build(options, ctx)
 
 
 @hookimpl
@@ -91,3 +67,10 @@ def ampsuite_workloads() -> list[Workload]:
             traits=frozenset({"model", "data-path"}),
         )
     ]
+
+
+def __getattr__(name: str) -> Any:
+    """Everything else of the plugin (models, datasets) from its implementation module."""
+    if name.startswith(("__", "AMPSUITE_", "ampsuite_")):  # the manager's and pluggy's probes stay here
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(_impl(), name)

@@ -7,6 +7,7 @@ whose one-line message names the plugin.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import importlib
@@ -21,7 +22,7 @@ import pluggy
 
 from suite import PLUGIN_API, __version__
 from suite.contract.errors import PluginError
-from suite.contract.plugin import Probe, Technique, Workload
+from suite.contract.plugin import NoOptions, Probe, Technique, Workload
 from suite.host import hookspecs
 
 ENTRY_POINT_GROUP = "ampsuite"
@@ -313,6 +314,9 @@ def _check_record(plugin: str, kind: str, record: Any) -> None:
     options = getattr(record, "options", None)
     if options is not None and not (isinstance(options, type) and is_dataclass(options)):
         raise PluginError(plugin, f"{kind} {record.name!r}: options must be a dataclass type, got {options!r}")
+    for f in dataclasses.fields(options or NoOptions):  # a suite may leave out any option, so each needs a default
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise PluginError(plugin, f"{kind} {record.name!r}: option {f.name!r} has no default")
     for attr in ("build", "apply"):
         fn: Callable[..., Any] | None = getattr(record, attr, None)
         if attr in type(record).__dataclass_fields__ and not callable(fn):

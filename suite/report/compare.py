@@ -8,17 +8,21 @@ of a comparison is looking for.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 from suite import analysis
 from suite.analysis.derived import Comparison, Doc
+from suite.report import charts
 from suite.report.fmt import DASH, num, pct, signed_pct
 from suite.report.views import Run, cell_anchor, run_label, workload_page_name
 
-__all__ = ["VERDICT_ORDER", "compare_context", "comparison_rows"]
+__all__ = ["VERDICT_ORDER", "compare_context", "comparison_rows", "summary"]
 
-VERDICT_ORDER = ("regressed", "improved", "not comparable", "missing", "same")
+VERDICT_ORDER = ("regressed", "improved", "not comparable", "missing", "not measured", "same")
+NOT_MEASURED = "not measured"
+"""A cell that ran in neither run (skipped, failed, ... in both): nothing was compared, so not "same"."""
 
 
 def _href(run: Run, comparison: Comparison) -> str:
@@ -28,9 +32,16 @@ def _href(run: Run, comparison: Comparison) -> str:
     return f"{workload_page_name(workload)}#{cell_anchor(run.index, comparison.cell_id)}"
 
 
+def _not_measured(c: Comparison) -> Comparison:
+    passed = [r is not None and r.get("status") == "passed" for r in (c.a, c.b)]
+    if c.verdict == "same" and not any(passed):
+        return dataclasses.replace(c, verdict=NOT_MEASURED)  # type: ignore[arg-type]
+    return c
+
+
 def comparison_rows(run: Run, reference: Doc) -> list[dict[str, Any]]:
     """Rows of one run's comparison, regressions first, then matrix order."""
-    comparisons = analysis.compare(reference, run.doc)
+    comparisons = [_not_measured(c) for c in analysis.compare(reference, run.doc)]
     ranked = sorted(enumerate(comparisons), key=lambda ic: (VERDICT_ORDER.index(ic[1].verdict), ic[0]))
     rows = []
     for _, c in ranked:
@@ -46,6 +57,7 @@ def comparison_rows(run: Run, reference: Doc) -> list[dict[str, Any]]:
                 "b": num(analysis.throughput(c.b)) if c.b is not None else DASH,
                 "unit": unit,
                 "change": signed_pct(c.change),
+                "change_value": c.change if c.change is not None and c.verdict not in ("not comparable",) else None,
                 "threshold": pct(c.threshold),
                 "verdict": c.verdict,
                 "reason": c.reason,
@@ -59,8 +71,38 @@ def compare_context(runs: Sequence[Run], reference: Doc) -> dict[str, Any]:
     for run in runs:
         rows = comparison_rows(run, reference)
         counts = {v: sum(1 for r in rows if r["verdict"] == v) for v in VERDICT_ORDER}
-        sections.append({"run": run.label, "rows": rows, "counts": list(counts.items())})
+        sections.append({"run": run.label, "rows": rows, "counts": list(counts.items()), "chart": _chart(rows)})
     return {"reference": run_label(reference), "sections": sections, "rule": RULE}
+
+
+TONES = {"regressed": "bad", "improved": "good"}
+
+
+def _chart(rows: Sequence[dict[str, Any]]) -> Any:
+    """Step-time change of every cell measured in both runs, in the table's order (regressions first)."""
+    bars = [
+        charts.Bar(
+            r["cell"],
+            r["change_value"] * 100,
+            f"{r['cell']}: {r['change']} ({r['verdict']})",
+            tone=TONES.get(r["verdict"], "muted"),
+        )
+        for r in rows
+        if r["change_value"] is not None
+    ]
+    return charts.bar_chart(
+        bars, title="Step time change against the reference (%, positive is slower)", unit="%", reference=0.0
+    )
+
+
+def summary(runs: Sequence[Run], reference: Doc) -> list[dict[str, Any]]:
+    """For the overview: per run, how many cells regressed, improved, ... against the reference."""
+    out = []
+    for run in runs:
+        rows = comparison_rows(run, reference)
+        counts = {v: sum(1 for r in rows if r["verdict"] == v) for v in VERDICT_ORDER}
+        out.append({"run": run.label, "counts": list(counts.items()), "regressed": counts["regressed"]})
+    return out
 
 
 RULE = (

@@ -1,20 +1,22 @@
 """The history page: each cell's throughput across commits (from asv or several results files).
 
 The points come from :func:`suite.analysis.history`; this module charts them
-(one line per cell, commits evenly spaced in date order) and tabulates the
+(one line per cell, commits evenly spaced in commit order) and tabulates the
 exact values with their noise.
 """
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from suite.analysis.derived import HistoryPoint
 from suite.report import charts
 from suite.report.fmt import num, pct
 
-__all__ = ["history_context"]
+__all__ = ["git_commit_order", "history_context", "in_commit_order"]
 
 
 def _categories(points: Sequence[HistoryPoint]) -> list[str]:
@@ -54,3 +56,41 @@ def history_context(history: Mapping[str, Sequence[HistoryPoint]]) -> dict[str, 
             }
         )
     return {"cells": cells}
+
+
+def git_commit_order(repo: str | Path = ".") -> dict[str, int]:
+    """Position of every commit reachable from HEAD, oldest first (``git rev-list --topo-order``);
+    empty outside a git repository."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(repo), "rev-list", "--topo-order", "--reverse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return {commit: i for i, commit in enumerate(out.split())}
+
+
+def in_commit_order(
+    history: Mapping[str, Sequence[HistoryPoint]], order: Mapping[str, int]
+) -> dict[str, list[HistoryPoint]]:
+    """Each cell's points in commit order where ``order`` knows every label (a commit hash or a prefix of
+    one); otherwise in date order with commit order breaking ties. Dates alone are not an order: commits
+    made within one second (a rebase, a merge) share a date."""
+    by_prefix = {commit[:7]: i for commit, i in order.items()}
+
+    def position(point: HistoryPoint) -> int | None:
+        label = point.label.split("#", 1)[0]
+        return by_prefix.get(label[:7]) if len(label) >= 7 else None
+
+    out = {}
+    for key, points in history.items():
+        known = [position(p) for p in points]
+        if points and all(i is not None for i in known):
+            out[key] = sorted(points, key=lambda p: position(p) or 0)
+        else:
+            out[key] = sorted(points, key=lambda p: (p.date, position(p) or 0))
+    return out

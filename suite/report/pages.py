@@ -119,14 +119,19 @@ def _best_rows(run: Run) -> list[dict[str, Any]]:
     return rows
 
 
-def _warning_rows(run: Run) -> list[dict[str, str]]:
-    rows = []
+def _warning_rows(run: Run) -> list[dict[str, Any]]:
+    """One row per distinct warning, with every cell that gave it: the same warning from many cells
+    (a misaligned product in every combination of a workload) is read once, not once per cell."""
+    rows: dict[str, dict[str, Any]] = {}
     for record in run.cells:
         view = None
         for message in record.get("warnings") or []:
             view = view or cell_view(run, record)
-            rows.append({"cell": view.id, "href": f"{view.page}#{view.anchor}", "message": str(message)})
-    return rows
+            row = rows.setdefault(str(message), {"message": str(message), "cells": []})
+            cell = {"cell": view.id, "href": f"{view.page}#{view.anchor}"}
+            if cell not in row["cells"]:
+                row["cells"].append(cell)
+    return list(rows.values())
 
 
 def _untrusted_rows(run: Run) -> list[dict[str, str]]:

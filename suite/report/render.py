@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.resources
+import json
 import re
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
@@ -25,15 +26,17 @@ from suite import ReportSection, __version__
 from suite.analysis.derived import Doc, HistoryPoint
 from suite.report import fmt
 from suite.report.compare import compare_context
+from suite.report.compare import summary as compare_summary
 from suite.report.csv_export import write_csv
 from suite.report.history import history_context
 from suite.report.markdown import markdown_summary
 from suite.report.pages import index_context, speedup_summary, workload_contexts
-from suite.report.views import load_runs
+from suite.report.views import load_runs, run_label
 
-__all__ = ["CSV_NAME", "MARKDOWN_NAME", "environment", "render_site"]
+__all__ = ["CSV_NAME", "JSON_NAME", "MARKDOWN_NAME", "environment", "render_site"]
 
 CSV_NAME = "results.csv"
+JSON_NAME = "results.json"
 MARKDOWN_NAME = "summary.md"
 STATIC_DIR = "static"
 
@@ -76,6 +79,26 @@ def _section_views(sections: Iterable[ReportSection]) -> list[dict[str, Any]]:
     return out
 
 
+def _results_json(out: Path, items: Sequence[Doc], files: Sequence[str | Path]) -> list[str]:
+    """Put each run's results file in the site (results.json, results-2.json, ...); their names.
+
+    A given file is copied (never over itself: ``ampsuite run`` writes its results where its
+    report goes); a document given without a file is written out, unless the name is taken.
+    """
+    names = []
+    for i, doc in enumerate(items):
+        name = JSON_NAME if i == 0 else f"results-{i + 1}.json"
+        target = out / name
+        source = Path(files[i]) if i < len(files) else None
+        if source is not None:
+            if not (target.exists() and target.samefile(source)):
+                shutil.copyfile(source, target)
+        elif not target.exists():
+            target.write_text(json.dumps(doc, indent=1, allow_nan=False), encoding="utf-8")
+        names.append(name)
+    return names
+
+
 def _default_title(docs: Sequence[Doc]) -> str:
     names = []
     for doc in docs:
@@ -94,17 +117,21 @@ def render_site(
     history: Mapping[str, Sequence[HistoryPoint]] | None = None,
     extra_sections: Iterable[ReportSection] = (),
     title: str | None = None,
+    results_files: Sequence[str | Path] = (),
 ) -> Path:
     """Write the report site for ``docs`` (loaded results documents) into ``out_dir``.
 
     :param compare_with: a reference run; adds compare.html (each doc against it).
     :param history: :func:`suite.analysis.history` output; adds history.html.
+    :param results_files: the files ``docs`` were loaded from, copied into the site as
+        results.json (results-2.json, ...) and linked from every page.
     :param extra_sections: plugin sections (``ampsuite_report_sections``), shown on
         the index after the built-in ones and in summary.md when they carry Markdown.
     :return: the path of index.html.
 
     Files written: index.html, one workload-*.html per workload id, history.html
-    and compare.html when asked, results.csv, summary.md and static/style.css.
+    and compare.html when asked, results.json (one per run), results.csv, summary.md
+    and static/style.css.
     Other files in ``out_dir`` are left alone.
     """
     items = [docs] if isinstance(docs, Mapping) else list(docs)
@@ -122,6 +149,7 @@ def render_site(
         "compare": compare_with is not None,
         "csv": CSV_NAME,
         "markdown": MARKDOWN_NAME,
+        "json": _results_json(out, items, results_files),
     }
     base = {"site_title": title or _default_title(items), "nav": nav}
 
@@ -131,7 +159,12 @@ def render_site(
         path.write_text(html, encoding="utf-8")
         return path
 
-    index = write("index.html", "index.html", sections=_section_views(sections), **index_context(runs))
+    compared = None
+    if compare_with is not None:
+        compared = {"reference": run_label(compare_with), "runs": compare_summary(runs, compare_with)}
+    index = write(
+        "index.html", "index.html", sections=_section_views(sections), compared=compared, **index_context(runs)
+    )
     for page in workloads.values():
         write(page["file"], "workload.html", **page)
     if history is not None:

@@ -320,7 +320,7 @@ def cell_view(run: Run, record: Record) -> CellView:
         loss_diff=pct(d.loss_rel_diff, 2),
         verdict=d.numerics_verdict,
         nonfinite=nonfinite,
-        skipped_steps=str(numerics.get("skipped_steps", DASH)),
+        skipped_steps=DASH if numerics.get("skipped_steps") is None else str(numerics["skipped_steps"]),
         first_step=secs(metrics.get("first_step_seconds")),
         trusted=d.trusted,
         trust_note=d.trust_note or "",

@@ -61,6 +61,7 @@ def _write_atomic(path: Path, doc: dict[str, Any]) -> None:
     text = json.dumps(clean, indent=1, allow_nan=False)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.fchmod(fd, 0o644)  # mkstemp makes it private; results are for the report's readers too
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)

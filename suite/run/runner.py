@@ -90,12 +90,12 @@ def now() -> str:
 def worker_context() -> BaseContext:
     """The multiprocessing context cells run in: a fork server with torch preloaded on Linux, spawn elsewhere."""
     if sys.platform.startswith("linux"):
-        from plugins import BUILTIN_PLUGINS
+        from plugins import BUILTIN_IMPLEMENTATIONS, BUILTIN_PLUGINS
 
         ctx = mp.get_context("forkserver")
         # The fork server imports torch and the built-ins once; each worker is
         # a fork of it, and no CUDA context exists before the fork.
-        ctx.set_forkserver_preload(["suite.run.worker", *BUILTIN_PLUGINS])
+        ctx.set_forkserver_preload(["suite.run.worker", *BUILTIN_PLUGINS, *BUILTIN_IMPLEMENTATIONS])
         return ctx
     return mp.get_context("spawn")
 

@@ -135,7 +135,7 @@ def _skip_reason(
         if t.check is not None:
             reason = t.check(ctx)
             if reason:
-                return f"{t.name}: {reason}"
+                return reason if reason.startswith(t.name) else f"{t.name}: {reason}"  # a reason that names itself
     return None
 
 

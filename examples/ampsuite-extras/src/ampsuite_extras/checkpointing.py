@@ -27,28 +27,29 @@ workload built keeps working.
 
 from __future__ import annotations
 
-import functools
 import html
+import importlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
-import torch
-from suite import CheckContext, ReportSection, SkipCell, Technique, TrainStep, hookimpl
-from torch import nn
-from torch.utils.checkpoint import checkpoint
+from suite import CheckContext, ReportSection, Technique, TrainStep, hookimpl
 
 AMPSUITE_PLUGIN_API = 1
 """The ampsuite plugin API this module was written for (checked when it is loaded)."""
 
+
 NAME = "activation-checkpointing"
+
+
 NOTES_KEY = "activation_checkpointing"
+
+
 ORDER = 25
 """After the loaders (10) and channels-last (20), which do not touch the blocks;
 before autocast (30), fp32 islands (40), torch.compile (80) and CUDA graphs (90),
 which must see the wrapped blocks."""
-
-__all__ = ["NAME", "CheckpointOptions", "Checkpointed", "apply", "check", "find_blocks"]
 
 
 @dataclass(frozen=True)
@@ -71,83 +72,11 @@ class CheckpointOptions:
             raise ValueError(f"every must be >= 1, got {self.every!r}")
 
 
-class Checkpointed(nn.Module):
-    """Runs ``block`` under activation checkpointing whenever gradients are being recorded."""
-
-    def __init__(self, block: nn.Module, *, preserve_rng_state: bool = True) -> None:
-        super().__init__()
-        self.block = block
-        self.preserve_rng_state = preserve_rng_state
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        if not torch.is_grad_enabled():  # evaluation: nothing is saved, so nothing to recompute
-            return self.block(*args, **kwargs)
-        return checkpoint(self.block, *args, use_reentrant=False, preserve_rng_state=self.preserve_rng_state, **kwargs)
-
-
-def find_blocks(model: nn.Module, attribute: str) -> nn.ModuleList | nn.Sequential:
-    """The container at ``model.<attribute>``.
-
-    :raises SkipCell: when the model has no such attribute, or it is not a
-        non-empty ``nn.ModuleList`` / ``nn.Sequential``.
-    """
-    try:
-        blocks = functools.reduce(getattr, attribute.split("."), model)
-    except AttributeError:
-        raise SkipCell(
-            f"{NAME}: the model ({type(model).__name__}) has no blocks at model.{attribute}; "
-            "set the technique's 'attribute' option to where its blocks are"
-        ) from None
-    if not isinstance(blocks, nn.ModuleList | nn.Sequential):
-        raise SkipCell(f"{NAME}: model.{attribute} is a {type(blocks).__name__}, not an nn.ModuleList or nn.Sequential")
-    if len(blocks) == 0:
-        raise SkipCell(f"{NAME}: model.{attribute} is empty")
-    return blocks
-
-
-def apply(step: TrainStep, options: CheckpointOptions) -> TrainStep:
-    """Wrap every ``options.every``-th block in :class:`Checkpointed`; record which in ``step.notes``."""
-    if step.model is None:
-        raise SkipCell(f"{NAME}: this workload's step has no model")
-    blocks = find_blocks(step.model, options.attribute)
-    wrapped = []
-    for index in range(0, len(blocks), options.every):
-        if not isinstance(blocks[index], Checkpointed):
-            blocks[index] = Checkpointed(blocks[index], preserve_rng_state=options.preserve_rng_state)
-        wrapped.append(f"{options.attribute}.{index}")
-    step.notes[NOTES_KEY] = {
-        "attribute": options.attribute,
-        "blocks": len(blocks),
-        "checkpointed": wrapped,
-        "preserve_rng_state": options.preserve_rng_state,
-    }
-    return step
-
-
 def check(ctx: CheckContext) -> str | None:
     """Skip, without starting a worker, workloads that say they have no model."""
     if "model" not in ctx.workload.traits:
         return f"workload {ctx.workload.name!r} builds its own step without a model; there are no blocks to checkpoint"
     return None
-
-
-@hookimpl
-def ampsuite_techniques() -> list[Technique]:
-    return [
-        Technique(
-            name=NAME,
-            summary="recompute each block's activations in backward (torch.utils.checkpoint): less memory, more time",
-            apply=apply,
-            options=CheckpointOptions,
-            order=ORDER,
-            check=check,
-        )
-    ]
-
-
-# ---------------------------------------------------------------------------
-# report: memory saved and time paid, against the same cell without the technique
-# ---------------------------------------------------------------------------
 
 
 def _techniques(record: Mapping[str, Any]) -> frozenset[str]:
@@ -221,6 +150,30 @@ HEADER = [
 ]
 
 
+def _impl() -> ModuleType:
+    # The torch-dependent part lives in ampsuite_extras._checkpointing: registering this plugin (ampsuite list,
+    # --help, suite-file checks) must not import torch.
+    return importlib.import_module("ampsuite_extras._checkpointing")
+
+
+def apply(step: TrainStep, options: CheckpointOptions) -> TrainStep:
+    return _impl().apply(step, options)
+
+
+@hookimpl
+def ampsuite_techniques() -> list[Technique]:
+    return [
+        Technique(
+            name=NAME,
+            summary="recompute each block's activations in backward (torch.utils.checkpoint): less memory, more time",
+            apply=apply,
+            options=CheckpointOptions,
+            order=ORDER,
+            check=check,
+        )
+    ]
+
+
 @hookimpl
 def ampsuite_report_sections(results: Sequence[Mapping[str, Any]]) -> Iterable[ReportSection]:
     rows = _rows(results)
@@ -244,3 +197,8 @@ def ampsuite_report_sections(results: Sequence[Mapping[str, Any]]) -> Iterable[R
             anchor=NAME,
         )
     ]
+
+
+def __getattr__(name: str) -> Any:
+    """Everything else of the plugin (models, datasets) from its implementation module."""
+    return getattr(_impl(), name)

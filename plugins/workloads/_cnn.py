@@ -1,0 +1,125 @@
+"""The torch-dependent part of :mod:`plugins.workloads.cnn` (imported when a cell builds or applies it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+from torchvision.models import resnet as tv
+
+from plugins.workloads._data import (
+    POOL_BATCHES,
+    DiskImages,
+    cycling,
+    device_pool,
+    image_collate,
+    loader_data,
+    prepare_disk_images,
+    synthetic_images,
+)
+from plugins.workloads.cnn import DEPTHS, ResNetOptions
+from suite import Batch, BuildContext, TrainStep
+
+BlockType = type[tv.BasicBlock] | type[tv.Bottleneck]
+BLOCKS: dict[str, BlockType] = {"BasicBlock": tv.BasicBlock, "Bottleneck": tv.Bottleneck}
+
+
+class NarrowResNet(nn.Module):
+    """torchvision's ResNet layout with a base width other than 64.
+
+    The same stem, the same ``BasicBlock``/``Bottleneck`` modules, stage widths
+    ``width * (1, 2, 4, 8)`` and torchvision's initialisation; at ``width=64``
+    its parameters have exactly torchvision's shapes.
+    """
+
+    def __init__(self, block: BlockType, layers: tuple[int, int, int, int], width: int, classes: int) -> None:
+        super().__init__()
+        self.inplanes = width
+        self.conv1 = nn.Conv2d(3, width, kernel_size=7, stride=2, padding=3, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
+        self.layer1 = self._make_layer(block, width, layers[0], 1)
+        self.layer2 = self._make_layer(block, width * 2, layers[1], 2)
+        self.layer3 = self._make_layer(block, width * 4, layers[2], 2)
+        self.layer4 = self._make_layer(block, width * 8, layers[3], 2)
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(width * 8 * block.expansion, classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(m, nn.BatchNorm2d):
+                nn.init.constant_(m.weight, 1)
+                nn.init.constant_(m.bias, 0)
+
+    def _make_layer(self, block: BlockType, planes: int, blocks: int, stride: int) -> nn.Sequential:
+        downsample = None
+        if stride != 1 or self.inplanes != planes * block.expansion:
+            downsample = nn.Sequential(
+                nn.Conv2d(self.inplanes, planes * block.expansion, kernel_size=1, stride=stride, bias=False),
+                nn.BatchNorm2d(planes * block.expansion),
+            )
+        layers: list[nn.Module] = [block(self.inplanes, planes, stride, downsample)]
+        self.inplanes = planes * block.expansion
+        layers += [block(self.inplanes, planes) for _ in range(1, blocks)]
+        return nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+def make_model(options: ResNetOptions) -> nn.Module:
+    """torchvision's ResNet at width 64, :class:`NarrowResNet` otherwise (uses the global generator)."""
+    name, layers = DEPTHS[options.depth]
+    block = BLOCKS[name]
+    if options.width == 64:
+        return tv.ResNet(block, list(layers), num_classes=options.classes)
+    return NarrowResNet(block, layers, options.width, options.classes)
+
+
+def prepare(options: ResNetOptions, data_dir: str) -> str:
+    """Write the on-disk data set that ``source='disk'`` reads (idempotent); returns its folder.
+
+    With ``source='synthetic'`` nothing is read from disk, so nothing is
+    written and the result is an empty string.
+    """
+    if options.source != "disk":
+        return ""
+    return str(prepare_disk_images(data_dir, "images", options.disk_images, options.image_size, options.classes))
+
+
+def _optimizer(options: ResNetOptions, model: nn.Module) -> torch.optim.Optimizer:
+    if options.optimizer == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=options.lr, momentum=0.9, weight_decay=options.weight_decay)
+    return torch.optim.AdamW(model.parameters(), lr=options.lr, weight_decay=options.weight_decay, fused=False)
+
+
+def build(options: ResNetOptions, ctx: BuildContext) -> TrainStep:
+    torch.manual_seed(ctx.seed)
+    model = make_model(options).to(ctx.device)
+    data: Callable[[], Batch]
+    dataset: Dataset[tuple[torch.Tensor, torch.Tensor]]
+    if options.source == "disk":
+        whole = (options.disk_images // ctx.batch_size) * ctx.batch_size
+        if whole == 0:
+            raise ValueError(f"disk_images ({options.disk_images}) must be >= the batch size ({ctx.batch_size})")
+        dataset = DiskImages(prepare(options, ctx.data_dir), length=whole)
+        data = loader_data(dataset, ctx.batch_size, image_collate, ctx.device)
+    else:
+        dataset = synthetic_images(POOL_BATCHES * ctx.batch_size, options.image_size, options.classes, ctx.seed)
+        data = cycling(device_pool(dataset, ctx.batch_size, image_collate, ctx.device, POOL_BATCHES))
+    return TrainStep(
+        device=ctx.device,
+        batch_size=ctx.batch_size,
+        samples_per_step=ctx.batch_size,
+        data=data,
+        model=model,
+        optimizer=_optimizer(options, model),
+        loss_fn=nn.CrossEntropyLoss(),
+        dataset=dataset,
+        collate=image_collate,
+    )

@@ -1,0 +1,61 @@
+"""The torch-dependent part of :mod:`plugins.workloads.toy` (imported when a cell builds or applies it)."""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+from torch import nn
+
+from plugins.workloads.toy import ToyOptions
+from suite import Batch, BuildContext, TrainStep
+
+
+class ToyDataset(torch.utils.data.Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    """Deterministic random samples, identical for every cell with the same seed."""
+
+    def __init__(self, size: int, features: int, classes: int, seed: int) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        self.x = torch.randn(size, features, generator=gen)
+        self.y = torch.randint(0, classes, (size,), generator=gen)
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x[index], self.y[index]
+
+
+def collate(item: tuple[torch.Tensor, torch.Tensor]) -> Batch:
+    x, y = item
+    return Batch((x,), y)
+
+
+def build(options: ToyOptions, ctx: BuildContext) -> TrainStep:
+    torch.manual_seed(ctx.seed)
+    widths = [options.features] + [options.hidden] * options.layers
+    body: list[nn.Module] = []
+    for a, b in itertools.pairwise(widths):
+        body += [nn.Linear(a, b), nn.ReLU()]
+    model = nn.Sequential(*body, nn.Linear(widths[-1], options.classes)).to(ctx.device)
+    dataset = ToyDataset(4 * ctx.batch_size, options.features, options.classes, ctx.seed)
+    pool = [
+        Batch((dataset.x[i : i + ctx.batch_size].to(ctx.device),), dataset.y[i : i + ctx.batch_size].to(ctx.device))
+        for i in range(0, len(dataset), ctx.batch_size)
+    ]
+    cursor = iter(range(1 << 62))
+
+    def data() -> Batch:
+        return pool[next(cursor) % len(pool)]
+
+    return TrainStep(
+        device=ctx.device,
+        batch_size=ctx.batch_size,
+        samples_per_step=ctx.batch_size,
+        data=data,
+        model=model,
+        optimizer=torch.optim.SGD(model.parameters(), lr=options.lr),
+        loss_fn=nn.CrossEntropyLoss(),
+        dataset=dataset,
+        collate=collate,
+    )

@@ -1,0 +1,43 @@
+"""The torch-dependent part of :mod:`plugins.workloads.vit` (imported when a cell builds or applies it)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torchvision.models.vision_transformer import VisionTransformer
+
+from plugins.workloads._data import POOL_BATCHES, cycling, device_pool, image_collate, synthetic_images
+from plugins.workloads.vit import ViTOptions
+from suite import BuildContext, TrainStep
+
+
+def make_model(options: ViTOptions) -> VisionTransformer:
+    return VisionTransformer(
+        image_size=options.image_size,
+        patch_size=options.patch_size,
+        num_layers=options.layers,
+        num_heads=options.heads,
+        hidden_dim=options.hidden,
+        mlp_dim=options.mlp,
+        dropout=options.dropout,
+        attention_dropout=options.dropout,
+        num_classes=options.classes,
+    )
+
+
+def build(options: ViTOptions, ctx: BuildContext) -> TrainStep:
+    torch.manual_seed(ctx.seed)
+    model = make_model(options).to(ctx.device)
+    dataset = synthetic_images(POOL_BATCHES * ctx.batch_size, options.image_size, options.classes, ctx.seed)
+    pool = device_pool(dataset, ctx.batch_size, image_collate, ctx.device, POOL_BATCHES)
+    return TrainStep(
+        device=ctx.device,
+        batch_size=ctx.batch_size,
+        samples_per_step=ctx.batch_size,
+        data=cycling(pool),
+        model=model,
+        optimizer=torch.optim.AdamW(model.parameters(), lr=options.lr, weight_decay=options.weight_decay, fused=False),
+        loss_fn=nn.CrossEntropyLoss(),
+        dataset=dataset,
+        collate=image_collate,
+    )

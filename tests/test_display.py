@@ -1,0 +1,92 @@
+"""The terminal: the final table at 80 columns and the progress lines of a run."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from suite.display import Display, print_summary
+
+FIXTURE = Path(__file__).parent / "fixtures" / "results_a.json"
+LONG_ID = "resnet[depth=152,width=48]/amp-bf16+channels-last/bs1024"
+LONG_REASON = (
+    "channels-last: needs a convolutional workload (trait 'conv'); 'bert' has none, and this sentence goes on "
+    "well past sixty characters so that any cut would show"
+)
+
+
+def _doc() -> dict[str, Any]:
+    """results_a with one long id on a passed cell, one on a skipped cell with a long reason, one untrusted cell."""
+    doc = json.loads(FIXTURE.read_text(encoding="utf-8"))
+    passed = [r for r in doc["cells"] if r["status"] == "passed"]
+    skipped = next(r for r in doc["cells"] if r["status"] == "skipped")
+    passed[0]["id"] = LONG_ID
+    skipped["id"] = LONG_ID.replace("bs1024", "bs2048")
+    skipped["evidence"] = {"reason": LONG_REASON}
+    passed[1]["metrics"]["step_time"]["noise"] = 1.0796  # +-107.96%: far above the 1% target
+    return doc
+
+
+def _render(doc: dict[str, Any], width: int = 80) -> str:
+    out = io.StringIO()
+    print_summary(doc, Console(file=out, width=width, color_system=None, force_terminal=False))
+    return out.getvalue()
+
+
+def test_80_columns_show_every_id_whole_and_every_reason_uncut() -> None:
+    doc = _doc()
+    text = _render(doc)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80, text
+    for record in doc["cells"]:
+        assert any(record["id"] in line for line in lines), (record["id"], text)
+    # The reason is printed under the table, wrapped by the terminal but never cut.
+    assert LONG_REASON in " ".join(line.strip() for line in lines)
+    assert "left out at this width" in text  # the caption says which columns did not fit
+
+
+def test_untrusted_figures_are_marked_in_the_table_and_explained() -> None:
+    doc = _doc()
+    untrusted = [r for r in doc["cells"] if r["status"] == "passed"][1]
+    text = _render(doc, width=160)
+    row = next(line for line in text.splitlines() if f" {untrusted['id']} " in line)
+    assert "108.0%!" in row
+    assert f"! {untrusted['id']}: untrusted, noise above the 1.0% target" in text
+
+
+def test_a_wide_console_keeps_every_column() -> None:
+    text = _render(_doc(), width=200)
+    assert "left out" not in text
+    for header in ("throughput", "vs FP32", "peak mem", "numerics"):
+        assert header in text
+
+
+@pytest.mark.parametrize("live", [False, True])
+def test_progress_lines_mark_untrusted_nonfinite_and_resumed_cells(capsys, live: bool) -> None:
+    doc = _doc()
+    out = io.StringIO()
+    display = Display(
+        Console(file=out, width=200, color_system=None), live=live, noise_target=0.01, measures_peaks=True
+    )
+    display.run_started(3, Path("results.json"))
+    kept = copy.deepcopy([r for r in doc["cells"] if r["status"] == "passed"][2])  # started in 2025: a resumed cell
+    untrusted = [r for r in doc["cells"] if r["status"] == "passed"][1]
+    new = copy.deepcopy(untrusted)
+    new["started"] = "2999-01-01T00:00:00+00:00"
+    new["numerics"]["nonfinite_step"] = 3
+    display.cell_finished(0, kept)
+    display.cell_finished(1, new)
+    display.stop()
+    text = out.getvalue() + capsys.readouterr().out
+    lines = {line.split()[1]: line for line in text.splitlines() if line.startswith("[")}
+    assert "(kept from the earlier run)" in lines[kept["id"]]
+    assert "kept" not in lines[new["id"]]
+    assert "+-107.96%" in lines[new["id"]] and "UNTRUSTED: noise above the 1.0% target" in lines[new["id"]]
+    assert "LOSS NON-FINITE AT STEP 3" in lines[new["id"]]
+    assert "measuring the device's peak rates" in text or live  # piped output says what the first seconds are

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from suite.analysis.derived import HistoryPoint
+from suite.analysis import HistoryPoint
 from suite.report import charts
 from suite.report.fmt import num, pct
 

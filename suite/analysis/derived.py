@@ -73,7 +73,8 @@ class Derived:
     Attributes:
         tflops: achieved TFLOP/s (the record's, else ``flops_per_step / median``).
         mfu: ``tflops`` over the measured matmul peak for the cell's matmul dtype.
-        speedup_vs_fp32: FP32 median step time / this cell's (FP32 = no technique, TF32 off).
+        speedup_vs_fp32: FP32 median step time / this cell's (FP32 = no technique, TF32 off,
+            float32 in the workload's precision option where it has one).
         speedup_vs_tf32: TF32 cell's median / this cell's (TF32 = FP32 storage, TF32 matmuls).
         speedup_vs_baseline: the suite's baseline combination's median / this cell's.
         memory_saving: ``1 - peak / peak_fp32`` (same memory kind only).

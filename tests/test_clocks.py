@@ -19,7 +19,7 @@ import torch
 
 from plugins.probes import clocks
 from suite import ProbeContext
-from suite.analysis.derived import instability_warnings
+from suite.analysis import instability_warnings
 
 
 class FakeNVMLError(Exception):

@@ -303,7 +303,7 @@ def test_markdown_summary(docs: tuple[dict[str, Any], dict[str, Any]]) -> None:
     for best in analysis.best_per_workload(b).values():
         assert num(best.record["metrics"]["throughput"]) in text
         assert ratio(best.derived.speedup_vs_tf32) in text
-    assert "| workload | best combination |" in text
+    assert "| workload | best cell |" in text
     assert "1 regressed, 2 improved, 1 not comparable" in text
     assert "| cnn/amp-fp16/bs64 |" in text
     assert "1 oom" in text and "1 crashed" in text

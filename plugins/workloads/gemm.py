@@ -69,6 +69,8 @@ def ampsuite_workloads() -> list[Workload]:
             build=build,
             options=GemmOptions,
             unit="products",
+            # The dtype option is precision: its bfloat16 cells are compared with its float32 cell.
+            precision_option="dtype",
         )
     ]
 

@@ -1,4 +1,88 @@
-"""Layer 5, analysis: figures derived from results documents (pure functions; no torch)."""
+"""Layer 5, analysis: figures derived from results documents (pure functions; no torch).
 
-from suite.analysis.derived import *  # noqa: F403
-from suite.analysis.derived import __all__ as __all__
+- :mod:`.access`: reading one record (median, throughput, noise), comparable configurations;
+- :mod:`.derived`: speedups against FP32/TF32, MFU, memory saving, numerics verdict;
+- :mod:`.best`: the best trustworthy cell per workload, and why faster ones were passed over;
+- :mod:`.compare`: one run against another; :mod:`.history`: a cell across commits.
+"""
+
+from suite.analysis.access import DEFAULT_NOISE_TARGET as DEFAULT_NOISE_TARGET
+from suite.analysis.access import DEFAULT_NUMERICS_TOLERANCE as DEFAULT_NUMERICS_TOLERANCE
+from suite.analysis.access import FAILURE_STATUSES as FAILURE_STATUSES
+from suite.analysis.access import STATUSES as STATUSES
+from suite.analysis.access import AnyDocument as AnyDocument
+from suite.analysis.access import as_mapping as as_mapping
+from suite.analysis.access import cell_label as cell_label
+from suite.analysis.access import combination_label as combination_label
+from suite.analysis.access import comparable_options as comparable_options
+from suite.analysis.access import data_parallel as data_parallel
+from suite.analysis.access import group_key as group_key
+from suite.analysis.access import instability_warnings as instability_warnings
+from suite.analysis.access import median_seconds as median_seconds
+from suite.analysis.access import noise as noise
+from suite.analysis.access import noise_target as noise_target
+from suite.analysis.access import numerics_tolerance as numerics_tolerance
+from suite.analysis.access import passed as passed
+from suite.analysis.access import peak_tflops as peak_tflops
+from suite.analysis.access import precision_option as precision_option
+from suite.analysis.access import precision_value as precision_value
+from suite.analysis.access import status_counts as status_counts
+from suite.analysis.access import technique_names as technique_names
+from suite.analysis.access import throughput as throughput
+from suite.analysis.access import throughput_per_gpu as throughput_per_gpu
+from suite.analysis.access import workload_id as workload_id
+from suite.analysis.access import world_size as world_size
+from suite.analysis.best import Best as Best
+from suite.analysis.best import PassedOver as PassedOver
+from suite.analysis.best import best_per_workload as best_per_workload
+from suite.analysis.best import untrusted_reason as untrusted_reason
+from suite.analysis.compare import MIN_RELATIVE_CHANGE as MIN_RELATIVE_CHANGE
+from suite.analysis.compare import Comparison as Comparison
+from suite.analysis.compare import compare as compare
+from suite.analysis.derived import Derived as Derived
+from suite.analysis.derived import derive as derive
+from suite.analysis.derived import is_nonfinite as is_nonfinite
+from suite.analysis.history import HistoryPoint as HistoryPoint
+from suite.analysis.history import history as history
+
+# `passed` is exported (imported above as itself) but not listed: its name is a status's
+# spelling, which appears as a string literal in suite/contract/wire.py only.
+__all__ = [
+    "DEFAULT_NOISE_TARGET",
+    "DEFAULT_NUMERICS_TOLERANCE",
+    "FAILURE_STATUSES",
+    "MIN_RELATIVE_CHANGE",
+    "STATUSES",
+    "AnyDocument",
+    "Best",
+    "Comparison",
+    "Derived",
+    "HistoryPoint",
+    "PassedOver",
+    "as_mapping",
+    "best_per_workload",
+    "cell_label",
+    "combination_label",
+    "comparable_options",
+    "compare",
+    "data_parallel",
+    "derive",
+    "group_key",
+    "history",
+    "instability_warnings",
+    "is_nonfinite",
+    "median_seconds",
+    "noise",
+    "noise_target",
+    "numerics_tolerance",
+    "peak_tflops",
+    "precision_option",
+    "precision_value",
+    "status_counts",
+    "technique_names",
+    "throughput",
+    "throughput_per_gpu",
+    "untrusted_reason",
+    "workload_id",
+    "world_size",
+]

@@ -83,6 +83,11 @@ class Workload:
             on-disk data set the workload reads with these options (idempotent;
             ``ampsuite make-data`` calls it, and ``build`` may call it when the
             data is missing).
+        precision_option: the option that sets the storage precision, when
+            precision is an option of the workload rather than a technique
+            (GEMM's ``dtype``); its values are dtype names. The report then
+            holds the ``float16``/``bfloat16`` cells of a configuration against
+            its ``float32`` cell, as it holds techniques against FP32.
     """
 
     name: str
@@ -94,6 +99,7 @@ class Workload:
     requires: frozenset[str] = frozenset()
     check: Callable[[Any, str], str | None] | None = None
     prepare: Callable[[Any, str], str] | None = None
+    precision_option: str | None = None
 
 
 @dataclass(frozen=True)

@@ -301,6 +301,8 @@ class WorkloadInfo(TypedDict):
     options: dict[str, Any]
     axes: dict[str, Any]
     unit: str
+    precision_option: NotRequired[str | None]
+    """The workload's ``Workload.precision_option`` (absent in records written before it existed)."""
 
 
 class TechniqueInfo(TypedDict):

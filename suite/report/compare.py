@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from suite import analysis
-from suite.analysis.derived import Comparison, Doc
+from suite.analysis import AnyDocument as Doc
+from suite.analysis import Comparison
 from suite.report import charts
 from suite.report.fmt import DASH, num, pct, signed_pct
 from suite.report.views import Run, cell_anchor, run_label, workload_page_name
@@ -46,7 +47,7 @@ def comparison_rows(run: Run, reference: Doc) -> list[dict[str, Any]]:
     rows = []
     for _, c in ranked:
         record = c.b if c.b is not None else c.a
-        unit = str(((record or {}).get("workload") or {}).get("unit") or "samples")
+        unit = "samples" if record is None else record["workload"]["unit"]
         rows.append(
             {
                 "cell": c.cell_id,

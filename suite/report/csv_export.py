@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from suite import analysis
-from suite.analysis.derived import Doc, as_mapping
+from suite.analysis import AnyDocument as Doc
+from suite.analysis import as_mapping
+from suite.contract.wire import Status
 from suite.report.views import techniques_text
 
 __all__ = ["COLUMNS", "csv_rows", "write_csv"]
@@ -97,7 +99,7 @@ def csv_rows(docs: Sequence[Doc]) -> list[dict[str, str]]:
             step = as_mapping(metrics.get("step_time"))
             workload = as_mapping(record.get("workload"))
             numerics = as_mapping(record.get("numerics"))
-            timed = record.get("status") == "passed"
+            timed = record["status"] == Status.PASSED
             rows.append(
                 {
                     "run_id": _text(run_id),

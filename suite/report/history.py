@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from suite.analysis.derived import HistoryPoint
+from suite.analysis import HistoryPoint
 from suite.report import charts
 from suite.report.fmt import num, pct
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from suite import ReportSection, analysis
-from suite.analysis.derived import Doc
+from suite.analysis import AnyDocument as Doc
 from suite.report.fmt import DASH, num, pct, ratio, signed_pct
-from suite.report.views import run_label, setup_label
+from suite.report.views import run_label
 
 __all__ = ["escape_md", "markdown_summary"]
 
@@ -40,22 +40,30 @@ def _run_part(doc: Doc, compare_with: Doc | None) -> list[str]:
     scaling = analysis.data_parallel(doc)
     if best:
         lines += [
-            "| workload | best combination | batch | throughput | \u00d7FP32 | \u00d7TF32 | memory saving | "
+            "| workload | best cell | batch | throughput | \u00d7FP32 | \u00d7TF32 | memory saving | "
             + ("scaling | " if scaling else "")
             + "numerics |",
             "|---|---|---:|---:|---:|---:|---:|" + ("---:|" if scaling else "") + "---|",
         ]
+        passed_over: list[str] = []
         for workload, b in best.items():
-            unit = (b.record.get("workload") or {}).get("unit") or "samples"
-            trust = "" if b.derived.trusted else " (untrusted)"
+            passed_over += [
+                f"- {escape_md(workload)}: {escape_md(cell_id)} ({num(value)}/s): {escape_md(why)}"
+                for cell_id, value, why in b.passed_over
+            ]
+            if b.record is None or b.derived is None:
+                blanks = "| " * (6 + scaling)
+                lines.append(f"| {escape_md(workload)} | no trustworthy cell {blanks}|")
+                continue
+            d = b.derived
             lines.append(
-                f"| {escape_md(workload)} | {escape_md(setup_label(b.record))} "
-                f"| {escape_md(b.record.get('batch_size'))} "
-                f"| {num(analysis.throughput(b.record))} {escape_md(unit)}/s{trust} "
-                f"| {ratio(b.derived.speedup_vs_fp32)} | {ratio(b.derived.speedup_vs_tf32)} "
-                f"| {pct(b.derived.memory_saving)} "
-                + (f"| {pct(b.derived.scaling_efficiency)} " if scaling else "")
-                + f"| {escape_md(b.derived.numerics_verdict)} |"
+                f"| {escape_md(workload)} | {escape_md(b.record['id'])} "
+                f"| {escape_md(b.record['batch_size'])} "
+                f"| {num(analysis.throughput(b.record))} {escape_md(b.record['workload']['unit'])}/s "
+                f"| {ratio(d.speedup_vs_fp32)} | {ratio(d.speedup_vs_tf32)} "
+                f"| {pct(d.memory_saving)} "
+                + (f"| {pct(d.scaling_efficiency)} " if scaling else "")
+                + f"| {escape_md(d.numerics_verdict)} |"
             )
         lines += ["", "\u00d7FP32: against plain FP32; \u00d7TF32: against FP32 with TF32 matmuls."]
         if scaling:
@@ -64,7 +72,9 @@ def _run_part(doc: Doc, compare_with: Doc | None) -> list[str]:
                 " one-process cell of the same configuration); batch is per GPU."
             )
         lines.append("")
-    broken = [r for r in doc.get("cells") or [] if r.get("status") in analysis.FAILURE_STATUSES]
+        if passed_over:
+            lines += ["**Faster cells passed over (not trustworthy):**", "", *passed_over, ""]
+    broken = [r for r in doc["cells"] if r["status"] in analysis.FAILURE_STATUSES]
     if broken:
         lines.append("**Did not pass:** " + ", ".join(f"{escape_md(r.get('id'))} ({r.get('status')})" for r in broken))
         lines.append("")

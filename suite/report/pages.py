@@ -15,7 +15,8 @@ from typing import Any
 from markupsafe import Markup
 
 from suite import analysis
-from suite.analysis.derived import Record, as_mapping
+from suite.analysis import as_mapping
+from suite.contract.wire import Record, Status
 from suite.report import charts
 from suite.report.fmt import DASH, bytes_, num, pct
 from suite.report.views import CellView, Run, cell_view, setup_label, techniques_text, workload_page_name
@@ -105,15 +106,27 @@ def _status_by_workload(run: Run) -> list[dict[str, Any]]:
 
 
 def _best_rows(run: Run) -> list[dict[str, Any]]:
+    """One row per workload: its best trustworthy cell (None when there is none), and the faster
+    cells passed over with the reason, so no untrustworthy figure is shown as the headline."""
     rows = []
+    cells = {r["id"]: r for r in run.cells}
     for workload, best in analysis.best_per_workload(run.doc).items():
-        view = cell_view(run, best.record)
+        view = None if best.record is None else cell_view(run, best.record)
+        # Without a trustworthy cell there is a passed-over one (best_per_workload lists every passed cell).
+        unit = (best.record or cells[best.passed_over[0][0]])["workload"]["unit"]
+        passed_over = []
+        for cell_id, value, why in best.passed_over:
+            other = cell_view(run, cells[cell_id])
+            passed_over.append(
+                {"cell": cell_id, "href": f"{other.page}#{other.anchor}", "throughput": num(value), "reason": why}
+            )
         rows.append(
             {
                 "workload": workload,
                 "page": workload_page_name(workload),
                 "cell": view,
-                "unit": view.unit,
+                "unit": unit,
+                "passed_over": passed_over,
             }
         )
     return rows
@@ -138,7 +151,7 @@ def _untrusted_rows(run: Run) -> list[dict[str, str]]:
     rows = []
     for record in run.cells:
         derived = run.derived.get(str(record.get("id")))
-        if record.get("status") == "passed" and derived is not None and not derived.trusted:
+        if record["status"] == Status.PASSED and derived is not None and not derived.trusted:
             view = cell_view(run, record)
             rows.append({"cell": view.id, "href": f"{view.page}#{view.anchor}", "message": view.trust_note})
     return rows
@@ -235,12 +248,12 @@ def _charts(run: Run, records: list[Record], unit: str) -> list[Chart]:
             )
     memory = []
     for r, d in derived:
-        metrics = r.get("metrics") or {}
-        peak = metrics.get("peak_memory_bytes")
-        if isinstance(peak, int | float):
+        metrics = r["metrics"]
+        peak_bytes = metrics.get("peak_memory_bytes")
+        if peak_bytes is not None:
             tone = "good" if (d.memory_saving or 0) > 0 else "normal"
-            tip = f"{_label(r)} ({int(peak)} bytes, {metrics.get('memory_kind', '?')})"
-            memory.append(charts.Bar(_label(r), peak / (1 << 30), tooltip=tip, tone=tone))
+            tip = f"{_label(r)} ({peak_bytes} bytes, {metrics.get('memory_kind', '?')})"
+            memory.append(charts.Bar(_label(r), peak_bytes / (1 << 30), tooltip=tip, tone=tone))
     if memory:
         out.append(
             Chart(
@@ -253,7 +266,7 @@ def _charts(run: Run, records: list[Record], unit: str) -> list[Chart]:
     for r, d in derived:
         if d.tflops is None:
             continue
-        dtype = (r.get("metrics") or {}).get("matmul_dtype")
+        dtype = r["metrics"].get("matmul_dtype")
         peak = analysis.peak_tflops(run.doc, dtype)
         flops.append(
             charts.Bar(
@@ -314,14 +327,18 @@ def workload_contexts(runs: Sequence[Run]) -> dict[str, dict[str, Any]]:
     """Per workload id: the context of its page (sections per run and workload options)."""
     pages: dict[str, dict[str, Any]] = {}
     for run in runs:
+        # One section per comparable configuration: a workload's precision option (GEMM's dtype)
+        # does not split it, so a shape's float32, float16 and bfloat16 cells are read side by side.
         groups: dict[tuple[str, str], list[Record]] = {}
         for record in run.cells:
-            workload = record.get("workload") or {}
-            key = (analysis.workload_id(record), json.dumps(workload.get("options") or {}, sort_keys=True))
-            groups.setdefault(key, []).append(record)
+            options = json.dumps(analysis.comparable_options(record), sort_keys=True)
+            groups.setdefault((analysis.workload_id(record), options), []).append(record)
         for (workload_id, options), records in groups.items():
-            first = records[0].get("workload") or {}
-            unit = str(first.get("unit") or "samples")
+            first = records[0]["workload"]
+            unit = first["unit"]
+            precision = analysis.precision_option(records[0])
+            if precision is not None:
+                options += f" (precision option: {precision})"
             views = [cell_view(run, r) for r in records]
             page = pages.setdefault(
                 workload_id,
@@ -339,7 +356,7 @@ def workload_contexts(runs: Sequence[Run]) -> dict[str, dict[str, Any]]:
                     "charts": _charts(run, records, unit),
                     "evidence": [v for v in views if v.evidence is not None],
                     "tensor": [v for v in views if v.tensor_ops],
-                    "numerics": [v for v in views if v.status == "passed"],
+                    "numerics": [v for v in views if v.status == Status.PASSED],
                     "techniques": sorted({techniques_text(r) for r in records}),
                 }
             )

@@ -23,7 +23,8 @@ import jinja2
 from markupsafe import Markup
 
 from suite import ReportSection, __version__
-from suite.analysis.derived import Doc, HistoryPoint
+from suite.analysis import AnyDocument as Doc
+from suite.analysis import HistoryPoint
 from suite.report import fmt
 from suite.report.compare import compare_context
 from suite.report.compare import summary as compare_summary

@@ -18,7 +18,9 @@ from typing import Any
 from markupsafe import Markup
 
 from suite import analysis
-from suite.analysis.derived import Derived, Doc, Record, as_mapping
+from suite.analysis import AnyDocument as Doc
+from suite.analysis import Derived, as_mapping
+from suite.contract.wire import Record, Status
 from suite.report import charts
 from suite.report.fmt import DASH, bytes_, num, pct, ratio, secs
 
@@ -83,12 +85,13 @@ def load_runs(docs: Sequence[Doc]) -> list[Run]:
 
 
 def setup_label(record: Record) -> str:
-    """The combination's label, with the GPU count of a data-parallel cell: ``amp-bf16 \u00b7 2 GPUs``.
+    """The combination's label, with the precision option's value where the workload has one and the
+    GPU count of a data-parallel cell: ``fp32 \u00b7 dtype=bfloat16``, ``amp-bf16 \u00b7 2 GPUs``.
 
-    Cells of one combination and batch size but different world sizes stay apart
-    wherever the report keys or labels cells by combination.
+    Cells of one combination and batch size but different precisions or world
+    sizes stay apart wherever the report keys or labels cells by combination.
     """
-    label, n = analysis.combination_label(record), analysis.world_size(record)
+    label, n = analysis.cell_label(record), analysis.world_size(record)
     return label if n == 1 else f"{label} \u00b7 {n} GPUs"
 
 
@@ -126,7 +129,7 @@ class EvidenceView:
 def evidence_view(record: Record) -> EvidenceView | None:
     evidence = record.get("evidence")
     if not isinstance(evidence, Mapping) or not evidence:
-        return None if record.get("status") == "passed" else EvidenceView("no evidence recorded")
+        return None if record["status"] == Status.PASSED else EvidenceView("no evidence recorded")
     rest = dict(evidence)
     blocks = [(key.replace("_", " "), str(rest.pop(key))) for key in EVIDENCE_TEXT_KEYS if rest.get(key)]
     if "reason" in rest:
@@ -301,7 +304,7 @@ def cell_view(run: Run, record: Record) -> CellView:
         speedup_fp32=ratio(d.speedup_vs_fp32),
         speedup_tf32=ratio(d.speedup_vs_tf32),
         speedup_baseline=ratio(d.speedup_vs_baseline),
-        median=secs(step.get("median")) if record.get("status") == "passed" else DASH,
+        median=secs(step.get("median")) if record["status"] == Status.PASSED else DASH,
         noise=pct(step.get("noise"), 2),
         p10=secs(step.get("p10")),
         p90=secs(step.get("p90")),

@@ -206,6 +206,7 @@ def base_record(cell: Cell, registry: Registry) -> dict[str, Any]:
             "options": cell.options,
             "axes": cell.axes,
             "unit": registry.workloads[cell.workload].unit,
+            "precision_option": registry.workloads[cell.workload].precision_option,
         },
         "techniques": [{"name": n, "options": o} for n, o in cell.techniques],
         "started": now(),

@@ -1,0 +1,98 @@
+"""The best cell of each workload, and what makes a figure trustworthy enough to be called best.
+
+A report's "best" row is the headline people quote, so it must never be a
+figure the same report flags elsewhere: a cell is crowned only when it passed,
+its numerics verdict is not drift or non-finite (a loss that went non-finite
+or a loss scale that collapsed disqualifies it, whatever its speed), and its
+timing is trusted (noise within the run's target, no instability warning).
+Faster cells that were passed over are listed with the reason, so a reader
+sees what the headline would have been and why it is not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from suite.analysis.access import AnyDocument, throughput, workload_id
+from suite.analysis.derived import Derived, derive
+from suite.contract.wire import Record, Status
+
+__all__ = ["Best", "PassedOver", "best_per_workload", "untrusted_reason"]
+
+PassedOver = tuple[str, float, str]
+"""(cell id, throughput, why it was not chosen) of a cell faster than the best one."""
+
+
+def _reason(record: Record, derived: Derived) -> str | None:
+    if record["status"] != Status.PASSED:
+        return f"status {record['status']}"
+    numerics = record.get("numerics") or {}
+    if derived.numerics_verdict == "non-finite":
+        step = numerics.get("nonfinite_step")
+        what = numerics.get("nonfinite_what") or "loss"
+        return f"{what} went non-finite" + ("" if step is None else f" at step {step}")
+    collapsed = numerics.get("scale_collapsed_step")
+    if collapsed is not None:
+        return f"loss scale collapsed at step {collapsed}"
+    if derived.numerics_verdict == "drift":
+        diff = derived.loss_rel_diff
+        return "loss drifted from FP32" + ("" if diff is None else f" by {diff:.2%}")
+    if not derived.trusted:
+        return derived.trust_note or "timing not trusted"
+    return None
+
+
+def untrusted_reason(record: Record, doc: AnyDocument, derived: Mapping[str, Derived] | None = None) -> str | None:
+    """Why ``record``'s figure must not be quoted as a result, or None when it may.
+
+    None only for a cell that passed, whose numerics verdict is "ok" or "n/a"
+    (no FP32 cell to hold it against; not evidence of a problem) and never
+    non-finite or drift, whose GradScaler scale did not collapse, and whose
+    noise is within the run's noise target without an instability warning.
+    ``derived`` is :func:`derive` of ``doc`` when the caller already has it.
+    """
+    figures = derived if derived is not None else derive(doc)
+    own = figures.get(record["id"]) or Derived(record["id"])
+    return _reason(record, own)
+
+
+@dataclass(frozen=True)
+class Best:
+    """A workload's fastest trustworthy cell, and the faster cells that were passed over.
+
+    ``record`` and ``derived`` are None when no passed cell of the workload is
+    trustworthy; ``passed_over`` then lists every passed cell, fastest first.
+    """
+
+    record: Record | None
+    derived: Derived | None
+    passed_over: list[PassedOver] = field(default_factory=list)
+
+
+def best_per_workload(doc: AnyDocument) -> dict[str, Best]:
+    """Per workload id (in matrix order): the trustworthy passed cell with the highest throughput.
+
+    Ties keep the earlier cell in matrix order. Workloads without a passed
+    cell are absent; see :func:`untrusted_reason` for what trustworthy means.
+    """
+    derived = derive(doc)
+    timed: dict[str, list[tuple[float, Record]]] = {}
+    for record in doc["cells"]:
+        value = throughput(record)
+        if value is not None:
+            timed.setdefault(workload_id(record), []).append((value, record))
+    out: dict[str, Best] = {}
+    for workload, cells in timed.items():
+        # Stable sort: equal throughputs keep matrix order, so a tie keeps the earlier cell.
+        ranked = sorted(cells, key=lambda item: -item[0])
+        passed_over: list[PassedOver] = []
+        chosen: Record | None = None
+        for value, record in ranked:
+            why = _reason(record, derived[record["id"]])
+            if why is None:
+                chosen = record
+                break
+            passed_over.append((record["id"], value, why))
+        out[workload] = Best(chosen, None if chosen is None else derived[chosen["id"]], passed_over)
+    return out

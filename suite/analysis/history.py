@@ -1,0 +1,177 @@
+"""Throughput of each cell across commits, from results files or an asv results directory (:func:`history`)."""
+
+from __future__ import annotations
+
+import ast
+import datetime as _dt
+import itertools
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from suite.analysis.access import AnyDocument, as_mapping, finite, gpu_name, noise, throughput
+
+__all__ = ["HistoryPoint", "HistorySource", "history"]
+
+
+class HistoryPoint(NamedTuple):
+    """One measurement of a cell at one commit (or run)."""
+
+    label: str
+    """The commit (12 hex digits) or, without one, the run id."""
+    date: str
+    """ISO 8601; the run's start for results files, the commit date for asv."""
+    throughput: float
+    noise: float | None
+
+
+HistorySource = AnyDocument | str | os.PathLike[str]
+
+SECONDS_PER_SAMPLE = "seconds_per_sample"
+SAMPLES_PER_SECOND = ("samples_per_second", "throughput")
+NOISE = "noise"
+
+
+def _iso(value: Any) -> str:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return _dt.datetime.fromtimestamp(value / 1000, tz=_dt.UTC).isoformat(timespec="seconds")
+    return "" if value is None else str(value)
+
+
+def _sort_key(point: HistoryPoint) -> tuple[float, str]:
+    try:
+        stamp = _dt.datetime.fromisoformat(point.date)
+        if stamp.tzinfo is None:
+            stamp = stamp.replace(tzinfo=_dt.UTC)
+        return stamp.timestamp(), point.label
+    except ValueError:
+        return math.inf, point.label
+
+
+def _doc_points(doc: AnyDocument) -> Iterable[tuple[str, str, HistoryPoint]]:
+    """(source, cell id, point) for each passed cell of a results document."""
+    run, env = doc["run"], as_mapping(doc["environment"])
+    commit = env.get("workdir_commit")
+    label = str(commit)[:12] if commit else str(run["id"])
+    source = gpu_name(doc) or str(env.get("cpu") or env.get("hostname") or "cpu")
+    for record in doc["cells"]:
+        value = throughput(record)
+        if value is not None:
+            yield source, record["id"], HistoryPoint(label, _iso(run.get("started")), value, noise(record))
+
+
+def _param_value(text: Any) -> str:
+    """asv stores parameter values as their ``repr``; cell ids come back as plain strings."""
+    if not isinstance(text, str):
+        return str(text)
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+    return str(value)
+
+
+def _asv_metric(benchmark: str) -> str | None:
+    name = benchmark.rsplit(".", 1)[-1]
+    if name.endswith(SECONDS_PER_SAMPLE):
+        return SECONDS_PER_SAMPLE
+    if name.endswith(SAMPLES_PER_SECOND):
+        return "throughput"
+    if NOISE in name:
+        return NOISE
+    return None
+
+
+def _asv_file_points(data: Mapping[str, Any], path: Path) -> Iterable[tuple[str, str, HistoryPoint]]:
+    if data.get("version") != 2:
+        raise ValueError(f"{path}: asv results version {data.get('version')!r} is not supported (expected 2)")
+    columns = list(data.get("result_columns") or [])
+    machine = str((data.get("params") or {}).get("machine") or path.parent.name)
+    label = str(data.get("commit_hash") or path.stem.split("-")[0])[:12]
+    date = _iso(data.get("date"))
+    values: dict[str, dict[str, float]] = {}
+    for benchmark, row in (data.get("results") or {}).items():
+        metric = _asv_metric(str(benchmark))
+        fields = dict(zip(columns, row or [], strict=False))
+        results, params = fields.get("result"), fields.get("params") or []
+        if metric is None or not isinstance(results, list) or not params:
+            continue
+        for combo, value in zip(itertools.product(*params), results, strict=False):
+            number = finite(value)
+            if number is None:
+                continue
+            cell_id = "/".join(_param_value(p) for p in combo)
+            values.setdefault(cell_id, {})[metric] = number
+    for cell_id, found in values.items():
+        per_sample = found.get(SECONDS_PER_SAMPLE)
+        rate = found.get("throughput")
+        if rate is None and per_sample is not None and per_sample > 0:
+            rate = 1.0 / per_sample
+        if rate is not None:
+            yield machine, cell_id, HistoryPoint(label, date, rate, found.get(NOISE))
+
+
+def _asv_points(root: Path) -> Iterable[tuple[str, str, HistoryPoint]]:
+    for path in sorted(root.rglob("*.json")):
+        if path.name in ("machine.json", "benchmarks.json"):
+            continue
+        with path.open(encoding="utf-8") as fh:
+            data = json.load(fh)
+        if isinstance(data, Mapping) and "commit_hash" in data and "results" in data:
+            yield from _asv_file_points(data, path)
+
+
+def _path_points(path: Path) -> Iterable[tuple[str, str, HistoryPoint]]:
+    if path.is_dir():
+        yield from _asv_points(path)
+        return
+    with path.open(encoding="utf-8") as fh:
+        data = json.load(fh)
+    if isinstance(data, Mapping) and data.get("format") == "ampsuite-results":
+        yield from _doc_points(data)
+    elif isinstance(data, Mapping) and "commit_hash" in data:
+        yield from _asv_file_points(data, path)
+    else:
+        raise ValueError(f"{path}: neither an ampsuite results file nor an asv results file")
+
+
+def history(sources: HistorySource | Iterable[HistorySource]) -> dict[str, list[HistoryPoint]]:
+    """Throughput of each cell across commits, oldest first.
+
+    ``sources`` is one or several of: a loaded ampsuite results document; a
+    path to a results file; a path to an asv results directory (``results/``,
+    or one machine's folder in it) or to one asv results file.
+
+    From results documents: one point per passed cell, labelled by
+    ``environment.workdir_commit`` (else ``run.id``), dated ``run.started``.
+
+    From asv (results format version 2: ``result_columns`` naming the columns
+    of each ``results[benchmark]`` row; ``params`` a list of parameter lists
+    holding ``repr`` strings; ``result`` the values over their Cartesian product
+    in ``itertools.product`` order; ``commit_hash``; ``date`` in ms since the
+    epoch; ``params.machine``): benchmarks whose last dotted name part ends in
+    ``seconds_per_sample`` give throughput ``1 / value``; ending in
+    ``samples_per_second`` or ``throughput`` give it directly; containing
+    ``noise`` give the relative noise. The parameter values, joined by ``/``,
+    are the cell id (ampsuite's asv benchmarks take the cell id as their one
+    parameter). Failed entries (null, NaN) are left out.
+
+    Keys are cell ids. When the points come from more than one machine (asv
+    machine name, or GPU name for results files), each key is suffixed with
+    ``" @ <machine>"`` so that no line mixes hardware.
+    """
+    items: list[HistorySource] = [sources] if isinstance(sources, Mapping | str | os.PathLike) else list(sources)
+    found: list[tuple[str, str, HistoryPoint]] = []
+    for item in items:
+        if isinstance(item, Mapping):
+            found.extend(_doc_points(item))
+        else:
+            found.extend(_path_points(Path(item)))
+    several = len({source for source, _, _ in found}) > 1
+    out: dict[str, list[HistoryPoint]] = {}
+    for source, cell_id, point in found:
+        out.setdefault(f"{cell_id} @ {source}" if several else cell_id, []).append(point)
+    return {key: sorted(points, key=_sort_key) for key, points in sorted(out.items())}

@@ -11,10 +11,9 @@ from typing import Any
 
 from suite import __version__
 from suite.contract.errors import AmpsuiteError, ExitCode, UsageError
+from suite.contract.wire import FAILURES, Status
 
 __all__ = ["main"]
-
-FAILED_STATUSES = frozenset({"failed", "oom", "timeout", "crashed"})
 
 
 class _Parser(argparse.ArgumentParser):
@@ -73,7 +72,7 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
         display.console.print(f"report: {index}", markup=False)
     if interrupted:
         return ExitCode.INTERRUPTED
-    if any(r["status"] in FAILED_STATUSES for r in doc["cells"]):
+    if any(r["status"] in FAILURES for r in doc["cells"]):
         return ExitCode.CELLS_FAILED
     return ExitCode.OK
 
@@ -252,7 +251,7 @@ def cmd_max_batch(args: argparse.Namespace) -> ExitCode:
         facts = record["metrics"].get("max_batch")
         if facts is None:
             print(f"{record['id']}: {record['status']}", flush=True)
-        elif record["status"] == "passed":
+        elif record["status"] == Status.PASSED:
             unit = record["workload"]["unit"]
             print(f"{record['id']}: {facts['largest']} ({record['metrics']['throughput']:,.1f} {unit}/s)", flush=True)
         else:
@@ -261,7 +260,9 @@ def cmd_max_batch(args: argparse.Namespace) -> ExitCode:
 
     summaries = maxbatch.search(p, config, report)
     print(f"results: {output}")
-    return ExitCode.OK if all(r["status"] in ("passed", "skipped") for r in summaries) else ExitCode.CELLS_FAILED
+    return (
+        ExitCode.OK if all(r["status"] in (Status.PASSED, Status.SKIPPED) for r in summaries) else ExitCode.CELLS_FAILED
+    )
 
 
 def cmd_new_plugin(args: argparse.Namespace) -> ExitCode:

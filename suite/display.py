@@ -4,25 +4,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from suite.contract.wire import Cell
+from suite.contract.wire import Cell, Record, Status
 
 __all__ = ["Display", "format_bytes", "line_for", "print_summary", "results_table", "untrusted_note"]
 
-STATUS_STYLE = {
-    "passed": "green",
-    "skipped": "yellow",
-    "failed": "red",
-    "oom": "magenta",
-    "timeout": "red",
-    "crashed": "bold red",
-    "interrupted": "yellow",
+STATUS_STYLE: dict[str, str] = {
+    Status.PASSED: "green",
+    Status.SKIPPED: "yellow",
+    Status.FAILED: "red",
+    Status.OOM: "magenta",
+    Status.TIMEOUT: "red",
+    Status.CRASHED: "bold red",
+    Status.INTERRUPTED: "yellow",
 }
 
 
@@ -59,14 +59,14 @@ def untrusted_note(record: Mapping[str, Any], target: float) -> str | None:
     """
     from suite import analysis
 
-    if record["status"] != "passed":
+    if record["status"] != Status.PASSED:
         return None
-    own = analysis.noise(record)
+    own = analysis.noise(cast(Record, record))  # records reach here from the validated results file
     if own is None:
         return "no noise estimate"
     if own > target:
         return f"noise above the {target:.1%} target"
-    unstable = analysis.instability_warnings(record)
+    unstable = analysis.instability_warnings(cast(Record, record))
     return unstable[0] if unstable else None
 
 
@@ -84,7 +84,7 @@ def line_for(record: Mapping[str, Any], target: float | None = None) -> str:
     loss that went non-finite.
     """
     status = record["status"]
-    if status == "passed":
+    if status == Status.PASSED:
         st = record["metrics"]["step_time"]
         unit = record["workload"]["unit"]
         noise = f" +-{st['noise']:.2%}" if st["noise"] is not None else ""
@@ -99,9 +99,9 @@ def line_for(record: Mapping[str, Any], target: float | None = None) -> str:
         return str(ev["reason"])
     if "type" in ev:
         return f"{ev['type']}: {ev.get('message', '')}"[:200]
-    if status == "timeout":
+    if status == Status.TIMEOUT:
         return f"no result after {ev.get('timeout_seconds')} s"
-    if status == "crashed":
+    if status == Status.CRASHED:
         return f"worker died (exit code {ev.get('exitcode')}, {ev.get('signal') or 'no signal'})"
     return ""
 
@@ -211,14 +211,14 @@ def _row_cells(doc: Mapping[str, Any]) -> tuple[list[str], list[list[str]], list
     notes: list[str] = []
     for rec in doc["cells"]:
         d = derived.get(rec["id"])
-        if rec["status"] == "passed":
+        if rec["status"] == Status.PASSED:
             m = rec["metrics"]
             st = m["step_time"]
             why = untrusted_note(rec, target)
             noise = f"{st['noise']:.1%}" if st.get("noise") is not None else "-"
             row = [
                 rec["id"],
-                "passed",
+                Status.PASSED.value,
                 _time(st["median"]),
                 f"{noise}{UNTRUSTED_MARK}" if why else noise,
                 f"{m['throughput']:,.1f} {rec['workload']['unit']}/s",

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from suite.contract.errors import PluginError, SuiteFileError, UsageError
+from suite.contract.wire import Status
 
 if TYPE_CHECKING:
     from suite.contract.wire import Cell
@@ -244,7 +245,7 @@ class SuiteResult:
         """Every cell passed (or was skipped, with ``allow_skipped``); at least one cell ran."""
         if not self.doc["cells"]:
             raise AssertionError("the suite expanded to no cells")
-        ok = {"passed", "skipped"} if allow_skipped else {"passed"}
+        ok = {Status.PASSED, Status.SKIPPED} if allow_skipped else {Status.PASSED}
         bad = [r for r in self.doc["cells"] if r["status"] not in ok]
         if bad:
             self._fail(f"{len(bad)} of {len(self.doc['cells'])} cells did not pass:", bad)

@@ -93,11 +93,11 @@ def test_every_metric_is_one_benchmark_over_the_suites_cell_ids(cells: ModuleTyp
         assert fn.param_names == ["cell"]
     assert (cells.track_seconds_per_sample.unit, cells.track_peak_memory_bytes.unit) == ("seconds", "bytes")
     assert len({getattr(cells, name).version for name in TRACKS}) == 3
-    assert cells.PLAN["skipped"] == {
-        "toy/graphs/bs8": cells.PLAN["skipped"]["toy/graphs/bs8"],
-        "toy/graphs/bs16": cells.PLAN["skipped"]["toy/graphs/bs16"],
+    assert cells.PLAN["skip_reasons"] == {
+        "toy/graphs/bs8": cells.PLAN["skip_reasons"]["toy/graphs/bs8"],
+        "toy/graphs/bs16": cells.PLAN["skip_reasons"]["toy/graphs/bs16"],
     }
-    assert "cuda" in cells.PLAN["skipped"]["toy/graphs/bs8"].lower()
+    assert "cuda" in cells.PLAN["skip_reasons"]["toy/graphs/bs8"].lower()
 
 
 def _plan(**changes: Any) -> dict[str, Any]:

@@ -172,3 +172,18 @@ def test_fault_techniques_are_listed_only_when_enabled(enabled: bool) -> None:
     assert out.returncode == 0, out.stderr
     assert ("fault-abort" in out.stdout) is enabled
     assert "noop" in out.stdout
+
+
+def test_each_status_is_spelled_in_one_module_of_suite() -> None:
+    statuses = {s.value for s in wire.Status}
+    spelled: dict[str, set[str]] = {s: set() for s in statuses}
+    for module, path in MODULES.items():
+        if not module.startswith("suite"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value in statuses:
+                spelled[node.value].add(module)
+    # `[suite] timeout` is a suite-file key that happens to share the status's spelling.
+    spelled["timeout"].discard("suite.spec.suitefile")
+    assert spelled["passed"] == {"suite.contract.wire"}, "use suite.Status: the spelling lives in wire.py"
+    assert {s: sorted(m) for s, m in spelled.items() if m != {"suite.contract.wire"}} == {}

@@ -4,7 +4,7 @@
 JSON object:
 
     {"suite": absolute path, "sha256": of the file's bytes, "device": "cpu"|"cuda",
-     "cells": [cell id, ...] (matrix order), "skipped": {cell id: reason},
+     "cells": [cell id, ...] (matrix order), "skip_reasons": {cell id: reason},
      "plugins": [{"name", "version", "source"}, ...]}
 
 ``benchmarks/cells.py`` runs it with the *working tree's* ampsuite on the
@@ -39,7 +39,7 @@ def describe(suite: str | Path | None, device: str | None) -> dict[str, Any]:
         "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
         "device": p.device,
         "cells": [c.id for c in p.cells],
-        "skipped": {c.id: c.skip_reason for c in p.cells if c.skip_reason},
+        "skip_reasons": {c.id: c.skip_reason for c in p.cells if c.skip_reason},
         "plugins": [{"name": i.name, "version": i.version, "source": i.source} for i in p.registry.plugins],
     }
 

@@ -15,6 +15,7 @@ from typing import Any
 from suite import analysis
 from suite.analysis import AnyDocument as Doc
 from suite.analysis import Comparison
+from suite.contract.wire import Status
 from suite.report import charts
 from suite.report.fmt import DASH, num, pct, signed_pct
 from suite.report.views import Run, cell_anchor, run_label, workload_page_name
@@ -34,7 +35,7 @@ def _href(run: Run, comparison: Comparison) -> str:
 
 
 def _not_measured(c: Comparison) -> Comparison:
-    passed = [r is not None and r.get("status") == "passed" for r in (c.a, c.b)]
+    passed = [r is not None and r.get("status") == Status.PASSED for r in (c.a, c.b)]
     if c.verdict == "same" and not any(passed):
         return dataclasses.replace(c, verdict=NOT_MEASURED)  # type: ignore[arg-type]
     return c

@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from suite.contract.wire import Cell
 
@@ -86,10 +87,10 @@ class Display:
 
     def run_started(self, total: int, path: Path) -> None:
         self.total = total
-        self.console.print(f"ampsuite: {total} cells, results in {path}")
+        self.console.print(f"ampsuite: {total} cells, results in {path}", markup=False)
         if self.live:
             self._progress = Progress(
-                TextColumn("{task.description}"),
+                TextColumn("{task.description}", markup=False),  # cell ids are user text
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
@@ -138,7 +139,8 @@ def results_table(doc: Mapping[str, Any]) -> Table:
     derived = analysis.derive(doc)
     # Data-parallel runs get a scaling column (efficiency against the one-process cell); others keep their table.
     scaling = analysis.data_parallel(doc)
-    table = Table(title=f"{doc['run']['suite']['name']} on {_device_name(doc)}", show_lines=False)
+    # Every string is user or plugin text (ids, names, error messages): Text, never rich markup.
+    table = Table(title=Text(f"{doc['run']['suite']['name']} on {_device_name(doc)}"), show_lines=False)
     columns = ["cell", "status", "step time", "noise", "throughput", "vs FP32", "peak mem", "numerics"]
     if scaling:
         columns.insert(6, "scaling")
@@ -151,7 +153,7 @@ def results_table(doc: Mapping[str, Any]) -> Table:
             st = m["step_time"]
             row = [
                 rec["id"],
-                f"[{STATUS_STYLE['passed']}]passed[/]",
+                Text(rec["status"], style=STATUS_STYLE["passed"]),
                 _time(st["median"]),
                 f"{st['noise']:.1%}" if st.get("noise") is not None else "-",
                 f"{m['throughput']:,.1f} {rec['workload']['unit']}/s",
@@ -161,11 +163,11 @@ def results_table(doc: Mapping[str, Any]) -> Table:
             ]
             if scaling:
                 row.insert(6, f"{d.scaling_efficiency:.1%}" if d and d.scaling_efficiency is not None else "-")
-            table.add_row(*row)
+            table.add_row(*(Text(c) if isinstance(c, str) else c for c in row))
         else:
             style = STATUS_STYLE.get(rec["status"], "")
             blanks = [""] * (len(columns) - 3)
-            table.add_row(rec["id"], f"[{style}]{rec['status']}[/]", *blanks, line_for(rec)[:60])
+            table.add_row(Text(rec["id"]), Text(rec["status"], style=style), *blanks, Text(line_for(rec)[:60]))
     return table
 
 

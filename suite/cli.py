@@ -36,11 +36,18 @@ def _registry(args: argparse.Namespace) -> Any:
 
 
 def cmd_run(args: argparse.Namespace) -> ExitCode:
+    from suite import results
     from suite.display import Display, print_summary
     from suite.host import session
     from suite.run import runner
 
-    p = session.plan(args.suite, device=args.device, keyword=args.keyword, settings=_plugin_settings(args))
+    p = session.plan(
+        args.suite,
+        device=args.device,
+        keyword=args.keyword,
+        settings=_plugin_settings(args),
+        allow_large=args.allow_large,
+    )
     peaks = not args.no_peaks and not args.in_process
     display = Display(noise_target=p.spec.measure.noise_target, measures_peaks=peaks)
     if not p.cells:
@@ -49,7 +56,7 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
     if args.dry_run:
         display.dry_run(p.cells)
         return ExitCode.OK
-    out_dir = Path(args.report_dir or Path("reports") / p.spec.name)
+    out_dir = Path(args.report_dir or Path("reports") / p.spec.dir_name)
     output = Path(args.output) if args.output else out_dir / "results.json"
     config = runner.RunConfig(
         output=output,
@@ -62,7 +69,8 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
         argv=sys.argv,
     )
     try:
-        doc, interrupted = runner.run_plan(p, config, display)
+        with results.locked(output, wait=args.wait_lock):  # one run per results file (--resume included)
+            doc, interrupted = runner.run_plan(p, config, display)
     finally:
         display.stop()
     print_summary(doc, display.console)
@@ -90,13 +98,17 @@ def _render(
     history: Any = None,
     files: Sequence[str | Path] = (),
 ) -> Path:
+    from suite.contract.errors import OutputError
     from suite.report import render_site
 
-    return Path(
-        render_site(
-            docs, out_dir, compare_with=compare_with, history=history, extra_sections=sections, results_files=files
+    try:
+        return Path(
+            render_site(
+                docs, out_dir, compare_with=compare_with, history=history, extra_sections=sections, results_files=files
+            )
         )
-    )
+    except OSError as exc:  # read-only folder, full disk: one line, exit OUTPUT_ERROR
+        raise OutputError(exc.filename or str(out_dir), exc) from None
 
 
 def cmd_list(args: argparse.Namespace) -> ExitCode:
@@ -148,6 +160,9 @@ def cmd_report(args: argparse.Namespace) -> ExitCode:
 
     docs = [results.load(p) for p in args.results]
     compare_with = results.load(args.compare) if args.compare else None
+    for path, doc in zip(args.results, docs, strict=True):  # docs/architecture.md: such reports are refused
+        if compare_with is not None:
+            results.check_comparable(path, compare_with["environment"], doc["environment"], action="compare")
     history = None
     if args.asv_results or len(docs) > 1:
         from suite import analysis
@@ -233,7 +248,7 @@ def cmd_max_batch(args: argparse.Namespace) -> ExitCode:
     if not p.cells:
         print(f"{p.spec.path}: no cells selected")
         return ExitCode.NO_CELLS
-    output = Path(args.output) if args.output else Path("reports") / p.spec.name / "max-batch.json"
+    output = Path(args.output) if args.output else Path("reports") / p.spec.dir_name / "max-batch.json"
     try:
         config = maxbatch.SearchConfig(
             output=output,
@@ -323,6 +338,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-report", action="store_true", help="do not render the HTML report")
     run.add_argument("--no-peaks", action="store_true", help="do not measure the device's peak rates first")
     run.add_argument("--refresh-peaks", action="store_true", help="measure the peaks again instead of using the cache")
+    run.add_argument(
+        "--wait-lock", action="store_true", help="wait for another run on OUTPUT to end instead of refusing"
+    )
+    run.add_argument("--allow-large", action="store_true", help="run a matrix of more than 5,000 cells")
 
     command("list", cmd_list, "show plugins, workloads, techniques and probes with their options")
 

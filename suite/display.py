@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any, cast
 
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from suite.contract.wire import Cell, Record, Status
 
@@ -142,7 +142,7 @@ class Display:
                 self.console.print(first, markup=False)
         if self.live:
             self._progress = Progress(
-                TextColumn("{task.description}"),
+                TextColumn("{task.description}", markup=False),  # cell ids are user text
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
@@ -269,7 +269,8 @@ def results_table(doc: Mapping[str, Any], width: int | None = None) -> Table:
     keep = _fit(columns, rows, width) if width else list(range(len(columns)))
     dropped = [c for i, c in enumerate(columns) if i not in keep]
     table = Table(
-        title=f"{doc['run']['suite']['name']} on {_device_name(doc)}",
+        # User text (suite and device names) is Text, never rich markup.
+        title=Text(f"{doc['run']['suite']['name']} on {_device_name(doc)}"),
         caption=f"left out at this width: {', '.join(dropped)} (see the report)" if dropped else None,
         show_lines=False,
     )
@@ -284,8 +285,7 @@ def results_table(doc: Mapping[str, Any], width: int | None = None) -> Table:
     for row in rows:
         style = STATUS_STYLE.get(row[1], "")
         cells = [row[i] for i in keep]
-        cells[1] = f"[{style}]{row[1]}[/]" if style else row[1]
-        table.add_row(*[c if n == 1 else escape(c) for n, c in enumerate(cells)])
+        table.add_row(*[Text(c, style=style) if n == 1 else Text(c) for n, c in enumerate(cells)])
     return table
 
 

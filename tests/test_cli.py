@@ -190,6 +190,7 @@ def test_exit_codes_are_stable() -> None:
         "INTERNAL_ERROR": 3,
         "USAGE_ERROR": 4,
         "NO_CELLS": 5,
+        "OUTPUT_ERROR": 6,
     }
 
 

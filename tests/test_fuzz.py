@@ -351,3 +351,120 @@ def test_non_finite_numbers_are_refused(table: str, line: str) -> None:
     message = re.escape(f"{NAME}: {table}.{key}: expected a finite number ") + r"[>=]+ \d+, got " + re.escape(value)
     with pytest.raises(SuiteFileError, match=message + "$"):
         loads(f"[{table}]\n{line}\n[workloads.toy]\nbatch_size = 8\n", NAME)
+
+
+# ---------------------------------------------------------------------------
+# results files with a valid checksum but a broken shape: every reader refuses them in one line
+# ---------------------------------------------------------------------------
+
+hostile = (
+    replacement
+    | st.just(10**400)  # beyond 64 bits: json reads it, no figure is that large
+    | st.just(-(2**63))
+    | st.just(math.nan)  # sealed as the NaN literal
+    | st.just(math.inf)
+    | st.just("toy[/]")  # rich markup
+    | st.just(json.loads("[" * 80 + "]" * 80))  # deeper than any document ampsuite writes
+    | st.dictionaries(st.text(max_size=3), st.integers() | st.text(max_size=3), max_size=3)
+)  # fmt: skip
+
+
+def _seal(doc: dict[str, Any]) -> str:
+    """The text a writer would produce for ``doc``: its checksum is valid, whatever the content."""
+    body = {k: v for k, v in doc.items() if k != "integrity"}
+    try:
+        sha = results.checksum(body)
+    except (ValueError, RecursionError, TypeError):
+        sha = "0" * 64
+    return json.dumps({**body, "integrity": {"sha256": sha}}, indent=1)
+
+
+def _read_everything(path: Path, out: Path, capsys: Any) -> bool:
+    """Every reader of a results file: load, analysis, the HTML report, `show`, `report` and `report --compare`.
+
+    A file the loader accepts must go through every reader; a file it refuses must
+    be refused by every command in one line with exit code 4.
+    """
+    from suite import analysis
+    from suite.display import results_table
+    from suite.report import render_site
+
+    try:
+        doc = results.load(path)
+    except ResultsFileError as exc:
+        assert str(exc).startswith(f"{path}: ") and "\n" not in str(exc)
+        accepted = False
+    else:
+        accepted = True
+        analysis.derive(doc)
+        results_table(doc)
+        render_site([doc], out / "site", compare_with=doc)
+    for argv in (
+        ["show", str(path)],
+        ["report", str(path), "-o", str(out / "r")],
+        ["report", str(path), "--compare", str(path), "-o", str(out / "c")],
+    ):
+        capsys.readouterr()
+        code = cli.main(argv)
+        err = capsys.readouterr().err.strip()
+        if accepted:
+            assert code == ExitCode.OK, err
+        else:
+            assert code == ExitCode.USAGE_ERROR == 4, err
+            assert len(err.splitlines()) == 1 and err.startswith(f"ampsuite: error: {path}: "), err
+    return accepted
+
+
+FREE_FORM = frozenset({"diagnostics", "notes", "environment", "plugins", "clocks", "ranks", "processes", "memory"})
+"""Plugin- and probe-owned JSON: the wire format says only "JSON data" there (see the report's own tests)."""
+
+
+@settings(
+    max_examples=25,  # an accepted example renders a report
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],  # capsys is drained each time
+)
+@given(data=st.data())
+def test_sealed_broken_documents_are_refused_by_every_reader(real_results, tmp_path_factory, capsys, data) -> None:
+    doc = copy.deepcopy(real_results[1])
+    for _ in range(data.draw(st.integers(0, 3), label="changes")):
+        paths = [p for p in _leaves(doc) if not FREE_FORM & {str(k) for k in p}]
+        if not paths:
+            break
+        where = data.draw(st.sampled_from(paths), label="field")
+        parent, key = _get(doc, where[:-1]), where[-1]
+        if data.draw(st.booleans(), label="delete") and isinstance(parent, dict):
+            del parent[key]
+        else:
+            parent[key] = data.draw(hostile, label="new value")
+    out = tmp_path_factory.mktemp("sealed")
+    path = out / "results.json"
+    path.write_text(_seal(doc), encoding="utf-8")
+    event("accepted" if _read_everything(path, out, capsys) else "refused")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"format": "ampsuite-results", "version": 1, "cells": ' + "[" * 100_000 + "]" * 100_000 + "}",
+        '{"format": "ampsuite-results", "version": 1, "cells": [' + "9" * 5000 + "]}",
+        '{"format": "ampsuite-results", "version": 1, "run": 3, "environment": {}, "cells": []}',
+    ],
+    ids=["nested-100000-deep", "int-of-5000-digits", "run-not-an-object"],
+)
+def test_pathological_files_are_refused_by_every_reader(tmp_path: Path, capsys, text: str) -> None:
+    path = tmp_path / "results.json"
+    path.write_text(text, encoding="utf-8")
+    assert not _read_everything(path, tmp_path, capsys)
+
+
+def test_a_200_mb_file_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    import time
+
+    path = tmp_path / "results.json"
+    with path.open("wb") as f:  # sparse: no 200 MB written, stat says 200 MB
+        f.truncate(200 * 1024 * 1024)
+    start = time.monotonic()
+    with pytest.raises(ResultsFileError, match=r"209,715,200 bytes is larger than any results file"):
+        results.load(path)
+    assert time.monotonic() - start < 1.0

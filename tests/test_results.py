@@ -15,13 +15,53 @@ from suite import results
 from suite.contract.errors import ResultsFileError
 
 
+def _record(cell_id: str = "toy/fp32/bs8", status: str = "passed", **fields: Any) -> dict[str, Any]:
+    """A complete record, as the runner writes one (the loader checks the whole schema)."""
+    rec: dict[str, Any] = {
+        "id": cell_id,
+        "status": status,
+        "device": "cpu",
+        "batch_size": 8,
+        "world_size": 1,
+        "combination": "fp32",
+        "baseline": "fp32",
+        "workload": {"id": "toy", "plugin": "toy", "options": {}, "axes": {}, "unit": "samples"},
+        "techniques": [],
+        "started": "2026-01-01T00:00:00+00:00",
+        "wall_seconds": 1.5,
+        "metrics": {},
+        "numerics": None,
+        "diagnostics": {},
+        "notes": {},
+        "warnings": [],
+        "evidence": None,
+    }
+    rec.update(fields)
+    return rec
+
+
 def _doc(cells: Any = None, **top: Any) -> dict[str, Any]:
     doc = {
         "format": results.FORMAT,
         "version": results.VERSION,
-        "run": {"id": "r1", "started": "2026-01-01T00:00:00+00:00", "finished": None},
+        "run": {
+            "id": "r1",
+            "started": "2026-01-01T00:00:00+00:00",
+            "finished": None,
+            "argv": ["ampsuite", "run"],
+            "suite": {
+                "name": "toy",
+                "path": None,
+                "sha256": None,
+                "baseline": "fp32",
+                "device": "cpu",
+                "numerics_tolerance": 0.05,
+            },
+            "measure": {"warmup_steps": 1, "min_steps": 3, "max_steps": 5, "max_seconds": 1.0, "noise_target": 0.01},
+            "plugins": [],
+        },
         "environment": {"torch": "2.4.0", "torch_cuda": "12.4", "gpu": {"name": "NVIDIA H200"}},
-        "cells": cells if cells is not None else [{"id": "toy/fp32/bs8", "status": "passed"}],
+        "cells": cells if cells is not None else [_record()],
     }
     doc.update(top)
     return doc
@@ -77,15 +117,36 @@ BAD_FILES = [
         json.dumps({k: v for k, v in _doc().items() if k != "cells"}),
         r"corrupt results file: missing 'cells'",
     ),
-    ("cells-not-a-list", _sealed(_doc(cells={})), r"corrupt results file: 'cells' is not a list"),
+    ("cells-not-a-list", _sealed(_doc(cells={})), r"corrupt results file: cells: expected a list, got dict .*"),
     (
         "unknown-status",
-        _sealed(_doc(cells=[{"id": "a", "status": "passed"}, {"id": "b", "status": "exploded"}])),
-        r"corrupt results file: cells\[1\] is not a valid record",
+        _sealed(_doc(cells=[_record("a"), _record("b", "exploded")])),
+        r"corrupt results file: cells\[1\]\.status: expected one of passed, .*, got 'exploded'",
+    ),
+    (
+        "record-without-metrics",
+        _sealed(_doc(cells=[{k: v for k, v in _record().items() if k != "metrics"}])),
+        r"corrupt results file: cells\[0\]: missing 'metrics'",
+    ),
+    (
+        "run-of-the-wrong-type",
+        _sealed(_doc(run=[1, 2])),
+        r"corrupt results file: run: expected an object, got list .*",
+    ),
+    (
+        "integer-of-400-digits",
+        _sealed(_doc(cells=[_record(batch_size=10**400)])),
+        r"corrupt results file: cells\[0\]\.batch_size: integer out of range",
+    ),
+    ("nested-100000-deep", '{"format": "ampsuite-results", "version": 1, "cells": ' + "[" * 100_000, r".*nested.*"),
+    (
+        "nested-deep-but-parsable",
+        _sealed(_doc(cells=[_record(notes={"x": json.loads("[" * 200 + "]" * 200)})])),
+        r"corrupt results file: .*nested deeper than 64 levels",
     ),
     (
         "duplicate-cell",
-        _sealed(_doc(cells=[{"id": "toy/fp32/bs8", "status": "passed"}, {"id": "toy/fp32/bs8", "status": "failed"}])),
+        _sealed(_doc(cells=[_record(), _record(status="failed")])),
         r"corrupt results file: cell 'toy/fp32/bs8' recorded twice",
     ),
 ]
@@ -110,7 +171,7 @@ def test_load_accepts_a_good_file(tmp_path: Path) -> None:
 
 
 def test_written_files_are_strict_json(tmp_path: Path) -> None:
-    doc = _doc(cells=[{"id": "a", "status": "passed", "metrics": {"x": math.nan, "y": [1.0, math.inf, -math.inf]}}])
+    doc = _doc(cells=[_record("a", metrics={"x": math.nan, "y": [1.0, math.inf, -math.inf]})])
     path = tmp_path / "out" / "results.json"
     writer = results.ResultsWriter(path, copy.deepcopy(doc))
     text = path.read_text()
@@ -126,10 +187,10 @@ def test_writer_rewrites_after_each_record_and_keeps_one_per_id(tmp_path: Path) 
     path = tmp_path / "results.json"
     writer = results.ResultsWriter(path, _doc(cells=[]))
     assert results.load(path)["cells"] == []
-    writer.add({"id": "b", "status": "interrupted"})
-    writer.add({"id": "a", "status": "passed"})
+    writer.add(_record("b", "interrupted"))
+    writer.add(_record("a", "passed"))
     assert [r["id"] for r in results.load(path)["cells"]] == ["b", "a"]
-    writer.add({"id": "b", "status": "passed"})  # a rerun replaces, never duplicates
+    writer.add(_record("b", "passed"))  # a rerun replaces, never duplicates
     writer.order(["a", "b"])
     writer.flush()
     assert [(r["id"], r["status"]) for r in results.load(path)["cells"]] == [("a", "passed"), ("b", "passed")]

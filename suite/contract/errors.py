@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import errno
 
 
 class ExitCode(enum.IntEnum):
@@ -20,6 +21,9 @@ class ExitCode(enum.IntEnum):
     """Bad command line, suite file, results file or plugin."""
     NO_CELLS = 5
     """The suite expanded (or ``-k`` narrowed it) to no cell at all."""
+    OUTPUT_ERROR = 6
+    """The results file or the report could not be written (read-only folder, full disk, ...);
+    the last results file written stays intact."""
 
 
 class AmpsuiteError(Exception):
@@ -64,6 +68,34 @@ class ResultsFileError(AmpsuiteError):
     def __init__(self, path: str, message: str) -> None:
         self.path = path
         super().__init__(f"{path}: {message}")
+
+
+class OutputError(AmpsuiteError):
+    """The operating system refused to write a results file, a lock file or a report.
+
+    One line naming the path and the error, like
+    ``reports/x/results.json: cannot write: No space left on device (errno ENOSPC)``.
+    """
+
+    exit_code = ExitCode.OUTPUT_ERROR
+
+    def __init__(self, path: str, exc: OSError) -> None:
+        self.path = path
+        self.errno = exc.errno
+        name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        super().__init__(f"{path}: cannot write: {reason} (errno {name})")
+
+
+class ResultsLockedError(AmpsuiteError):
+    """Another ``ampsuite run`` holds the results file; the message names the holder."""
+
+    def __init__(self, path: str, holder: str) -> None:
+        self.path = path
+        self.holder = holder
+        super().__init__(
+            f"{path}: in use by another run ({holder}); wait for it, pass --wait-lock, or choose another -o"
+        )
 
 
 class SkipCell(Exception):

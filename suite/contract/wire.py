@@ -182,6 +182,18 @@ class MeasureData(TypedDict):
     processes: int
 
 
+class RecordedMeasure(TypedDict, total=False):
+    """``run.measure`` of a results file: :class:`MeasureData`, where files written before a key existed lack it."""
+
+    warmup_steps: int
+    min_steps: int
+    max_steps: int
+    max_seconds: float
+    noise_target: float
+    numerics_steps: int
+    processes: int
+
+
 class WorkerPayload(TypedDict):
     """What a worker process is started with (pickled through multiprocessing; plain data only)."""
 
@@ -248,7 +260,7 @@ class Numerics(TypedDict, total=False):
     final_loss: float | None
     nonfinite_step: int | None
     nonfinite_what: str | None
-    scale_history: list[float | None]
+    scale_history: list[float | None] | None
     skipped_steps: int | None
     scale_start: float | None
     scale_collapsed_step: int | None
@@ -317,7 +329,8 @@ class Record(TypedDict):
     status: Status
     device: str
     batch_size: int
-    world_size: int
+    world_size: NotRequired[int]
+    """Absent in files written before data-parallel cells existed (read as 1)."""
     combination: str
     baseline: str
     workload: WorkloadInfo
@@ -347,7 +360,7 @@ class RunInfo(TypedDict):
     finished: str | None
     argv: list[str]
     suite: SuiteInfo
-    measure: MeasureData
+    measure: RecordedMeasure
     plugins: list[dict[str, Any]]
     resumed: NotRequired[list[str]]
 
@@ -506,11 +519,26 @@ def _strip(tp: Any) -> Any:
 _HINTS: dict[Any, dict[str, Any]] = {}
 
 
+@typing.no_type_check
+def _required(tp: Any) -> frozenset[str]:
+    # With ``from __future__ import annotations`` Python 3.11 cannot see ``NotRequired`` when it builds
+    # ``__required_keys__`` (the annotations are strings then), so read the markers from the hints.
+    keys = _REQUIRED.get(tp)
+    if keys is None:
+        raw = typing.get_type_hints(tp, include_extras=True)
+        keys = frozenset(k for k, v in raw.items() if typing.get_origin(v) is not NotRequired) & tp.__required_keys__
+        _REQUIRED[tp] = keys
+    return keys
+
+
+_REQUIRED: dict[Any, frozenset[str]] = {}
+
+
 def _check_typeddict(value: Any, tp: Any, where: str) -> None:
     if not isinstance(value, dict):
         raise WireError(where, f"expected an object, got {_kind(value)}")
     hints = _hints(tp)
-    for key in sorted(tp.__required_keys__):
+    for key in sorted(_required(tp)):
         if key not in value:
             raise WireError(where, f"missing {key!r}")
     for key, item in value.items():

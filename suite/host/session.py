@@ -10,7 +10,7 @@ from suite.contract.errors import UsageError
 from suite.contract.wire import Cell
 from suite.host import environment
 from suite.host.manager import PluginSettings, Registry, load_registry
-from suite.spec import matrix, suitefile
+from suite.spec import limits, matrix, suitefile
 from suite.spec.keyword import select
 from suite.spec.suitefile import SuiteSpec
 
@@ -43,10 +43,12 @@ def plan(
     keyword: str | None = None,
     settings: PluginSettings | None = None,
     objects: Sequence[tuple[str, object]] = (),
+    allow_large: bool = False,
 ) -> Plan:
     """Load the suite (the default one for the device when None), the plugins, and expand the matrix.
 
-    Everything is validated here, before any cell runs.
+    Everything is validated here, before any cell runs; a matrix over ``limits.MAX_CELLS``
+    cells is refused unless ``allow_large``.
     """
     settings = settings or PluginSettings.from_args([])  # $AMPSUITE_PLUGINS applies as on the command line
     if suite is None:
@@ -57,6 +59,7 @@ def plan(
     dev = resolve_device(spec.device, device)
     registry = load_registry(settings, objects)
     gpus = environment.gpu_count() if dev == "cuda" else 0
-    cells = select(matrix.expand(spec, registry, dev, gpus), keyword)
+    max_cells = None if allow_large else limits.MAX_CELLS
+    cells = select(matrix.expand(spec, registry, dev, gpus, max_cells=max_cells), keyword)
     registry.hook.ampsuite_modify_cells(suite=spec.as_dict(), cells=cells)
     return Plan(spec, dev, registry, cells, settings)

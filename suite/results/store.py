@@ -11,11 +11,13 @@ import json
 import math
 import os
 import tempfile
+import typing
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from suite.contract.errors import ResultsFileError
+from suite.contract import wire
+from suite.contract.errors import OutputError, ResultsFileError
 
 __all__ = [
     "FORMAT",
@@ -25,14 +27,15 @@ __all__ = [
     "ResultsWriter",
     "check_comparable",
     "checksum",
+    "MAX_BYTES",
     "load",
     "sanitize",
 ]
 
 FORMAT = "ampsuite-results"
 VERSION = 1
-STATUSES = ("passed", "skipped", "failed", "oom", "timeout", "crashed", "interrupted")
-TERMINAL = frozenset(STATUSES) - {"interrupted"}
+STATUSES: tuple[wire.Status, ...] = wire.ORDER
+TERMINAL = wire.TERMINAL
 """Statuses that ``--resume`` keeps; interrupted cells run again."""
 COMPARABLE_KEYS = ("torch", "torch_cuda", "gpu_name")
 
@@ -78,60 +81,88 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-standard JSON constant {name}")
 
 
-def load(path: str | Path) -> dict[str, Any]:
-    """Read and check a results file.
+MAX_BYTES = 64 * 1024 * 1024
+"""Largest results file read (64 MiB): a run of thousands of cells writes a few MiB, so a larger
+file is no results file, and refusing it before reading keeps ``show`` and ``report`` fast and small."""
 
-    :raises ResultsFileError: missing, not JSON (truncated), NaN literals,
-        not an ampsuite results file, unknown version, or malformed records.
+
+def load(path: str | Path) -> dict[str, Any]:
+    """Read and check a results file against the whole documented schema (:class:`suite.contract.wire.Document`).
+
+    Every reader after this one may trust the types: numbers finite and within 64 bits,
+    nesting within ``wire.MAX_DEPTH``, every required key present.
+
+    :raises ResultsFileError: missing, larger than :data:`MAX_BYTES`, not JSON (truncated),
+        NaN literals, too deep, not an ampsuite results file, unknown version, checksum
+        mismatch, or a value of the wrong shape (the message names its JSON path).
     """
     p = Path(path)
+    where = str(path)
     try:
+        size = p.stat().st_size
+        if size > MAX_BYTES:
+            raise ResultsFileError(where, f"{size:,} bytes is larger than any results file ({MAX_BYTES:,} at most)")
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ResultsFileError(str(path), "no such results file") from None
+        raise ResultsFileError(where, "no such results file") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ResultsFileError(str(path), f"cannot read: {exc}") from exc
+        raise ResultsFileError(where, f"cannot read: {exc}") from exc
     try:
         doc = json.loads(text, parse_constant=_reject_constant)
-    except ValueError as exc:
-        raise ResultsFileError(str(path), f"corrupt results file (not strict JSON: {exc})") from exc
+    except RecursionError:
+        raise ResultsFileError(where, f"corrupt results file (nested deeper than {wire.MAX_DEPTH} levels)") from None
+    except ValueError as exc:  # also a 5,000-digit integer (int max_str_digits)
+        raise ResultsFileError(where, f"corrupt results file (not strict JSON: {str(exc)[:200]})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise ResultsFileError(str(path), f'not an ampsuite results file (no "format": "{FORMAT}")')
+        raise ResultsFileError(where, f'not an ampsuite results file (no "format": "{FORMAT}")')
     if doc.get("version") != VERSION:
+        version = repr(doc.get("version"))[:40]
         raise ResultsFileError(
-            str(path), f"results format version {doc.get('version')!r} is not supported; this ampsuite reads {VERSION}"
+            where, f"results format version {version} is not supported; this ampsuite reads {VERSION}"
         )
     for key in ("run", "environment", "cells"):
         if key not in doc:
-            raise ResultsFileError(str(path), f"corrupt results file: missing {key!r}")
-    integrity = doc.get("integrity")
-    if not isinstance(integrity, dict) or set(integrity) != {"sha256"} or integrity["sha256"] != checksum(doc):
-        raise ResultsFileError(
-            str(path), "content does not match its checksum (edited or damaged after it was written); refusing it"
-        )
-    if not isinstance(doc["cells"], list):
-        raise ResultsFileError(str(path), "corrupt results file: 'cells' is not a list")
+            raise ResultsFileError(where, f"corrupt results file: missing {key!r}")
+    try:
+        # Depth and number ranges first: the checksum walks the whole document.
+        problem = wire.json_problem(doc)
+        if problem:
+            raise ResultsFileError(where, f"corrupt results file: {problem}")
+        integrity = doc.get("integrity")
+        if not isinstance(integrity, dict) or set(integrity) != {"sha256"} or integrity["sha256"] != checksum(doc):
+            raise ResultsFileError(
+                where, "content does not match its checksum (edited or damaged after it was written); refusing it"
+            )
+        wire.check(doc, wire.Document)
+    except wire.WireError as exc:
+        raise ResultsFileError(where, f"corrupt results file: {exc}") from None
     seen: set[str] = set()
-    for i, rec in enumerate(doc["cells"]):
-        if not isinstance(rec, dict) or not isinstance(rec.get("id"), str) or rec.get("status") not in STATUSES:
-            raise ResultsFileError(str(path), f"corrupt results file: cells[{i}] is not a valid record")
+    for rec in doc["cells"]:
         if rec["id"] in seen:
-            raise ResultsFileError(str(path), f"corrupt results file: cell {rec['id']!r} recorded twice")
+            raise ResultsFileError(where, f"corrupt results file: cell {rec['id'][:200]!r} recorded twice")
         seen.add(rec["id"])
-    return doc
+    return typing.cast(dict[str, Any], doc)
 
 
 def _key(env: dict[str, Any]) -> dict[str, Any]:
-    gpu = env.get("gpu") or {}
-    return {"torch": env.get("torch"), "torch_cuda": env.get("torch_cuda"), "gpu_name": gpu.get("name")}
+    gpu = env.get("gpu")
+    name = gpu.get("name") if isinstance(gpu, dict) else gpu  # environment is free-form JSON: trust no shape
+    return {"torch": env.get("torch"), "torch_cuda": env.get("torch_cuda"), "gpu_name": name}
 
 
-def check_comparable(path: str, old: dict[str, Any], new: dict[str, Any]) -> None:
-    """Refuse to merge results measured on different software or hardware."""
+def _short(value: Any) -> str:
+    return repr(value) if not isinstance(value, str) or len(value) <= 60 else repr(value[:60] + "...")
+
+
+def check_comparable(path: str, old: dict[str, Any], new: dict[str, Any], action: str = "merge") -> None:
+    """Refuse to merge (or ``action``) results measured on different software or hardware.
+
+    ``old`` and ``new`` are the documents' ``environment`` objects.
+    """
     a, b = _key(old), _key(new)
-    diffs = [f"{k} {a[k]!r} vs {b[k]!r}" for k in COMPARABLE_KEYS if a[k] != b[k]]
+    diffs = [f"{k} {_short(a[k])} vs {_short(b[k])}" for k in COMPARABLE_KEYS if a[k] != b[k]]
     if diffs:
-        raise ResultsFileError(path, "measured in another environment, refusing to merge: " + "; ".join(diffs))
+        raise ResultsFileError(path, f"measured in another environment, refusing to {action}: " + "; ".join(diffs))
 
 
 class ResultsWriter:
@@ -161,5 +192,12 @@ class ResultsWriter:
         self._index = {rec["id"]: i for i, rec in enumerate(self.doc["cells"])}
 
     def flush(self) -> None:
+        """Rewrite the file; on an OS error (read-only, disk full) the previous file stays as it was.
+
+        :raises OutputError: naming the path and the error (exit code OUTPUT_ERROR).
+        """
         self.doc.pop("integrity", None)
-        _write_atomic(self.path, self.doc)
+        try:
+            _write_atomic(self.path, self.doc)
+        except OSError as exc:
+            raise OutputError(str(self.path), exc) from None

@@ -13,17 +13,18 @@ from __future__ import annotations
 import copy
 import difflib
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from suite.contract.errors import SuiteFileError
 from suite.contract.plugin import CheckContext, Technique, Workload
 from suite.contract.wire import Cell
-from suite.spec import parallel
+from suite.spec import limits, parallel
 from suite.spec.options import OptionError, build_options, is_list_option, options_as_dict
-from suite.spec.suitefile import Rule, SuiteSpec
+from suite.spec.suitefile import Rule, SuiteSpec, WorkloadEntry
 
-__all__ = ["Catalog", "Cell", "expand"]
+__all__ = ["Catalog", "Cell", "check_size", "expand", "matrix_size"]
 
 
 class Catalog(Protocol):
@@ -68,6 +69,44 @@ def _technique_options(spec: SuiteSpec, registry: Catalog) -> dict[str, dict[str
     return out
 
 
+def _split_axes(entry: WorkloadEntry, record: Workload) -> tuple[dict[str, list[Any]], dict[str, Any]]:
+    """(axes, fixed options) of a workload entry: a list is an axis unless the option itself is a list."""
+    axes: dict[str, list[Any]] = {}
+    fixed: dict[str, Any] = {}
+    for name, value in entry.options.items():
+        list_typed = is_list_option(record.options, name)
+        if isinstance(value, list) and (not list_typed or all(isinstance(v, list) for v in value)):
+            axes[name] = value
+        else:
+            fixed[name] = value
+    return axes, fixed
+
+
+def matrix_size(spec: SuiteSpec, registry: Catalog) -> int:
+    """How many cells the suite expands to before include/exclude rules, computed without building one."""
+    total = 0
+    for entry in spec.workloads:
+        _lookup(spec, f"workloads.{entry.id}.plugin", registry.workloads, "workload", entry.plugin)
+        axes, _ = _split_axes(entry, registry.workloads[entry.plugin])
+        total += math.prod(len(v) for v in axes.values()) * len(entry.batch_sizes) * len(entry.gpus)
+    return total * len(spec.combinations)
+
+
+def check_size(spec: SuiteSpec, registry: Catalog, max_cells: int | None) -> None:
+    """Refuse a matrix over ``max_cells`` (None: any size) before it is expanded.
+
+    :raises SuiteFileError: naming the size, the bound and ``--allow-large``.
+    """
+    size = matrix_size(spec, registry)
+    if max_cells is not None and size > max_cells:
+        raise SuiteFileError(
+            spec.path,
+            "",
+            f"the matrix has {size:,} cells, more than the {max_cells:,} run without asking; "
+            "narrow it (-k, include/exclude, fewer axis values) or pass --allow-large",
+        )
+
+
 def _workload_configs(spec: SuiteSpec, registry: Catalog) -> list[tuple[Any, Workload, dict[str, Any], dict[str, Any]]]:
     """(entry, record, options, axis values) for every point of each workload's option axes."""
     configs = []
@@ -75,15 +114,7 @@ def _workload_configs(spec: SuiteSpec, registry: Catalog) -> list[tuple[Any, Wor
         key = f"workloads.{entry.id}"
         _lookup(spec, f"{key}.plugin", registry.workloads, "workload", entry.plugin)
         record = registry.workloads[entry.plugin]
-        axes: dict[str, list[Any]] = {}
-        fixed: dict[str, Any] = {}
-        for name, value in entry.options.items():
-            list_typed = is_list_option(record.options, name)
-            is_axis = isinstance(value, list) and (not list_typed or all(isinstance(v, list) for v in value))
-            if is_axis:
-                axes[name] = value
-            else:
-                fixed[name] = value
+        axes, fixed = _split_axes(entry, record)
         for point in itertools.product(*axes.values()):
             axis_values = dict(zip(axes, point, strict=True))
             try:
@@ -187,7 +218,9 @@ def _matches(rule: Rule, cell: Cell, entry_plugin: str) -> bool:
     return all(cell.options.get(k) == v for k, v in rule.options.items())
 
 
-def expand(spec: SuiteSpec, registry: Catalog, device: str, gpu_count: int = 0) -> list[Cell]:
+def expand(
+    spec: SuiteSpec, registry: Catalog, device: str, gpu_count: int = 0, *, max_cells: int | None = limits.MAX_CELLS
+) -> list[Cell]:
     """Every cell of the suite on ``device`` with ``gpu_count`` GPUs, in run order, with skip reasons set.
 
     Order: workloads and their option points as declared, then batch sizes,
@@ -197,8 +230,9 @@ def expand(spec: SuiteSpec, registry: Catalog, device: str, gpu_count: int = 0) 
 
     :raises SuiteFileError: for unknown plugins, options or bad option values, and for
         include/exclude rules that name a workload, combination, plugin or technique
-        the suite does not have.
+        the suite does not have, and for a matrix over ``max_cells`` (None: no bound).
     """
+    check_size(spec, registry, max_cells)
     tech_options = _technique_options(spec, registry)
     _check_rules(spec, registry)
     combos = sorted(spec.combinations.items(), key=lambda kv: kv[0] != spec.baseline)

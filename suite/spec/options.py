@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -113,6 +114,8 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
         raise OptionError(key, f"expected an integer, got {value!r}")
     if tp is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
+            if not math.isfinite(value):  # TOML has nan and inf; no option of a benchmark means one
+                raise OptionError(key, f"expected a finite number, got {value!r}")
             return float(value)
         raise OptionError(key, f"expected a number, got {value!r}")
     if tp is str:
@@ -122,6 +125,18 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
     if isinstance(tp, type) and isinstance(value, tp):
         return value
     raise OptionError(key, f"expected {_type_name(tp)}, got {value!r}")
+
+
+def _nonfinite(value: Any) -> float | None:
+    """The first NaN or infinity inside ``value`` (an untyped option may be any TOML value), or None."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else value
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list | tuple) else ()
+    for item in items:
+        bad = _nonfinite(item)
+        if bad is not None:
+            return bad
+    return None
 
 
 def build_options(options_type: type, values: Mapping[str, Any]) -> Any:

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.contract.errors import SuiteFileError
+from suite.spec import limits, names
 
 __all__ = ["MeasureSpec", "Rule", "SuiteSpec", "WorkloadEntry", "default_suite_path", "load", "loads"]
 
@@ -125,6 +126,11 @@ class SuiteSpec:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @property
+    def dir_name(self) -> str:
+        """The folder under ``reports/`` this suite's results and report go to by default (a slug of the name)."""
+        return names.path_component(self.name)
+
 
 class _Reader:
     """Pops keys from one table so that leftovers can be reported as unknown."""
@@ -150,13 +156,17 @@ class _Reader:
             raise self.error(name, f"expected {what}, got {_show(value)}")
         return value
 
-    def number(self, name: str, default: float, *, minimum: float, integer: bool = False, strict: bool = False) -> Any:
+    def number(
+        self, name: str, default: float, *, minimum: float, maximum: float, integer: bool = False, strict: bool = False
+    ) -> Any:
         what = ("an integer" if integer else "a number") + (f" > {minimum:g}" if strict else f" >= {minimum:g}")
         value = self.get(name, int if integer else (int, float), default, what)
         if not math.isfinite(value):  # TOML has nan and inf; every number here must be finite
             raise self.error(name, f"expected a finite number{what.removeprefix('a number')}, got {value!r}")
         if value < minimum or (strict and value == minimum):
             raise self.error(name, f"expected {what}, got {_show(value)}")
+        if value > maximum:
+            raise self.error(name, _too_large(maximum, value))
         return float(value) if not integer else value
 
     def finish(self) -> None:
@@ -187,28 +197,34 @@ def _show(value: Any) -> str:
     return repr(value)
 
 
-def _batch_sizes(path: str, key: str, value: Any) -> tuple[int, ...]:
+def _too_large(maximum: float, value: Any) -> str:
+    return f"expected at most {maximum:g} (ampsuite's bound on the work one suite asks for), got {str(value)[:40]}"
+
+
+def _counts(path: str, key: str, value: Any, minimum: int, maximum: int, what: str) -> tuple[int, ...]:
     values = value if isinstance(value, list) else [value]
     if not values:
-        raise SuiteFileError(path, key, "expected an integer > 0 or a non-empty list of them, got an empty list")
+        raise SuiteFileError(path, key, f"expected an integer {what} or a non-empty list of them, got an empty list")
     for v in values:
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise SuiteFileError(path, key, f"expected an integer > 0 or a list of them, got {_show(v)}")
-    if len(set(values)) != len(values):
-        raise SuiteFileError(path, key, f"batch sizes repeat: {values!r}")
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+            raise SuiteFileError(path, key, f"expected an integer {what} or a list of them, got {_show(v)}")
+        if v > maximum:
+            raise SuiteFileError(path, key, _too_large(maximum, v))
     return tuple(values)
+
+
+def _batch_sizes(path: str, key: str, value: Any) -> tuple[int, ...]:
+    values = _counts(path, key, value, 1, limits.MAX_BATCH_SIZE, "> 0")
+    if len(set(values)) != len(values):
+        raise SuiteFileError(path, key, f"batch sizes repeat: {list(values)!r}")
+    return values
 
 
 def _gpus(path: str, key: str, value: Any) -> tuple[int, ...]:
-    values = value if isinstance(value, list) else [value]
-    if not values:
-        raise SuiteFileError(path, key, "expected an integer >= 1 or a non-empty list of them, got an empty list")
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise SuiteFileError(path, key, f"expected an integer >= 1 or a list of them, got {_show(v)}")
+    values = _counts(path, key, value, 1, limits.MAX_GPUS, ">= 1")
     if len(set(values)) != len(values):
-        raise SuiteFileError(path, key, f"GPU counts repeat: {values!r}")
-    return tuple(values)
+        raise SuiteFileError(path, key, f"GPU counts repeat: {list(values)!r}")
+    return values
 
 
 def _rules(path: str, key: str, value: Any) -> tuple[Rule, ...]:
@@ -262,30 +278,37 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
         ),
     )
     name = s.get("name", str, Path(path).stem, "a string")
+    if names.unsafe_name(name):  # the name becomes a folder under reports/
+        raise s.error("name", str(names.unsafe_name(name)))
     description = s.get("description", str, "", "a string")
     device = s.get("device", str, "auto", "one of " + ", ".join(DEVICES))
     if device not in DEVICES:
         raise s.error("device", f"expected one of {', '.join(DEVICES)}, got {device!r}")
     seed = s.get("seed", int, 0, "an integer")
-    timeout = s.number("timeout", 600.0, minimum=0, strict=True)
+    if not -limits.MAX_SEED <= seed <= limits.MAX_SEED:
+        raise s.error("seed", f"expected a 64-bit integer, got {str(seed)[:40]}")
+    timeout = s.number("timeout", 600.0, minimum=0, maximum=limits.MAX_TIMEOUT, strict=True)
     baseline = s.get("baseline", str, None, "a combination id")
-    tolerance = s.number("numerics_tolerance", 0.05, minimum=0)
-    memory_limit = s.number("memory_limit_gb", 0.0, minimum=0)
-    cpu_threads = s.number("cpu_threads", 0, minimum=0, integer=True)
+    tolerance = s.number("numerics_tolerance", 0.05, minimum=0, maximum=1e6)
+    memory_limit = s.number("memory_limit_gb", 0.0, minimum=0, maximum=1e9)
+    cpu_threads = s.number("cpu_threads", 0, minimum=0, maximum=limits.MAX_CPU_THREADS, integer=True)
     base = s.get("base_techniques", list, [], "a list of technique names")
     if not all(isinstance(t, str) and t and not t.startswith("-") for t in base) or len(set(base)) != len(base):
         raise s.error("base_techniques", f"expected a list of distinct technique names, got {_show(base)}")
     s.finish()
 
     m = _Reader(path, "measure", top.get("measure", dict, {}, "a table"), tuple(MeasureSpec.__dataclass_fields__))
+    steps = limits.MAX_SPEC_STEPS
     measure = MeasureSpec(
-        warmup_steps=m.number("warmup_steps", MeasureSpec.warmup_steps, minimum=0, integer=True),
-        min_steps=m.number("min_steps", MeasureSpec.min_steps, minimum=3, integer=True),
-        max_steps=m.number("max_steps", MeasureSpec.max_steps, minimum=3, integer=True),
-        max_seconds=m.number("max_seconds", MeasureSpec.max_seconds, minimum=0, strict=True),
-        noise_target=m.number("noise_target", MeasureSpec.noise_target, minimum=0, strict=True),
-        numerics_steps=m.number("numerics_steps", MeasureSpec.numerics_steps, minimum=1, integer=True),
-        processes=m.number("processes", MeasureSpec.processes, minimum=1, integer=True),
+        warmup_steps=m.number("warmup_steps", MeasureSpec.warmup_steps, minimum=0, maximum=steps, integer=True),
+        min_steps=m.number("min_steps", MeasureSpec.min_steps, minimum=3, maximum=steps, integer=True),
+        max_steps=m.number("max_steps", MeasureSpec.max_steps, minimum=3, maximum=steps, integer=True),
+        max_seconds=m.number(
+            "max_seconds", MeasureSpec.max_seconds, minimum=0, maximum=limits.MAX_TIMEOUT, strict=True
+        ),
+        noise_target=m.number("noise_target", MeasureSpec.noise_target, minimum=0, maximum=1.0, strict=True),
+        numerics_steps=m.number("numerics_steps", MeasureSpec.numerics_steps, minimum=1, maximum=steps, integer=True),
+        processes=m.number("processes", MeasureSpec.processes, minimum=1, maximum=limits.MAX_PROCESSES, integer=True),
     )
     m.finish()
     if measure.max_steps < measure.min_steps:

@@ -1,0 +1,248 @@
+"""Reliability at the edges: names that become paths, terminal text, OS errors, one run per results file,
+bounds on work, and reports of runs that are not comparable (issue #16)."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from suite import cli, results
+from suite.contract.errors import ExitCode, OutputError, ResultsLockedError, SuiteFileError
+from suite.spec import limits, names
+from suite.spec.suitefile import loads
+
+REPO = Path(__file__).resolve().parents[1]
+SUITE = """\
+[suite]
+name = "{name}"
+device = "cpu"
+[measure]
+warmup_steps = 1
+min_steps = 3
+max_steps = 3
+numerics_steps = 2
+max_seconds = 0.2
+[workloads."toy[/]"]
+plugin = "toy"
+batch_size = 4
+"""
+
+
+def _ampsuite(*argv: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-m", "suite", *argv], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
+    err = proc.stderr.strip()
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+# --- names -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["../../x", "/tmp/x", "a/../../b", "..", "C:evil", "bad\x07bell", " "])
+def test_suite_names_that_read_as_paths_are_refused_in_one_line(name: str) -> None:
+    text = f"[suite]\nname = {json.dumps(name)}\n[workloads.toy]\nbatch_size = 8\n"
+    with pytest.raises(SuiteFileError, match=r"^s\.toml: suite\.name: expected a (non-empty )?name"):
+        loads(text, "s.toml")
+
+
+@pytest.mark.parametrize("name", ["cpu-default", "toy[/]", "a/b", "x" * 300, "ü" * 200, ".hidden", "a b"])
+def test_path_components_are_one_short_safe_folder(name: str) -> None:
+    slug = names.path_component(name)
+    assert 0 < len(slug) <= names.MAX_COMPONENT
+    assert "/" not in slug and "\\" not in slug and not slug.startswith(".") and slug not in (".", "..")
+    assert slug == names.path_component(name)  # stable
+    assert (slug == name) == (name == "cpu-default")
+
+
+def test_names_that_slug_alike_get_different_folders() -> None:
+    assert names.path_component("a b") != names.path_component("a-b") != names.path_component("a/b")
+
+
+def test_run_with_markup_and_a_long_name_stays_under_reports_and_shows(tmp_path: Path) -> None:
+    name = "toy[/]" + "n" * 300
+    (tmp_path / "s.toml").write_text(SUITE.format(name=name))
+    proc = _ampsuite("run", "s.toml", "--no-peaks", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (folder,) = (tmp_path / "reports").iterdir()
+    assert folder.name == names.path_component(name) and (folder / "index.html").exists()
+    shown = _ampsuite("show", str(folder / "results.json"), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "toy[/]/fp32/bs4" in shown.stdout and "toy[/]nnn" in shown.stdout
+
+
+# --- numbers and sizes -----------------------------------------------------
+
+
+@pytest.mark.parametrize("line", ["lr = nan", "lr = inf", "lr = -inf"])
+def test_non_finite_plugin_options_are_refused(registry: Any, line: str) -> None:
+    from suite.spec.matrix import expand
+
+    spec = loads(f"[workloads.toy]\nbatch_size = 8\n{line}\n", "s.toml")
+    with pytest.raises(
+        SuiteFileError, match=r"^s\.toml: workloads\.toy\.lr: expected a finite number, got -?(nan|inf)$"
+    ):
+        expand(spec, registry, "cpu")
+
+
+@pytest.mark.parametrize(
+    ("table", "line", "key"),
+    [
+        ("measure", "processes = 1000000", "measure.processes"),
+        ("measure", "max_steps = 10000000", "measure.max_steps"),
+        ("suite", "cpu_threads = 100000", "suite.cpu_threads"),
+        ("workloads.toy", "gpus = 100000", "workloads.toy.gpus"),
+    ],
+)
+def test_counts_that_multiply_work_are_bounded(table: str, line: str, key: str) -> None:
+    text = f"[workloads.toy]\nbatch_size = 8\n[{table}]\n{line}\n" if table != "workloads.toy" else ""
+    text = text or f"[workloads.toy]\nbatch_size = 8\n{line}\n"
+    with pytest.raises(SuiteFileError, match=rf"^s\.toml: {key}: expected at most \d+ \(ampsuite's bound"):
+        loads(text, "s.toml")
+
+
+def test_a_million_cell_matrix_is_refused_before_it_is_built(registry: Any) -> None:
+    from suite.spec.matrix import expand, matrix_size
+
+    sizes = ", ".join(str(n) for n in range(1, 1001))
+    spec = loads(f"[workloads.toy]\nbatch_size = [{sizes}]\nhidden = [{sizes}]\n", "s.toml")
+    assert matrix_size(spec, registry) == 1_000_000
+    start = time.monotonic()
+    with pytest.raises(SuiteFileError, match=r"^s\.toml: the matrix has 1,000,000 cells, .* pass --allow-large$"):
+        expand(spec, registry, "cpu")
+    assert time.monotonic() - start < 5
+    small = loads("[workloads.toy]\nbatch_size = [1, 2, 3]\n", "s.toml")
+    assert len(expand(small, registry, "cpu", max_cells=None)) == 3 <= limits.MAX_CELLS
+
+
+# --- OS errors -------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _tmpfs(where: Path, options: str) -> Iterator[Path]:
+    where.mkdir()
+    if (
+        shutil.which("mount") is None
+        or subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)]).returncode
+    ):
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def test_write_errors_keep_the_last_good_file_and_no_temp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, healthy_run: Any
+) -> None:
+    path = tmp_path / "results.json"
+    shutil.copy(healthy_run[0], path)
+    before = path.read_bytes()
+    doc = results.load(path)
+
+    def refuse(*_: Any) -> None:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(OutputError) as info:
+        results.ResultsWriter(path, doc)
+    assert str(info.value) == f"{path}: cannot write: Read-only file system (errno EROFS)"
+    assert info.value.exit_code == ExitCode.OUTPUT_ERROR == 6
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["results.json"]
+
+
+def test_a_full_disk_ends_the_run_in_one_line_exit_6(tmp_path: Path, healthy_run: Any) -> None:
+    with _tmpfs(tmp_path / "small", "size=64k") as disk:
+        (tmp_path / "s.toml").write_text(SUITE.format(name="full"))
+        shutil.copy(healthy_run[0], disk / "results.json")
+        good = (disk / "results.json").read_bytes()
+        with contextlib.suppress(OSError), (disk / "filler").open("wb") as f:
+            while True:
+                f.write(b"\0" * 4096)
+                f.flush()
+        proc = _ampsuite("run", "s.toml", "-o", str(disk / "results.json"), "--no-peaks", "--no-report", cwd=tmp_path)
+        assert proc.returncode == ExitCode.OUTPUT_ERROR, proc.stderr
+        assert "No space left on device (errno ENOSPC)" in _one_line(proc)
+        backups = [p for p in disk.iterdir() if p.name.startswith("results.") and p.name != "results.json.lock"]
+        assert [p.read_bytes() for p in backups if p.name != "results.json"] == [good]  # kept beside, intact
+        assert not [p for p in disk.iterdir() if p.name.startswith(".results.json.")]  # no temporary left
+
+
+def test_a_report_into_a_read_only_folder_is_one_line_exit_6(tmp_path: Path, healthy_run: Any) -> None:
+    with _tmpfs(tmp_path / "ro", "ro,size=64k") as ro:
+        proc = _ampsuite("report", str(healthy_run[0]), "-o", str(ro / "site"), cwd=tmp_path)
+        assert proc.returncode == ExitCode.OUTPUT_ERROR, proc.stderr
+        assert "Read-only file system (errno EROFS)" in _one_line(proc)
+
+
+# --- one run per results file ----------------------------------------------
+
+
+def test_a_second_run_on_a_held_results_file_refuses_naming_the_holder(tmp_path: Path) -> None:
+    (tmp_path / "s.toml").write_text(SUITE.format(name="locked"))
+    out = tmp_path / "results.json"
+    with results.locked(out, argv=["ampsuite", "run", "first"]):
+        proc = _ampsuite("run", "s.toml", "-o", str(out), "--no-peaks", "--no-report", cwd=tmp_path)
+        resumed = _ampsuite("run", "s.toml", "-o", str(out), "--resume", "--no-peaks", "--no-report", cwd=tmp_path)
+    for p in (proc, resumed):
+        assert p.returncode == ExitCode.USAGE_ERROR, p.stderr
+        assert f"{out}: in use by another run (pid {os.getpid()} on " in _one_line(p)
+        assert "ampsuite run first" in p.stderr
+    assert not out.exists() and not results.lock_path(out).exists()
+
+
+def test_a_killed_holder_never_blocks_and_wait_lock_waits(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    hold = "import os, sys, time; from suite import results; from pathlib import Path\n"
+    hold += "with results.locked(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(float(sys.argv[2]))\n"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    killed = subprocess.Popen([sys.executable, "-c", hold, str(out), "600"], stdout=subprocess.PIPE, text=True, env=env)
+    assert killed.stdout is not None and killed.stdout.readline() == "held\n"
+    with pytest.raises(ResultsLockedError), results.locked(out):
+        pass
+    killed.kill()
+    killed.wait()
+    assert results.lock_path(out).exists()  # left behind by the killed run ...
+    with results.locked(out):  # ... and no obstacle
+        pass
+    (tmp_path / "s.toml").write_text(SUITE.format(name="wait"))
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(out), "2"], stdout=subprocess.PIPE, text=True, env=env)
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    proc = _ampsuite("run", "s.toml", "-o", str(out), "--no-peaks", "--no-report", "--wait-lock", cwd=tmp_path)
+    assert holder.wait() == 0
+    assert proc.returncode == 0, proc.stderr
+    assert results.load(out)["cells"][0]["status"] == "passed"
+
+
+# --- compare ---------------------------------------------------------------
+
+
+def test_report_compare_refuses_runs_of_another_torch(tmp_path: Path, healthy_run: Any, capsys: Any) -> None:
+    doc = json.loads(Path(healthy_run[0]).read_text())
+    doc["environment"]["torch"] = "1.0.0"
+    doc.pop("integrity")
+    other = tmp_path / "other.json"
+    results.ResultsWriter(other, doc)
+    code = cli.main(["report", str(healthy_run[0]), "--compare", str(other), "-o", str(tmp_path / "site")])
+    assert code == ExitCode.USAGE_ERROR
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(
+        f"ampsuite: error: {healthy_run[0]}: measured in another environment, refusing to compare: torch"
+    )
+    assert not (tmp_path / "site").exists()

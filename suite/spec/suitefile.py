@@ -52,6 +52,7 @@ from typing import Any
 
 from suite.contract.errors import SuiteFileError
 from suite.spec import limits, names
+from suite.spec.combinations import parse_combinations
 
 __all__ = ["MeasureSpec", "Rule", "SuiteSpec", "WorkloadEntry", "default_suite_path", "load", "loads"]
 
@@ -336,19 +337,7 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
     c_table = top.get("combinations", dict, {"fp32": []}, "a table of combination = [technique, ...]")
     if not c_table:
         raise SuiteFileError(path, "combinations", "no combinations: add at least one, e.g. fp32 = []")
-    combinations: dict[str, tuple[str, ...]] = {}
-    for cid, techniques in c_table.items():
-        if not isinstance(techniques, list) or not all(isinstance(t, str) for t in techniques):
-            raise SuiteFileError(
-                path, f"combinations.{cid}", f"expected a list of technique names, got {_show(techniques)}"
-            )
-        if len(set(techniques)) != len(techniques):
-            raise SuiteFileError(path, f"combinations.{cid}", f"a technique is listed twice: {techniques!r}")
-        if any(c in cid for c in "/[], ") or not cid:
-            raise SuiteFileError(
-                path, f"combinations.{cid}", "combination ids may not contain '/', '[', ']', ',' or spaces"
-            )
-        combinations[cid] = _with_base(path, cid, tuple(base), techniques)
+    combinations = parse_combinations(path, c_table, tuple(base))
     if baseline is None:
         baseline = "fp32" if "fp32" in combinations else next(iter(combinations))
     elif baseline not in combinations:
@@ -387,23 +376,6 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
         exclude=exclude,
         base_techniques=tuple(base),
     )
-
-
-def _with_base(path: str, cid: str, base: tuple[str, ...], techniques: list[str]) -> tuple[str, ...]:
-    """A combination's techniques: the suite's base techniques, less those it removes with ``-NAME``, then its own.
-
-    A base technique is part of every combination so that baselines are tuned the way
-    practitioners run them (cudnn.benchmark on); ``-NAME`` keeps an extra row with
-    PyTorch's plain defaults for comparison.
-    """
-    removed = {t[1:] for t in techniques if t.startswith("-")}
-    unknown = sorted(removed - set(base))
-    if unknown:
-        raise SuiteFileError(
-            path, f"combinations.{cid}", f"'-{unknown[0]}' removes a technique that is not in suite.base_techniques"
-        )
-    own = [t for t in techniques if not t.startswith("-")]
-    return (*[t for t in base if t not in removed and t not in own], *own)
 
 
 def load(path: str | Path) -> SuiteSpec:

@@ -431,7 +431,7 @@ def tune(plan: Plan, config: TuneConfig, progress: Progress = print, measure: Me
         summary["elapsed_seconds"] = tuner.budget.elapsed()
         summary["started_cells"] = tuner.started
         summary["refused_cells"] = tuner.budget.refused
-        summary["budget_spent"] = tuner.budget.refused > 0
+        summary["budget_spent"] = tuner.budget.refused > 0 or tuner.budget.remaining() <= 0
         tuner.writer.doc["run"]["tune"] = summary
         tuner.writer.doc["run"]["finished"] = runner.now()
         tuner.writer.flush()

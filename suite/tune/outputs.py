@@ -90,7 +90,8 @@ def tune_markdown(summary: Mapping[str, Any]) -> str:
         "# ampsuite tune",
         "",
         f"Device {summary.get('device')}; budget {summary.get('budget_seconds', 0):.0f} s, used "
-        f"{summary.get('elapsed_seconds', 0):.1f} s; {summary.get('started_cells', 0)} cells measured"
+        f"{summary.get('elapsed_seconds', 0):.1f} s; {summary.get('cells', 0)} candidate cells, "
+        f"{summary.get('started_cells', 0)} measured in this run"
         + (f", {summary['refused_cells']} not started (budget spent)" if summary.get("refused_cells") else "")
         + ".",
     ]

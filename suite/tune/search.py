@@ -32,7 +32,7 @@ from suite.run import runner
 from suite.tune import space
 from suite.tune.space import AMP, TF32, Candidate, WorkloadConfig
 from suite.tune.trust import untrusted_reason
-from suite.tune.tuner import _SCREENED, FULL, SCREEN, Measure, Progress, TuneConfig, Tuner
+from suite.tune.tuner import FULL, SCREEN, SCREENED_STEPS, Measure, Progress, TuneConfig, Tuner
 
 __all__ = ["MIN_GAIN", "Measure", "TuneConfig", "Tuner", "tune"]
 
@@ -72,7 +72,7 @@ def _step(
         "cell_id": None if record is None else record["id"],
         "status": "not started (budget)" if record is None else str(record["status"]),
         "throughput": None if record is None else analysis.throughput(record),
-        "untrusted": None if record is None else tuner.untrusted(record, SCREEN if phase in _SCREENED else FULL),
+        "untrusted": None if record is None else tuner.untrusted(record, SCREEN if phase in SCREENED_STEPS else FULL),
         "decision": "",
     }
     steps.append(step)
@@ -292,6 +292,7 @@ def tune(plan: Plan, config: TuneConfig, progress: Progress = print, measure: Me
     finally:
         summary["elapsed_seconds"] = tuner.budget.elapsed()
         summary["started_cells"] = tuner.started
+        summary["cells"] = len(tuner.writer.doc["cells"])
         summary["refused_cells"] = tuner.budget.refused
         summary["budget_spent"] = tuner.budget.refused > 0 or tuner.budget.remaining() <= 0
         tuner.writer.doc["run"]["tune"] = summary

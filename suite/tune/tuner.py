@@ -28,12 +28,12 @@ from suite.tune.budget import Budget
 from suite.tune.space import Candidate, WorkloadConfig
 from suite.tune.trust import numerics_reason, untrusted_reason
 
-__all__ = ["FULL", "SCREEN", "Measure", "Progress", "TuneConfig", "Tuner"]
+__all__ = ["FULL", "SCREEN", "SCREENED_STEPS", "Measure", "Progress", "TuneConfig", "Tuner"]
 
 MIN_GAIN = 0.01
 """Smallest relative throughput gain that counts, whatever the noise (as analysis.compare)."""
 SCREEN, FULL = "screen", "full"
-_SCREENED = ("start", "greedy")
+SCREENED_STEPS = ("start", "greedy")
 """Steps of the search log whose measurement is a screening one."""
 
 Measure = Callable[[Cell, SuiteSpec, float], dict[str, Any]]

@@ -302,6 +302,49 @@ def cmd_asv_machine(args: argparse.Namespace) -> ExitCode:
     return ExitCode.OK
 
 
+def _duration(text: str) -> float:
+    """``90``, ``90s``, ``15m`` or ``1h`` as seconds (the tune budget)."""
+    scale = {"s": 1.0, "m": 60.0, "h": 3600.0}.get(text[-1:].lower(), 0.0)
+    try:
+        value = float(text[:-1] if scale else text) * (scale or 1.0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a duration like 90s, 15m or 1h, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"the budget must be > 0, got {text!r}")
+    return value
+
+
+def cmd_tune(args: argparse.Namespace) -> ExitCode:
+    from suite import results
+    from suite.host import session
+    from suite.report.tune_page import render_tune_page
+    from suite.tune import TuneConfig, recipe_toml, tune, tune_markdown
+
+    p = session.plan(args.suite, device=args.device, keyword=args.keyword, settings=_plugin_settings(args))
+    if not p.cells:
+        print(f"{p.spec.path}: no cells selected")
+        return ExitCode.NO_CELLS
+    out_dir = Path(args.report_dir or Path("reports") / f"{p.spec.dir_name}-tune")
+    config = TuneConfig(
+        output=out_dir / "results.json",
+        budget_seconds=args.budget,
+        resume=args.resume,
+        plugins=p.settings,
+        data_dir=Path(args.data_dir),
+        timeout=args.timeout,
+        argv=sys.argv,
+    )
+    with results.locked(config.output, wait=False):
+        summary = tune(p, config, lambda line: print(line, flush=True))
+    recipe = recipe_toml(summary)
+    (out_dir / "recipe.toml").write_text(recipe, encoding="utf-8")
+    (out_dir / "tune.md").write_text(tune_markdown(summary), encoding="utf-8")
+    page = render_tune_page(summary, out_dir)
+    print(recipe, end="")
+    print(f"results: {config.output}\nrecipe: {out_dir / 'recipe.toml'}\npage: {page}")
+    return ExitCode.OK if all(w.get("winner") for w in summary["workloads"]) else ExitCode.CELLS_FAILED
+
+
 def _add_plugin_args(p: argparse.ArgumentParser, dest: str = "plugin") -> None:
     p.add_argument(
         "-p",
@@ -386,6 +429,16 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--rounds", type=int, default=3, help="alternating harness/plain rounds")
     check.add_argument("--min-ratio", type=float, default=0.97, help="flag checks below this plain/harness ratio")
     check.add_argument("-o", "--output", help="write the figures as JSON")
+    # ampsuite tune (issue #15): a self-contained block.
+    tn = command("tune", cmd_tune, "search the suite's techniques for the fastest trustworthy recipe per workload")
+    tn.add_argument("suite", nargs="?", help="suite file (TOML)")
+    tn.add_argument("-k", dest="keyword", metavar="EXPR", help="only workloads of cells whose id matches EXPR")
+    tn.add_argument("--budget", type=_duration, default=900.0, help="wall-clock budget: 90s, 15m, 1h (default 15m)")
+    tn.add_argument("--resume", action="store_true", help="keep candidates already measured in the tune results")
+    tn.add_argument("--report-dir", help="output directory (default reports/SUITE-NAME-tune)")
+    tn.add_argument("--device", choices=("cpu", "cuda"), help="override the suite's device")
+    tn.add_argument("--timeout", type=float, help="seconds per cell (overrides suite.timeout)")
+    tn.add_argument("--data-dir", default="reports/data", help="where generated data sets live")
     return parser
 
 

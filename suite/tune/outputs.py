@@ -1,0 +1,129 @@
+"""What a tune run hands back: the recipe as a suite-file snippet, and the summary as Markdown.
+
+Both are pure functions of the summary :func:`suite.tune.search.tune` returns (also
+stored in the results file's ``run.tune``), so they can be rewritten from a
+results file without measuring again.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from suite.contract.wire import Status
+
+__all__ = ["combination_name", "recipe_toml", "tune_markdown"]
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _key(name: str) -> str:
+    return name if _BARE_KEY.match(name) else json.dumps(name)
+
+
+def _value(value: Any) -> str:
+    # TOML's basic strings, numbers, booleans and arrays are JSON's spellings of them.
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def combination_name(key: str) -> str:
+    """The recipe's combination id for a workload configuration (a valid suite-file combination id)."""
+    return "tuned-" + re.sub(r"[^A-Za-z0-9_-]+", "-", key).strip("-")
+
+
+def recipe_toml(summary: Mapping[str, Any]) -> str:
+    """The winners as a suite-file snippet: one ``[combinations]`` entry per workload, then ``[techniques.X]``.
+
+    Technique options hold for a whole suite; when two workloads' winners want
+    different values of one option, the first one's is written and a comment says so.
+    """
+    lines = [f"# ampsuite tune on {summary.get('device')}: the fastest trustworthy recipe per workload"]
+    combos: list[str] = []
+    options: dict[str, dict[str, Any]] = {}
+    notes: list[str] = []
+    for w in summary.get("workloads") or []:
+        winner = w.get("winner")
+        if not winner:
+            notes.append(f"# {w['key']}: no recipe ({w.get('reason') or 'not tuned'})")
+            continue
+        speed = winner.get("speedup_vs_fp32")
+        figure = f"{winner['throughput']:,.1f} {w['unit']}/s" + (f", {speed:.2f}x FP32" if speed else "")
+        combos.append(f"# {w['key']}, batch_size = {winner['batch_size']}: {figure}")
+        combos.append(f"{_key(combination_name(w['key']))} = {_value(winner['techniques'])}")
+        for technique, values in (winner.get("overrides") or {}).items():
+            table = options.setdefault(technique, {})
+            for name, value in values.items():
+                if name in table and table[name] != value:
+                    notes.append(
+                        f"# {w['key']} wants {technique}.{name} = {_value(value)} (not written: one per suite)"
+                    )
+                table.setdefault(name, value)
+    lines += notes
+    if combos:
+        lines += ["", "[combinations]", *combos]
+    for technique, values in options.items():
+        lines += ["", f"[techniques.{_key(technique)}]", *(f"{_key(k)} = {_value(v)}" for k, v in values.items())]
+    return "\n".join(lines) + "\n"
+
+
+def _num(value: Any, suffix: str = "") -> str:
+    return "" if value is None else f"{value:,.1f}{suffix}"
+
+
+def _x(value: Any) -> str:
+    return "" if value is None else f"{value:.2f}x"
+
+
+def _pct(value: Any) -> str:
+    return "" if value is None else f"{value:+.1%}"
+
+
+def tune_markdown(summary: Mapping[str, Any]) -> str:
+    """The tune run in Markdown: budget, each workload's winner, its ablation and the search steps."""
+    out = [
+        "# ampsuite tune",
+        "",
+        f"Device {summary.get('device')}; budget {summary.get('budget_seconds', 0):.0f} s, used "
+        f"{summary.get('elapsed_seconds', 0):.1f} s; {summary.get('cells', 0)} candidate cells, "
+        f"{summary.get('started_cells', 0)} measured in this run"
+        + (f", {summary['refused_cells']} not started (budget spent)" if summary.get("refused_cells") else "")
+        + ".",
+    ]
+    for w in summary.get("workloads") or []:
+        winner = w.get("winner")
+        out += ["", f"## {w['key']}", ""]
+        if not winner:
+            out.append(f"No recipe: {w.get('reason')}.")
+        else:
+            out.append(
+                f"Winner: `{winner['combination']}` at batch {winner['batch_size']}, "
+                f"{_num(winner['throughput'])} {w['unit']}/s ({_x(winner.get('speedup_vs_fp32'))} FP32)."
+            )
+        if w.get("ablation"):
+            out += [
+                "",
+                "| ablation | techniques | status | throughput | vs FP32 | vs TF32 | contribution | note |",
+                "|---|---|---|---:|---:|---:|---:|---|",
+            ]
+            for row in w["ablation"]:
+                note = (row.get("reason") if row["status"] != Status.PASSED else row.get("untrusted")) or ""
+                out.append(
+                    f"| {row['label']} | {' + '.join(row['techniques']) or 'none'} | {row['status']} | "
+                    f"{_num(row['throughput'])} | {_x(row['speedup_vs_fp32'])} | {_x(row['speedup_vs_tf32'])} | "
+                    f"{_pct(row['contribution'])} | {note} |"
+                )
+        if w.get("steps"):
+            out += ["", "| step | candidate | batch | status | throughput | decision | why not trusted |"]
+            out.append("|---|---|---:|---|---:|---|---|")
+            for s in w["steps"]:
+                out.append(
+                    f"| {s['phase']} | {s['combination']} | {s['batch_size']} | {s['status']} | "
+                    f"{_num(s['throughput'])} | {s['decision']} | {s['untrusted'] or ''} |"
+                )
+    return "\n".join(out) + "\n"

@@ -1,0 +1,301 @@
+"""The search: greedy forward selection over the declared techniques, screened short, finalists measured in full.
+
+Per workload configuration (see docs/tune.md):
+
+1. the FP32 cell, fully measured first: every candidate's loss is held against it;
+2. starting points FP32, amp-fp16 and amp-bf16, screened (a short measure);
+   the fastest with healthy numerics is the start;
+3. greedy forward selection: screen the start plus each technique of the pool,
+   keep the fastest addition when it is faster by more than the two figures'
+   noise and its numerics are healthy, repeat until no addition helps;
+4. finalists (the best screened candidates) measured in full; the winner is
+   the fastest trustworthy one, the simplest when others are not clearly faster;
+5. technique option variants and the other selected batch sizes, measured in
+   full against the winner (another batch size gets its own FP32 cell first);
+6. the ablation: FP32, TF32 (when the suite declares it), the winner and the
+   winner without each of its techniques, measured in full.
+
+Each measurement is one cell through :func:`suite.run.runner.run_record`
+(``Tuner.measure``), written to the tune results file before the next starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from suite import analysis
+from suite.contract.wire import Status
+from suite.host.session import Plan
+from suite.run import runner
+from suite.tune import space
+from suite.tune.space import AMP, TF32, Candidate, WorkloadConfig
+from suite.tune.trust import untrusted_reason
+from suite.tune.tuner import FULL, SCREEN, SCREENED_STEPS, Measure, Progress, TuneConfig, Tuner
+
+__all__ = ["MIN_GAIN", "Measure", "TuneConfig", "Tuner", "tune"]
+
+MIN_GAIN = 0.01
+"""Smallest relative throughput gain that counts, whatever the noise (as analysis.compare)."""
+
+
+def _gain_over(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether ``a`` is faster than ``b`` by more than both figures' noise (and :data:`MIN_GAIN`)."""
+    ta, tb = analysis.throughput(a), analysis.throughput(b)
+    if ta is None or tb is None:
+        return False
+    margin = max(MIN_GAIN, (analysis.noise(a) or 0.0) + (analysis.noise(b) or 0.0))
+    return ta > tb * (1.0 + margin)
+
+
+Measured = tuple[Candidate, dict[str, Any]]
+
+
+def _value(record: dict[str, Any] | None) -> float:
+    return (analysis.throughput(record) if record is not None else None) or 0.0
+
+
+def _ok(tuner: Tuner, record: dict[str, Any] | None, phase: str) -> bool:
+    """Measured, with a throughput, and trustworthy for ``phase`` (a non-finite loss never is)."""
+    return record is not None and analysis.throughput(record) is not None and tuner.untrusted(record, phase) is None
+
+
+def _step(
+    steps: list[dict[str, Any]], tuner: Tuner, phase: str, candidate: Candidate, record: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Log one measurement of the search (shown on the tune page); the caller sets its ``decision``."""
+    step = {
+        "phase": phase,
+        "combination": candidate.combination,
+        "batch_size": candidate.batch_size,
+        "cell_id": None if record is None else record["id"],
+        "status": "not started (budget)" if record is None else str(record["status"]),
+        "throughput": None if record is None else analysis.throughput(record),
+        "untrusted": None if record is None else tuner.untrusted(record, SCREEN if phase in SCREENED_STEPS else FULL),
+        "decision": "",
+    }
+    steps.append(step)
+    return step
+
+
+def _screen(tuner: Tuner, config: WorkloadConfig, bs: int, steps: list[dict[str, Any]]) -> list[Measured]:
+    """Steps 2 and 3: every screened candidate with healthy numerics; the greedy path's end is the last."""
+    healthy: list[Measured] = []
+    current: Measured | None = None
+    starts = [Candidate((), bs), *(Candidate((a,), bs) for a in AMP if a in tuner.plan.registry.techniques)]
+    for start in starts:
+        record = tuner.run(config, start, SCREEN)
+        step = _step(steps, tuner, "start", start, record)
+        if record is None or not _ok(tuner, record, SCREEN):
+            step["decision"] = "rejected"
+            continue
+        healthy.append((start, record))
+        step["decision"] = "healthy"
+        if current is None or _value(record) > _value(current[1]):
+            current = (start, record)
+    if current is None:
+        return healthy
+    pool = list(space.technique_pool(tuner.spec, tuner.plan.registry))
+    while pool:
+        best: tuple[str, Measured, dict[str, Any]] | None = None
+        for technique in list(pool):
+            trial = current[0].plus(technique)
+            record = tuner.run(config, trial, SCREEN)
+            step = _step(steps, tuner, "greedy", trial, record)
+            if record is not None and record["status"] == Status.SKIPPED:
+                pool.remove(technique)  # pruned: a longer combination cannot lift a conflict or requirement
+            if record is None or not _ok(tuner, record, SCREEN):
+                step["decision"] = "rejected"
+                continue
+            healthy.append((trial, record))
+            step["decision"] = "not faster"
+            if best is None or _value(record) > _value(best[1][1]):
+                best = (technique, (trial, record), step)
+        if best is None or not _gain_over(best[1][1], current[1]):
+            break
+        pool.remove(best[0])
+        current = best[1]
+        best[2]["decision"] = "kept"
+    healthy.remove(current)
+    healthy.sort(key=lambda m: _value(m[1]))
+    healthy.append(current)
+    return healthy
+
+
+def _choose(measured: Sequence[Measured]) -> Measured | None:
+    """The fastest; then the one with the fewest techniques among those it is not clearly faster than."""
+    if not measured:
+        return None
+    fastest = max(measured, key=lambda m: _value(m[1]))
+    close = [m for m in measured if not _gain_over(fastest[1], m[1])]
+    return min(close, key=lambda m: (len(m[0].techniques), -_value(m[1])))
+
+
+def _finals(
+    tuner: Tuner, config: WorkloadConfig, screened: Sequence[Measured], fp32: Measured, steps: list[dict[str, Any]]
+) -> Measured | None:
+    """Step 4: the greedy end and the next best screened candidates measured in full; the winner among them."""
+    finalists = [screened[-1][0]] if screened else []
+    for candidate, _ in sorted(screened[:-1], key=lambda m: -_value(m[1])):
+        if len(finalists) >= tuner.config.finalists:
+            break
+        finalists.append(candidate)
+    trusted: list[Measured] = [fp32] if _ok(tuner, fp32[1], FULL) else []
+    for candidate in finalists:
+        record = fp32[1] if candidate == fp32[0] else tuner.run(config, candidate, FULL)
+        step = _step(steps, tuner, "final", candidate, record)
+        if record is not None and _ok(tuner, record, FULL):
+            trusted.append((candidate, record))
+            step["decision"] = "trusted"
+        else:
+            step["decision"] = "not trusted"
+    return _choose(trusted)
+
+
+def _refine(tuner: Tuner, config: WorkloadConfig, winner: Measured, steps: list[dict[str, Any]]) -> Measured:
+    """Step 5: the winner's technique option variants, then the other selected batch sizes, in full."""
+    for technique in winner[0].techniques:
+        current = {**tuner.spec.technique_options.get(technique, {}), **winner[0].overrides.get(technique, {})}
+        for option, value in space.option_choices(tuner.plan.registry, technique, current):
+            overrides = {**winner[0].overrides, technique: {**winner[0].overrides.get(technique, {}), option: value}}
+            variant = dataclasses.replace(winner[0], overrides=overrides)
+            record = tuner.run(config, variant, FULL)
+            step = _step(steps, tuner, "option", variant, record)
+            adopt = record is not None and _ok(tuner, record, FULL) and _gain_over(record, winner[1])
+            step["decision"] = "kept" if adopt else "not better"
+            if adopt and record is not None:
+                winner = (variant, record)
+    for bs in config.batch_sizes:
+        if bs == winner[0].batch_size:
+            continue
+        # Numerics at another batch size are held against FP32 at that batch size.
+        fp32 = tuner.run(config, Candidate((), bs), FULL)
+        _step(steps, tuner, "batch", Candidate((), bs), fp32)["decision"] = "reference"
+        if fp32 is None or fp32["status"] != Status.PASSED:
+            continue
+        resized = dataclasses.replace(winner[0], batch_size=bs)
+        record = fp32 if not resized.techniques else tuner.run(config, resized, FULL)
+        step = _step(steps, tuner, "batch", resized, record) if resized.techniques else steps[-1]
+        adopt = record is not None and _ok(tuner, record, FULL) and _gain_over(record, winner[1])
+        step["decision"] = "kept" if adopt else ("reference" if not resized.techniques else "not better")
+        if adopt and record is not None:
+            winner = (resized, record)
+    return winner
+
+
+def _ablation(tuner: Tuner, config: WorkloadConfig, winner: Measured) -> list[dict[str, Any]]:
+    """Step 6: FP32, TF32 (when declared), the winner and the winner without each technique, in full."""
+    bs = winner[0].batch_size
+    rows: list[tuple[str, Candidate, str | None]] = [("FP32", Candidate((), bs), None)]
+    declared = {t for ts in tuner.spec.combinations.values() for t in ts}
+    if TF32 in declared and TF32 in tuner.plan.registry.techniques:
+        rows.append(("TF32", Candidate((TF32,), bs), None))
+    rows.append(("winner", winner[0], None))
+    if len(winner[0].techniques) > 1:
+        rows += [(f"without {t}", winner[0].minus(t), t) for t in winner[0].techniques]
+    elif winner[0].techniques:
+        rows.append((f"without {winner[0].techniques[0]}", Candidate((), bs), winner[0].techniques[0]))
+    measured = []
+    for label, candidate, removed in rows:
+        record = winner[1] if candidate == winner[0] else tuner.run(config, candidate, "ablation")
+        measured.append((label, candidate, removed, record))
+    doc = tuner.writer.doc
+    derived = analysis.derive(doc)
+    win_value = analysis.throughput(winner[1])
+    out = []
+    for label, candidate, removed, record in measured:
+        d = derived.get(record["id"]) if record is not None else None
+        value = analysis.throughput(record) if record is not None else None
+        out.append(
+            {
+                "label": label,
+                "combination": candidate.combination,
+                "techniques": list(candidate.techniques),
+                "removed": removed,
+                "cell_id": None if record is None else record["id"],
+                "status": "not started (budget)" if record is None else str(record["status"]),
+                "reason": _reason(record),
+                "throughput": value,
+                "speedup_vs_fp32": None if d is None else d.speedup_vs_fp32,
+                "speedup_vs_tf32": None if d is None else d.speedup_vs_tf32,
+                "contribution": None if removed is None or not value or not win_value else win_value / value - 1.0,
+                "untrusted": None if record is None else untrusted_reason(record, doc),
+            }
+        )
+    return out
+
+
+def _reason(record: dict[str, Any] | None) -> str | None:
+    if record is None:
+        return "not measured: the budget was spent"
+    evidence = record.get("evidence") or {}
+    return evidence.get("reason") or evidence.get("message")
+
+
+def _tune_one(tuner: Tuner, config: WorkloadConfig) -> dict[str, Any]:
+    bs = config.batch_sizes[0]
+    steps: list[dict[str, Any]] = []
+    result: dict[str, Any] = {"key": config.key, "unit": config.unit, "steps": steps, "winner": None, "ablation": []}
+    fp32_candidate = Candidate((), bs)
+    fp32 = tuner.run(config, fp32_candidate, FULL)
+    _step(steps, tuner, "reference", fp32_candidate, fp32)["decision"] = "reference"
+    if fp32 is None or fp32["status"] != Status.PASSED:
+        result["reason"] = f"the FP32 cell did not pass ({_reason(fp32) or (fp32 or {}).get('status')})"
+        return result
+    screened = _screen(tuner, config, bs, steps)
+    winner = _finals(tuner, config, screened, (fp32_candidate, fp32), steps)
+    if winner is None:
+        result["reason"] = "no candidate was trustworthy (not even FP32: see its noise)"
+        return result
+    winner = _refine(tuner, config, winner, steps)
+    options = {
+        t: {**tuner.spec.technique_options.get(t, {}), **winner[0].overrides.get(t, {})} for t in winner[0].techniques
+    }
+    derived = analysis.derive(tuner.writer.doc).get(winner[1]["id"])
+    result["winner"] = {
+        "combination": winner[0].combination,
+        "techniques": list(winner[0].techniques),
+        "options": {t: o for t, o in options.items() if o},
+        "overrides": {t: dict(o) for t, o in winner[0].overrides.items()},
+        "batch_size": winner[0].batch_size,
+        "cell_id": winner[1]["id"],
+        "throughput": analysis.throughput(winner[1]),
+        "noise": analysis.noise(winner[1]),
+        "speedup_vs_fp32": None if derived is None else derived.speedup_vs_fp32,
+    }
+    result["ablation"] = _ablation(tuner, config, winner)
+    return result
+
+
+def tune(plan: Plan, config: TuneConfig, progress: Progress = print, measure: Measure | None = None) -> dict[str, Any]:
+    """Tune every workload configuration of the plan's cells; returns the summary (also in the results file's
+    ``run.tune``). ``measure`` replaces the worker (tests); by default each cell runs in its own process.
+
+    :raises KeyboardInterrupt: when a cell was interrupted (its record and the summary so far are written).
+    """
+    tuner = Tuner(plan, config, progress, measure)
+    units = {name: w.unit for name, w in plan.registry.workloads.items()}
+    summary: dict[str, Any] = {
+        "budget_seconds": config.budget_seconds,
+        "device": plan.device,
+        "search": "greedy forward selection, screened short, finalists in full",
+        "screen_measure": dataclasses.asdict(tuner.screen_spec.measure),
+        "finalists": config.finalists,
+        "reserve_share": config.reserve_share,
+        "workloads": [],
+    }
+    try:
+        with runner.sigterm_interrupts():
+            for workload in space.workload_configs(plan.spec, plan.cells, units):
+                summary["workloads"].append(_tune_one(tuner, workload))
+    finally:
+        summary["elapsed_seconds"] = tuner.budget.elapsed()
+        summary["started_cells"] = tuner.started
+        summary["cells"] = len(tuner.writer.doc["cells"])
+        summary["refused_cells"] = tuner.budget.refused
+        summary["budget_spent"] = tuner.budget.refused > 0 or tuner.budget.remaining() <= 0
+        tuner.writer.doc["run"]["tune"] = summary
+        tuner.writer.doc["run"]["finished"] = runner.now()
+        tuner.writer.flush()
+    return summary

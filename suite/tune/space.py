@@ -1,0 +1,176 @@
+"""The candidate space of a suite, and candidates as ordinary cells.
+
+A candidate is a set of techniques with their options at one batch size for one
+workload configuration. It becomes a cell by expanding a *derived* suite (the
+workload entry at that batch size, the combinations ``fp32`` and the
+candidate's own) with :func:`suite.spec.matrix.expand`, so that option
+validation, conflicts, requirements and every technique's ``check`` prune it
+exactly as they prune a suite's own cells, before anything runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from suite.contract.wire import Cell
+from suite.spec import matrix
+from suite.spec.suitefile import MeasureSpec, SuiteSpec, WorkloadEntry
+
+__all__ = [
+    "AMP",
+    "FP32",
+    "KNOWN_CHOICES",
+    "Candidate",
+    "WorkloadConfig",
+    "option_choices",
+    "screen_measure",
+    "technique_pool",
+    "workload_configs",
+]
+
+FP32 = "fp32"
+"""The combination id of the candidate without techniques (and of the suite-file baseline it is compared with)."""
+AMP = ("amp-fp16", "amp-bf16")
+"""The AMP dtypes: always both tried as starting points, whatever the suite declares."""
+TF32 = "tf32"
+KNOWN_CHOICES: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
+    # torch-compile's mode is a plain string checked in __post_init__, so its values cannot
+    # be read from the type; these are inductor's modes (plugins/techniques/compile.py).
+    "torch-compile": {"mode": ("default", "reduce-overhead", "max-autotune")},
+}
+"""Option values tried for the winner's techniques beside ``Literal``-typed options."""
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """One workload entry at one point of its option axes: what a recipe is searched for."""
+
+    key: str
+    """The cell-id prefix of its cells (``toy`` or ``toy[hidden=128]``)."""
+    entry: WorkloadEntry
+    axes: Mapping[str, Any]
+    batch_sizes: tuple[int, ...]
+    """The batch sizes selected for it, the first being where the technique search runs."""
+    unit: str = "samples"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """Techniques (applied in the plugins' order whatever the order here), option overrides, a batch size."""
+
+    techniques: tuple[str, ...]
+    batch_size: int
+    overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Technique options that differ from the suite file's ``[techniques.NAME]``."""
+
+    @property
+    def combination(self) -> str:
+        """The combination id: ``fp32``, else the technique names joined by ``+``, then ``@name.option=value``."""
+        if not self.techniques:
+            return FP32
+        name = "+".join(self.techniques)
+        for tech in sorted(self.overrides):
+            for key, value in sorted(self.overrides[tech].items()):
+                name += f"@{tech}.{key}={value}"
+        return name
+
+    def plus(self, technique: str) -> Candidate:
+        return dataclasses.replace(self, techniques=(*self.techniques, technique))
+
+    def minus(self, technique: str) -> Candidate:
+        overrides = {t: o for t, o in self.overrides.items() if t != technique}
+        return dataclasses.replace(
+            self, techniques=tuple(t for t in self.techniques if t != technique), overrides=overrides
+        )
+
+    def cell(self, spec: SuiteSpec, catalog: matrix.Catalog, device: str, config: WorkloadConfig) -> Cell:
+        """This candidate as the cell ``ampsuite run`` would build for it (skip reason set when pruned)."""
+        cid = self.combination
+        options = {t: {**spec.technique_options.get(t, {}), **self.overrides.get(t, {})} for t in self.techniques}
+        derived = dataclasses.replace(
+            spec,
+            workloads=(dataclasses.replace(config.entry, batch_sizes=(self.batch_size,), gpus=(1,)),),
+            combinations={FP32: (), cid: self.techniques},
+            technique_options={t: o for t, o in options.items() if o},
+            baseline=FP32,
+            include=(),
+            exclude=(),
+        )
+        for cell in matrix.expand(derived, catalog, device):
+            if cell.combination == cid and cell.axes == dict(config.axes):
+                return cell
+        raise LookupError(f"{config.key}: expansion gave no cell for {cid}")  # expand always gives one
+
+
+def workload_configs(spec: SuiteSpec, cells: Sequence[Cell], units: Mapping[str, str]) -> list[WorkloadConfig]:
+    """The workload configurations among ``cells`` (a plan's selection, after ``-k``), in matrix order.
+
+    :param units: workload plugin name -> its unit (``samples``, ``images``...).
+    """
+    entries = {e.id: e for e in spec.workloads}
+    found: dict[str, tuple[Cell, list[int]]] = {}
+    for cell in cells:
+        key = cell.id.split("/", 1)[0]
+        _, sizes = found.setdefault(key, (cell, []))
+        if cell.batch_size not in sizes:
+            sizes.append(cell.batch_size)
+    return [
+        WorkloadConfig(key, entries[c.workload_id], dict(c.axes), tuple(sizes), units.get(c.workload, "samples"))
+        for key, (c, sizes) in found.items()
+    ]
+
+
+def technique_pool(spec: SuiteSpec, catalog: matrix.Catalog) -> tuple[str, ...]:
+    """The techniques the suite's combinations declare, without the AMP dtypes (those are the starting points)
+    and without tf32 (the ablation's reference, not a recipe ingredient here: it only changes FP32 matmuls).
+    """
+    seen: list[str] = []
+    for techniques in spec.combinations.values():
+        for t in techniques:
+            if t not in seen and t not in AMP and t != TF32 and t in catalog.techniques:
+                seen.append(t)
+    return tuple(seen)
+
+
+def option_choices(catalog: matrix.Catalog, technique: str, current: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """(option, value) pairs to try instead of ``current`` for ``technique``: its ``Literal``-typed options
+    and :data:`KNOWN_CHOICES` (flags are left alone: each variant is a full measurement)."""
+    record = catalog.techniques[technique]
+    choices: dict[str, tuple[Any, ...]] = {}
+    options_type = getattr(record, "options", None)
+    if options_type is not None and dataclasses.is_dataclass(options_type):
+        hints = typing.get_type_hints(options_type)
+        for f in dataclasses.fields(options_type):
+            hint = hints.get(f.name)
+            if typing.get_origin(hint) is typing.Literal:
+                choices[f.name] = typing.get_args(hint)
+    for name, values in KNOWN_CHOICES.get(technique, {}).items():
+        choices[name] = values
+    out = []
+    for name, values in choices.items():
+        for value in values:
+            if name not in current or json.dumps(current[name]) != json.dumps(value):
+                out.append((name, value))
+    return out
+
+
+def screen_measure(measure: MeasureSpec) -> MeasureSpec:
+    """The short measure of the screening rung: a quarter of the suite's time and steps, one process.
+
+    The numerics phase is the suite's own (same steps), so a screened candidate's
+    loss is held against the FP32 cell exactly as a fully measured one's is.
+    """
+    min_steps = max(3, min(measure.min_steps, 5))
+    return dataclasses.replace(
+        measure,
+        warmup_steps=min(measure.warmup_steps, 2),
+        min_steps=min_steps,
+        max_steps=max(min_steps, measure.max_steps // 4),
+        max_seconds=measure.max_seconds / 4,
+        processes=1,
+    )

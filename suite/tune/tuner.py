@@ -1,0 +1,165 @@
+"""One tune run's machinery: every candidate measured as an ordinary cell, within the budget, written at once.
+
+:class:`Tuner.run` is the only place a candidate becomes a measurement: the
+cell from :meth:`suite.tune.space.Candidate.cell`, measured by
+:func:`suite.run.runner.run_record` in its own worker (or a test's stand-in),
+its record added to the tune results file before anything else happens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.context import BaseContext
+from pathlib import Path
+from typing import Any
+
+from suite import analysis, results
+from suite.contract.wire import Cell, Status
+from suite.host.manager import PluginSettings
+from suite.host.session import Plan
+from suite.run import runner
+from suite.spec.suitefile import SuiteSpec
+from suite.tune import space
+from suite.tune.budget import Budget
+from suite.tune.space import Candidate, WorkloadConfig
+from suite.tune.trust import numerics_reason, untrusted_reason
+
+__all__ = ["FULL", "SCREEN", "SCREENED_STEPS", "Measure", "Progress", "TuneConfig", "Tuner"]
+
+MIN_GAIN = 0.01
+"""Smallest relative throughput gain that counts, whatever the noise (as analysis.compare)."""
+SCREEN, FULL = "screen", "full"
+SCREENED_STEPS = ("start", "greedy")
+"""Steps of the search log whose measurement is a screening one."""
+
+Measure = Callable[[Cell, SuiteSpec, float], dict[str, Any]]
+"""Runs one cell with a timeout and returns its record: :func:`suite.run.runner.run_record` in a worker."""
+Progress = Callable[[str], None]
+
+
+@dataclass
+class TuneConfig:
+    """What ``ampsuite tune`` was given."""
+
+    output: Path
+    budget_seconds: float = 900.0
+    resume: bool = False
+    plugins: PluginSettings = field(default_factory=PluginSettings)
+    data_dir: Path = Path("reports/data")
+    timeout: float | None = None
+    argv: Sequence[str] = ()
+    finalists: int = 3
+    reserve_share: float = 0.2
+    """Share of the budget the search phases leave for the ablation."""
+    clock: Callable[[], float] = time.monotonic
+
+
+class Tuner:
+    """One tune run: the results writer, the budget, the worker context and the progress lines."""
+
+    def __init__(self, plan: Plan, config: TuneConfig, progress: Progress, measure: Measure | None = None) -> None:
+        self.plan, self.config, self.progress = plan, config, progress
+        self.spec = plan.spec
+        self.screen_spec = dataclasses.replace(plan.spec, measure=space.screen_measure(plan.spec.measure))
+        self.budget = Budget(config.budget_seconds, config.clock)
+        self.reserve = config.budget_seconds * config.reserve_share
+        self.cell_timeout = config.timeout or plan.spec.timeout
+        self.run_config = runner.RunConfig(
+            output=config.output, plugins=config.plugins, data_dir=config.data_dir, argv=config.argv, resume=True
+        )
+        old_ids = (
+            {r["id"] for r in results.load(config.output)["cells"]}
+            if config.resume and config.output.exists()
+            else set()
+        )
+        self.run_config.resume = config.resume
+        self.writer = runner.open_results(plan.spec, self.run_config, plan.device, plan.registry, old_ids)
+        self.kept = {r["id"]: r for r in self.writer.doc["cells"]}
+        self.logdir = Path(tempfile.mkdtemp(prefix="ampsuite-tune-"))
+        self._ctx: BaseContext | None = None
+        self.measure = measure or self._run_record
+        self.started = 0
+        self.best: dict[str, tuple[str, float]] = {}
+
+    def _run_record(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
+        if self._ctx is None:
+            self._ctx = runner.worker_context()
+        log = self.logdir / f"cell-{self.started}.log"
+        return runner.run_record(self._ctx, spec, cell, self.run_config, log, timeout, self.plan.registry)
+
+    # -- one candidate -------------------------------------------------------------------------
+
+    def run(self, config: WorkloadConfig, candidate: Candidate, phase: str) -> dict[str, Any] | None:
+        """Measure ``candidate`` (``phase`` SCREEN or FULL): its record, or None when the budget does not allow it.
+
+        A record already in the file (``--resume``) is returned as it is; a pruned
+        candidate gets a skipped record without a worker.
+
+        :raises KeyboardInterrupt: after writing the record, when Ctrl-C or SIGTERM interrupted the cell.
+        """
+        cell = candidate.cell(self.spec, self.plan.registry, self.plan.device, config)
+        spec = self.spec
+        if phase == SCREEN:
+            cell, spec = dataclasses.replace(cell, id=f"{cell.id}/screen"), self.screen_spec
+        if cell.id in self.kept:
+            return self.kept[cell.id]
+        if cell.skip_reason:
+            record = runner.base_record(cell, self.plan.registry)
+            record.update(status=Status.SKIPPED, evidence={"reason": cell.skip_reason})
+            return self._keep(record)
+        measure = spec.measure
+        estimate = self.budget.estimate((config.key, phase), measure.max_seconds * measure.processes)
+        # The search phases leave a share of the budget for the ablation, which explains the recipe.
+        reserve = 0.0 if phase == "ablation" else self.reserve
+        if not self.budget.fits(estimate, reserve):
+            self.budget.refused += 1
+            self._line(f"{config.key}: {candidate.combination} not started: needs ~{estimate:.1f} s")
+            return None
+        timeout = self.budget.timeout(self.cell_timeout)
+        capped = timeout < self.cell_timeout
+        self.started += 1
+        record = self.measure(cell, spec, timeout)
+        if record["status"] == Status.TIMEOUT and capped:
+            # Ended by the budget, not by the cell: --resume with more budget must run it again.
+            record.update(status=Status.INTERRUPTED, evidence={"reason": f"budget spent after {timeout:.1f} s"})
+        elif record["status"] == Status.INTERRUPTED:
+            self._keep(record)
+            raise KeyboardInterrupt(cell.id)
+        self.budget.record((config.key, phase), float(record.get("wall_seconds") or 0.0))
+        self._keep(record)
+        self._report(config, candidate, phase, record)
+        return record
+
+    def _keep(self, record: dict[str, Any]) -> dict[str, Any]:
+        self.writer.add(record)
+        self.kept[record["id"]] = record
+        return record
+
+    def untrusted(self, record: dict[str, Any], phase: str) -> str | None:
+        """Screening figures are too short to meet the noise target: only their numerics count."""
+        if phase == SCREEN:
+            return numerics_reason(record, self.writer.doc)
+        return untrusted_reason(record, self.writer.doc)
+
+    def _report(self, config: WorkloadConfig, candidate: Candidate, phase: str, record: dict[str, Any]) -> None:
+        value = analysis.throughput(record)
+        why = self.untrusted(record, phase)
+        if value is not None and why is None and phase != SCREEN:
+            current = self.best.get(config.key)
+            if current is None or value > current[1]:
+                self.best[config.key] = (f"{candidate.combination}/bs{candidate.batch_size}", value)
+        figure = f"{value:,.0f} {config.unit}/s" if value is not None else str(record["status"])
+        best = self.best.get(config.key)
+        best_text = f"best so far {best[0]} {best[1]:,.0f} {config.unit}/s" if best else "no trusted figure yet"
+        self._line(
+            f"{config.key}: {candidate.combination}/bs{candidate.batch_size} ({phase}) {figure}"
+            f"{'' if why is None else f' [{why}]'}; {best_text}"
+        )
+
+    def _line(self, text: str) -> None:
+        b = self.budget
+        self.progress(f"[tune {b.elapsed():6.1f} s, {b.remaining():6.1f} s left] {text}")

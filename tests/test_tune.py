@@ -1,0 +1,188 @@
+"""ampsuite tune: the search end to end in real workers, the numerics guard, and the budget."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from suite import results
+from suite.cli import main
+from suite.contract.wire import Cell, Status
+from suite.host import session
+from suite.host.manager import PluginSettings
+from suite.run import runner
+from suite.spec.suitefile import SuiteSpec, loads
+from suite.tune import TuneConfig, recipe_toml, tune, untrusted_reason
+from suite.tune.space import Candidate, option_choices
+
+TOY_SUITE = """\
+[suite]
+name = "tune-toy"
+device = "cpu"
+timeout = 60
+cpu_threads = 1
+[measure]
+warmup_steps = 2
+min_steps = 10
+max_steps = 2000
+max_seconds = 0.4
+noise_target = 0.5
+numerics_steps = 3
+[workloads.toy]
+batch_size = 64
+hidden = 128
+[combinations]
+fp32 = []
+amp-bf16 = ["amp-bf16"]
+bf16-fused = ["amp-bf16", "fused-optimizer"]
+{extra}
+"""
+
+CHEAT_PLUGIN = '''
+"""A technique that makes every step nearly free and its loss NaN: fast, and never trustworthy."""
+import torch
+from suite import Technique, hookimpl
+
+
+def apply(step, options):
+    def wrap(fn, step):
+        def cheat(batch):
+            return torch.tensor(float("nan"))
+        return cheat
+    step.wrappers.append(wrap)
+    return step
+
+
+@hookimpl
+def ampsuite_techniques():
+    return [Technique(name="cheat", summary="skips the step; the loss is NaN", apply=apply)]
+'''
+
+
+def _tune_cli(tmp_path: Path, suite: Path, *extra: str) -> tuple[int, Path]:
+    out = tmp_path / "out"
+    code = main(["tune", str(suite), "--budget", "60s", "--report-dir", str(out), *extra])
+    return code, out
+
+
+def test_tune_end_to_end_on_cpu_within_60s(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    suite = tmp_path / "suite.toml"
+    suite.write_text(TOY_SUITE.format(extra='noop = ["noop"]\ntf32 = ["tf32"]'), encoding="utf-8")
+    code, out = _tune_cli(tmp_path, suite)
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    doc = results.load(out / "results.json")
+    summary = doc["run"]["tune"]
+    assert summary["elapsed_seconds"] <= 60.0 + 6.0  # a capped cell may take its kill grace
+    (toy,) = summary["workloads"]
+    winner = toy["winner"]
+    assert winner is not None and winner["throughput"] > 0
+    # The FP32 cell is measured first, in full.
+    assert doc["cells"][0]["id"] == "toy/fp32/bs64" and doc["cells"][0]["status"] == Status.PASSED
+    # Every record is an ordinary cell record; amp-fp16 was tried although the suite does not declare it.
+    assert any(r["combination"] == "amp-fp16" for r in doc["cells"])
+    labels = [row["label"] for row in toy["ablation"]]
+    assert labels[:2] == ["FP32", "TF32"] and "winner" in labels
+    tf32 = toy["ablation"][1]
+    assert tf32["status"] == Status.SKIPPED and "CUDA" in tf32["reason"]
+    recipe = (out / "recipe.toml").read_text(encoding="utf-8")
+    assert "tuned-toy = " in recipe and recipe in printed
+    combos = tomllib.loads(recipe)["combinations"]
+    assert combos["tuned-toy"] == winner["techniques"]
+    # The snippet is a suite file's own syntax: it drops into a suite that loads.
+    loads(
+        TOY_SUITE.format(extra="").replace(
+            "[combinations]\n", "[combinations]\n" + f"tuned-toy = {json.dumps(combos['tuned-toy'])}\n"
+        )
+    )
+    html = (out / "tune.html").read_text(encoding="utf-8")
+    assert "<svg" in html and "Ablation" in html and (out / "tune.md").exists()
+    # --resume measures nothing again.
+    code, _ = _tune_cli(tmp_path, suite, "--resume")
+    assert code == 0
+    assert results.load(out / "results.json")["run"]["tune"]["started_cells"] == 0
+
+
+def test_a_faster_candidate_with_a_nonfinite_loss_is_never_chosen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "tune_cheat_plugin.py").write_text(CHEAT_PLUGIN, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    suite = tmp_path / "suite.toml"
+    suite.write_text(TOY_SUITE.format(extra='bf16-cheat = ["amp-bf16", "cheat"]\ncheat = ["cheat"]'), encoding="utf-8")
+    code, out = _tune_cli(tmp_path, suite, "-p", "tune_cheat_plugin")
+    assert code == 0, capsys.readouterr().out
+    doc = results.load(out / "results.json")
+    cheats = [r for r in doc["cells"] if "cheat" in [t["name"] for t in r["techniques"]] and r["status"] == "passed"]
+    assert cheats, "the cheat was measured"
+    fastest = max(doc["cells"], key=lambda r: r["metrics"].get("throughput") or 0.0)
+    assert "cheat" in [t["name"] for t in fastest["techniques"]]  # it was the fastest cell...
+    assert untrusted_reason(fastest, doc) is not None and "non-finite" in str(untrusted_reason(fastest, doc))
+    winner = doc["run"]["tune"]["workloads"][0]["winner"]
+    assert "cheat" not in winner["techniques"]  # ...and never chosen
+    assert "cheat" not in recipe_toml(doc["run"]["tune"])
+
+
+class FakeWorker:
+    """Stands in for the worker: each cell 'takes' ``cost`` seconds of a fake clock (or its timeout)."""
+
+    def __init__(self, registry: Any, cost: float) -> None:
+        self.now = 0.0
+        self.cost = cost
+        self.registry = registry
+        self.starts: list[tuple[float, float]] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def __call__(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
+        self.starts.append((self.now, timeout))
+        record = runner.base_record(cell, self.registry)
+        if self.cost > timeout:
+            self.now += timeout
+            record.update(status=Status.TIMEOUT, evidence={"timeout_seconds": timeout}, wall_seconds=timeout)
+            return record
+        self.now += self.cost
+        fast = 1.0 + 0.1 * len(cell.techniques)  # every technique helps: the search never stops by itself
+        median = 0.01 / fast
+        record.update(
+            status=Status.PASSED,
+            wall_seconds=self.cost,
+            metrics={"step_time": {"median": median, "noise": 0.001, "n": 100}, "throughput": cell.batch_size / median},
+            numerics={"losses": [2.0, 1.9, 1.8], "loss_at_n": 1.8, "nonfinite_step": None, "nonfinite_what": None},
+        )
+        return record
+
+
+@pytest.mark.parametrize("cost", [7.0, 45.0])
+def test_no_candidate_starts_after_the_budget(tmp_path: Path, registry: Any, cost: float) -> None:
+    spec_text = TOY_SUITE.format(extra='noop = ["noop"]\nmore = ["amp-bf16", "inject-fault"]')
+    (tmp_path / "s.toml").write_text(spec_text, encoding="utf-8")
+    plan = session.plan(tmp_path / "s.toml", settings=PluginSettings(extra=("plugins.faults",), autoload=False))
+    fake = FakeWorker(plan.registry, cost)
+    budget = 30.0
+    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=budget, clock=fake.clock)
+    lines: list[str] = []
+    summary = tune(plan, config, lines.append, measure=fake)
+    assert fake.starts, "something was measured"
+    for start, timeout in fake.starts:
+        assert start < budget and start + timeout <= budget + 1e-9  # a cell's timeout never reaches past the budget
+    assert fake.now <= budget + 1e-9
+    assert summary["budget_spent"] and all("left]" in line for line in lines)
+    if cost < budget:
+        assert summary["refused_cells"] > 0 and any("not started" in line for line in lines)
+    doc = results.load(config.output)
+    if cost > budget:  # the one cell that ran was cut by the budget: interrupted, so --resume runs it again
+        assert doc["cells"][0]["status"] == Status.INTERRUPTED
+
+
+def test_option_variants_come_from_literal_types_and_known_choices(registry: Any) -> None:
+    variants = option_choices(registry, "torch-compile", {"mode": "default", "backend": "inductor"})
+    assert ("mode", "max-autotune") in variants and ("mode", "default") not in variants
+    assert Candidate(("amp-bf16", "torch-compile"), 8, {"torch-compile": {"mode": "max-autotune"}}).combination == (
+        "amp-bf16+torch-compile@torch-compile.mode=max-autotune"
+    )

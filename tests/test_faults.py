@@ -24,7 +24,7 @@ from plugins.workloads import toy
 from suite import BuildContext, SkipCell, cli, results
 from suite.contract.errors import ExitCode, SuiteFileError
 from suite.host import session
-from suite.run.runner import malformed
+from suite.run.resultcheck import malformed
 
 HANG_TIMEOUT = 10.0
 NUMERICS_STEPS = 12
@@ -202,15 +202,15 @@ GOOD = {"status": "passed", "metrics": {"throughput": 1.0}, "numerics": None, "d
         ({**GOOD, "status": "crashed"}, "status 'crashed' is not one of passed, skipped, failed, oom"),
         ({**GOOD, "status": None}, "status None is not one of passed, skipped, failed, oom"),
         ({**GOOD, "id": "other/cell"}, "unexpected field 'id'"),
-        ({**GOOD, "metrics": [1.0]}, "metrics: expected dict, got a list"),
-        ({**GOOD, "warnings": "careful"}, "warnings: expected list, got a str"),
-        ({**GOOD, "warnings": ["ok", 3]}, "warnings: expected a list of strings"),
+        ({**GOOD, "metrics": [1.0]}, "metrics: expected an object, got list '[1.0]'"),
+        ({**GOOD, "warnings": "careful"}, "warnings: expected a list, got str 'careful'"),
+        ({**GOOD, "warnings": ["ok", 3]}, "warnings[1]: expected a string, got int '3'"),
         ({**GOOD, "metrics": {"throughput": float("nan")}}, "metrics.throughput: non-finite number nan"),
         ({**GOOD, "metrics": {"t": {"samples": [1.0, float("inf")]}}}, "metrics.t.samples[1]: non-finite number inf"),
         ({**GOOD, "notes": {"x": {1, 2}}}, "notes.x: a set is not JSON data"),
         ({**GOOD, "diagnostics": {1: "a"}}, "diagnostics: key 1 is not a string"),
         ({**GOOD, "notes": {"x": b"\x00"}}, "notes.x: a bytes is not JSON data"),
-        ({**GOOD, "evidence": "boom"}, "evidence: expected dict or NoneType, got a str"),
+        ({**GOOD, "evidence": "boom"}, "evidence: expected an object or null"),
     ],
 )
 def test_malformed_results_are_named(result: Any, problem: str) -> None:

@@ -1,0 +1,320 @@
+"""Data-parallel cells, the worker's side: one process per GPU (gloo on a CPU), started by torch's own launcher.
+
+A workload's ``gpus = N`` in the suite file makes cells of world size N (cell
+id ``WORKLOAD/COMBINATION/xN/bsB``; ``B`` is the batch size *per process*).
+Such a cell runs in the usual worker process, which launches the ranks with
+``torch.distributed.launcher.api.elastic_launch`` -- the engine behind
+``torchrun --standalone``: one node, ``nproc_per_node = N``, c10d rendezvous
+on ``127.0.0.1:0`` (port 0: the store binds a free port itself, so two
+suites on one host never race for a port), ``max_restarts = 0``, ranks
+started with ``spawn`` (no CUDA state is inherited). The ranks are children
+of the worker, in its process group, so the runner's kill of the worker's
+group on a timeout takes them too; each rank also asks the kernel for
+SIGKILL when the worker dies (``PR_SET_PDEATHSIG``).
+
+Every process the launcher starts has ``NCCL_NVLS_ENABLE=0``,
+``TORCH_SYMM_MEM_DISABLE_MULTICAST=1`` and ``NVSHMEM_DISABLE_NVLS=1`` in its
+environment (NVLink multicast off: the shared GPU hosts require it); each
+rank reports its values, which the record keeps in ``notes.distributed.ranks``.
+
+What each rank does (:mod:`suite.run.rank`), and why in this order:
+
+1. joins the process group: NCCL on CUDA with its device = ``LOCAL_RANK``
+   (``cuda:LOCAL_RANK`` is the cell's device in that rank), gloo on a CPU;
+2. builds the step exactly like a single-process cell
+   (:func:`suite.run.cell.build_step`: same seed on every rank, so the replicas
+   start equal -- DDP broadcasts rank 0's weights anyway) and applies the
+   techniques in their usual order;
+3. *then* wraps ``step.model`` in ``DistributedDataParallel``. After the
+   techniques, because DDP must hold the final parameters: channels-last
+   restrides them in place, and DDP forbids changing parameters it has
+   bucketed; amp only sets the autocast dtype and a GradScaler, which work
+   through DDP unchanged (the all-reduce averages the scaled gradients, so
+   every rank sees the same inf/NaN and skips the same steps).
+   ``torch-compile`` leaves a compiled module that DDP wraps as is (DDP's
+   reducer still all-reduces every gradient; dynamo's DDP-aware graph split
+   is not used). A step whose forward/backward phase was replaced (a
+   workload's own phases, such as GEMM's, or a technique's) would bypass
+   DDP's gradient all-reduce: that rank raises SkipCell, so the cell is
+   skipped with the reason;
+4. measures like a single-process cell (:func:`suite.run.cell.measure_cell`:
+   numerics, probes, warm-up, timed steps), with one difference: the
+   stopping rule is agreed (below).
+
+Not supported under data parallelism (skipped at expansion, with the reason):
+``cuda-graphs``. Capturing DDP needs DDP built on a side stream, at least 11
+eager DDP iterations before capture and NCCL's asynchronous error handling
+off, and the technique's warm-up restores the weights and optimizer state
+behind DDP's back; none of that can be checked without several GPUs, so it is
+refused rather than measured wrongly.
+
+Step agreement. DDP needs every rank to run the same number of steps, or one
+rank waits forever in an all-reduce. The one-process stopping rule of
+:mod:`suite.run.measure` is kept, and decided together: before each chunk the
+ranks exchange (stop?, elapsed seconds); timing ends when *every* rank's rule
+says stop (so the figure of the slowest, noisiest rank is also settled), and
+the next chunk's size is the one-process rule's, from rank 0's elapsed time.
+Each chunk is timed by :func:`suite.run.measure.time_steps` with exactly that
+many steps; the exchange happens outside the timed steps.
+
+Data. Every rank trains on the same seeded batches (the workload's own
+pool): throughput is what matters here, and averaging identical gradients
+keeps the loss trajectory that of the one-process cell with the same batch
+size, so the numerics of a data-parallel cell stay comparable.
+
+The record. Rank 0's numerics, diagnostics and notes; the timing of the
+*slowest* rank (largest median), because a data-parallel step is only as
+fast as its slowest rank: ``metrics.step_time`` is that rank's,
+``metrics.samples_per_step`` is N x the per-rank samples per step,
+``metrics.throughput`` the total (N x per-rank samples / slowest median),
+``metrics.throughput_per_gpu`` the total / N, and ``metrics.ranks`` lists each
+rank's median, noise, steps and its own throughput (per-rank samples / its
+median). ``flops_per_step``, ``tflops`` (and so MFU) stay per GPU;
+``peak_memory_bytes`` is the largest of any rank. The scaling efficiency
+against the one-process cell is derived in :mod:`suite.analysis`.
+
+``[measure] processes`` does not apply here: a data-parallel cell runs once
+(one launch of its ranks), whatever it says; pooling several launches would
+have to recombine every rank's figures, and is not done.
+
+Failure. A rank that raises writes its evidence (``suite.run.cell.classify``:
+type, message, traceback tail, phase; oom recognised) before it dies; the
+launcher stops the other ranks and raises ``ChildFailedError``. The cell then
+ends with the evidence of the rank that raised *first* (others often fail
+after it, in a collective that lost its peer), plus ``rank``, and every
+rank's pid, what it raised, its exit code where known and whether it is
+still alive. When the first rank to end left no evidence (killed by a
+signal, or exited without raising), it is the cause: the cell fails as
+``RankCrashed`` with that rank's exit code and signal and the tail of the
+cell's log (the worker's and every rank's output, faulthandler's stacks
+included). A cell's status is one a worker may report (passed, skipped,
+failed, oom); ``crashed`` stays the runner's word for the worker itself.
+
+Memory limit (CPU): each rank caps its own address space at what it maps
+plus ``suite.memory_limit_gb`` (the worker sets no limit its ranks could
+inherit). Threads (CPU): ``suite.cpu_threads`` per rank; when 0, the host's
+cores are shared out (``cpu_count // N``, at least 1), as torchrun does by
+setting one OpenMP thread per process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from suite.contract.wire import Status
+from suite.run import measure, procs
+from suite.run.rank import NVLS_ENV, START_METHOD, rank_main
+
+__all__ = ["MONITOR_INTERVAL", "NVLS_ENV", "SHUTDOWN_SECONDS", "combine", "run_cell"]
+
+MONITOR_INTERVAL = 0.1
+"""Seconds between the launcher's looks at its ranks: a failed rank is noticed (and the others stopped) this fast."""
+SHUTDOWN_SECONDS = 5
+"""How long the launcher waits after SIGTERM before it SIGKILLs the ranks it stops."""
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie, dead but not yet reaped, counts as dead)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        return state not in ("Z", "X")
+    except (OSError, IndexError):
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _rank_files(rank_dir: Path, suffix: str) -> dict[int, Path]:
+    found = {}
+    for path in rank_dir.glob(f"rank-*{suffix}"):
+        with contextlib.suppress(ValueError):
+            found[int(path.name.removeprefix("rank-").removesuffix(suffix))] = path
+    return found
+
+
+def _pids(rank_dir: Path) -> dict[int, int]:
+    pids = {}
+    for rank, path in _rank_files(rank_dir, ".pid").items():
+        with contextlib.suppress(OSError, ValueError):
+            pids[rank] = int(path.read_text().strip())
+    return pids
+
+
+def _failure(exc: Any, rank_dir: Path, world_size: int, log_path: str | None) -> dict[str, Any]:
+    """The cell's result from the launcher's ChildFailedError and the evidence files the ranks left."""
+    reports: dict[int, dict[str, Any]] = {}
+    for rank, path in _rank_files(rank_dir, ".json").items():
+        with contextlib.suppress(OSError, ValueError):
+            reports[rank] = json.loads(path.read_text(encoding="utf-8"))
+    detected_rank, failure = exc.get_first_failure()
+    pids = _pids(rank_dir)
+    ranks = []
+    for rank in range(world_size):
+        pid = pids.get(rank)
+        entry: dict[str, Any] = {"rank": rank, "pid": pid, "alive": None if pid is None else _alive(pid)}
+        if rank in reports:
+            entry["raised"] = reports[rank]["result"].get("evidence", {}).get("type")
+        if rank == detected_rank:
+            entry.update(exitcode=failure.exitcode, signal=failure.signal_name() if failure.exitcode < 0 else None)
+        ranks.append(entry)
+    if reports and detected_rank in reports:
+        # The first to raise is the cause; later ones usually failed in a collective that lost its peer.
+        rank = min(reports, key=lambda r: (reports[r]["time"], r))
+        result = dict(reports[rank]["result"])
+        evidence = dict(result.get("evidence") or {})
+    else:
+        # The first rank to end died without raising (a signal, os._exit): the others' errors followed from it.
+        rank = detected_rank
+        how = f"signal {failure.signal_name()}" if failure.exitcode < 0 else f"exit code {failure.exitcode}"
+        message = failure.message.get("message") if isinstance(failure.message, dict) else failure.message
+        result = {"status": Status.FAILED, "metrics": {}, "numerics": None}
+        evidence = {
+            "type": "RankCrashed",
+            "message": f"rank {rank} died ({how}) without raising an exception",
+            "launcher_message": str(message or ""),
+            "phase": "ranks",
+            "exitcode": failure.exitcode,
+            "signal": failure.signal_name() if failure.exitcode < 0 else None,
+            "stderr_tail": procs.log_tail(log_path),
+        }
+    evidence.update(rank=rank, world_size=world_size, ranks=ranks)
+    result["evidence"] = evidence
+    result.setdefault("diagnostics", {})
+    result.setdefault("notes", {})
+    result.setdefault("warnings", [])
+    return result
+
+
+def _median(result: Mapping[str, Any]) -> float:
+    return float(result["metrics"]["step_time"]["median"])
+
+
+def combine(results: Mapping[int, Mapping[str, Any]], world_size: int) -> dict[str, Any]:
+    """One cell result from every rank's (all passed): rank 0's facts, the slowest rank's timing.
+
+    See the module docstring ("The record") for what each metric means.
+    """
+    ranks = [results[r] for r in range(world_size)]
+    first = ranks[0]
+    slowest = max(range(world_size), key=lambda r: (_median(ranks[r]), -r))
+    per_rank_samples = first["metrics"]["samples_per_step"]
+    step_time = ranks[slowest]["metrics"]["step_time"]
+    median = float(step_time["median"])
+    metrics = dict(first["metrics"])
+    metrics.update(
+        world_size=world_size,
+        step_time=step_time,
+        samples_per_step=world_size * per_rank_samples,
+        samples_per_step_per_gpu=per_rank_samples,
+        throughput_per_gpu=per_rank_samples / median,
+        slowest_rank=slowest,
+        ranks=[
+            {
+                "rank": r,
+                "median": _median(res),
+                "noise": res["metrics"]["step_time"].get("noise"),
+                "n": res["metrics"]["step_time"].get("n"),
+                "throughput": res["metrics"]["samples_per_step"] / _median(res),
+                "peak_memory_bytes": res["metrics"].get("peak_memory_bytes"),
+                "final_loss": (res.get("numerics") or {}).get("final_loss"),
+            }
+            for r, res in enumerate(ranks)
+        ],
+    )
+    measure.rates(metrics, median)  # total throughput (samples_per_step covers every rank); TFLOP/s per GPU
+    peaks = [m for m in (res["metrics"].get("peak_memory_bytes") for res in ranks) if m is not None]
+    if peaks:
+        metrics["peak_memory_bytes"] = max(peaks)
+    warnings = list(first.get("warnings") or [])
+    for r, res in enumerate(ranks[1:], start=1):
+        warnings += [f"rank {r}: {w}" for w in res.get("warnings") or [] if w not in warnings]
+    notes = dict(first.get("notes") or {})
+    info = [res["rank_info"] for res in ranks]
+    notes["distributed"] = {
+        "world_size": world_size,
+        "backend": info[0]["backend"],
+        "launcher": "torch.distributed.launcher.api.elastic_launch",
+        "start_method": START_METHOD,
+        "wrapper": "torch.nn.parallel.DistributedDataParallel (defaults)",
+        "step_agreement": "chunk sizes from rank 0; timing stops when every rank's stopping rule says stop",
+        "data": "every rank trains on the same seeded batches",
+        "ranks": info,
+    }
+    return {
+        "status": Status.PASSED,
+        "metrics": metrics,
+        "numerics": first.get("numerics"),
+        "diagnostics": first.get("diagnostics") or {},
+        "notes": notes,
+        "warnings": warnings,
+        "evidence": None,
+    }
+
+
+def run_cell(payload: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+    """Launch the cell's ranks from this (worker) process and return the cell's result (record parts)."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    world_size = int(payload["cell"]["world_size"])
+    log_path = payload.get("log_path")
+    base = Path(log_path).parent if log_path else None
+    if base is not None:
+        base.mkdir(parents=True, exist_ok=True)
+    rank_dir = Path(tempfile.mkdtemp(prefix=(Path(log_path).stem if log_path else "cell") + "-ranks-", dir=base))
+    rank_payload = {**payload, "rank_dir": str(rank_dir), "launcher_pid": os.getpid()}
+    if payload["cell"]["device"] == "cpu" and not payload.get("cpu_threads"):
+        rank_payload["cpu_threads"] = max(1, (os.cpu_count() or 1) // world_size)
+    # shutdown_timeout is newer than torch 2.11's LaunchConfig: pass it only where it exists.
+    extra: dict[str, Any] = (
+        {"shutdown_timeout": SHUTDOWN_SECONDS} if "shutdown_timeout" in LaunchConfig.__dataclass_fields__ else {}
+    )
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=world_size,
+        run_id=f"ampsuite-{os.getpid()}-{uuid.uuid4().hex[:8]}",
+        rdzv_backend="c10d",
+        rdzv_endpoint="127.0.0.1:0",
+        max_restarts=0,
+        monitor_interval=MONITOR_INTERVAL,
+        start_method=START_METHOD,
+        logs_specs=DefaultLogsSpecs(log_dir=str(rank_dir / "elastic")),
+        **extra,
+    )
+    state["phase"] = f"ranks (world size {world_size})"
+    try:
+        with _environment(NVLS_ENV):  # inherited by every rank the launcher starts
+            results = elastic_launch(config, rank_main)(rank_payload)
+    except ChildFailedError as exc:
+        return _failure(exc, rank_dir, world_size, log_path)
+    return combine(results, world_size)
+
+
+@contextlib.contextmanager
+def _environment(values: Mapping[str, str]) -> Iterator[None]:
+    """``values`` in os.environ within the block (so an in-process run does not keep them)."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

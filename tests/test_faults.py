@@ -124,10 +124,29 @@ EXPECTED: dict[str, tuple[str, Callable[[dict[str, Any]], bool]]] = {
             and r["evidence"]["traceback"].splitlines()[-1] == "plugins.faults.InjectedFault: injected fault"
         ),
     ),
-    "abort": ("crashed", lambda r: (r["evidence"]["signal"], r["evidence"]["exitcode"]) == ("SIGABRT", -6)),
+    "abort": (
+        "crashed",
+        lambda r: (
+            (r["evidence"]["signal"], r["evidence"]["exitcode"]) == ("SIGABRT", -6)
+            and r["evidence"]["message"] == "worker was killed by SIGABRT before sending a result"
+        ),
+    ),
     "segfault": ("crashed", lambda r: (r["evidence"]["signal"], r["evidence"]["exitcode"]) == ("SIGSEGV", -11)),
-    "exit": ("crashed", lambda r: (r["evidence"]["signal"], r["evidence"]["exitcode"]) == (None, 3)),
-    "hang": ("timeout", lambda r: r["evidence"]["timeout_seconds"] == HANG_TIMEOUT),
+    "exit": (
+        "crashed",
+        lambda r: (
+            (r["evidence"]["signal"], r["evidence"]["exitcode"]) == (None, 3)
+            and r["evidence"]["message"] == "worker exited with code 3 before sending a result"
+        ),
+    ),
+    # The worker's threads at the moment of the timeout: the main one sleeps in the fault's loop.
+    "hang": (
+        "timeout",
+        lambda r: (
+            r["evidence"]["timeout_seconds"] == HANG_TIMEOUT
+            and re.search(r'File ".*faults\.py", line \d+ in fire\n', r["evidence"]["stacks"]) is not None
+        ),
+    ),
     "oom": ("oom", lambda r: "allocate" in r["evidence"]["message"] and r["evidence"]["memory"]["max_rss_bytes"] > 0),
     # The leak grew over several steps: what ran out was not its first, smallest piece.
     "leak": ("oom", lambda r: _allocated_bytes(r["evidence"]["message"]) > faults.LEAK_FIRST_BYTES),

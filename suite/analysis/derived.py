@@ -166,7 +166,7 @@ def throughput(record: Record) -> float | None:
 
 def throughput_per_gpu(record: Record) -> float | None:
     """Samples per second per process of a passed cell: ``metrics.throughput_per_gpu`` of a
-    data-parallel cell (total / world size, recorded by :mod:`suite.run.distributed`), the
+    data-parallel cell (total / world size, recorded by :mod:`suite.run.launcher`), the
     throughput itself of a one-process cell."""
     if world_size(record) == 1:
         return throughput(record)

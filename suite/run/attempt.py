@@ -29,7 +29,7 @@ from suite.spec.suitefile import SuiteSpec
 if TYPE_CHECKING:
     from suite.run.runner import RunConfig
 
-__all__ = ["KILL_GRACE_SECONDS", "CellJob", "in_worker", "interrupted", "measure_once", "payload"]
+__all__ = ["KILL_GRACE_SECONDS", "CellJob", "in_worker", "interrupted_outcome", "measure_once", "payload"]
 
 KILL_GRACE_SECONDS = 5.0
 STACKS_WAIT_SECONDS = 1.0
@@ -165,7 +165,7 @@ def measure_once(job: CellJob) -> Outcome:
         except KeyboardInterrupt:
             raise
         except Exception as exc:
-            return worker.classify(exc, state)  # type: ignore[return-value]
+            return worker.classify(exc, state)
     kind, value = in_worker(job.ctx, worker.main, (data,), job.timeout, job.log)
     if kind == "result":
         return checked(value, job.log)
@@ -184,6 +184,6 @@ def measure_once(job: CellJob) -> Outcome:
     )
 
 
-def interrupted(log: Path) -> Outcome:
+def interrupted_outcome(log: Path) -> Outcome:
     """The outcome of a cell whose worker was stopped by Ctrl-C (or SIGTERM)."""
     return outcome(Status.INTERRUPTED, {"reason": "interrupted while running", "stderr_tail": procs.log_tail(log)})

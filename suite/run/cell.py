@@ -21,7 +21,7 @@ import torch
 from suite.contract.errors import PluginContractError, SkipCell
 from suite.contract.plugin import BuildContext, ProbeContext
 from suite.contract.step import TrainStep
-from suite.contract.wire import Cell, Status
+from suite.contract.wire import Cell, Outcome, Status, outcome
 from suite.host.manager import PluginSettings, Registry, load_registry
 from suite.run.measure import rates, summarize, time_steps, timing_warnings
 from suite.run.numerics import finite, run_numerics, scale_collapsed, sync
@@ -204,12 +204,12 @@ def traceback_tail(text: str, lines: int = TRACEBACK_LINES) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
-def classify(exc: BaseException, state: dict[str, Any]) -> dict[str, Any]:
+def classify(exc: BaseException, state: dict[str, Any]) -> Outcome:
     """Turn an exception that escaped :func:`run_cell` into record parts."""
     phase = state.get("phase", "start")
     partial = {"metrics": state.get("metrics", {}), "numerics": state.get("numerics")}
     if isinstance(exc, SkipCell):
-        return {"status": Status.SKIPPED, **partial, "evidence": {"reason": str(exc), "phase": phase}}
+        return outcome(Status.SKIPPED, {"reason": str(exc), "phase": phase}, **partial)
     evidence: dict[str, Any] = {
         "type": type(exc).__name__,
         "message": str(exc).strip().splitlines()[0] if str(exc).strip() else "",
@@ -229,8 +229,8 @@ def classify(exc: BaseException, state: dict[str, Any]) -> dict[str, Any]:
                 evidence["memory"] = _peak_memory(device)
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
-        return {"status": Status.OOM, **partial, "evidence": evidence}
-    return {"status": Status.FAILED, **partial, "evidence": evidence}
+        return outcome(Status.OOM, evidence, **partial)
+    return outcome(Status.FAILED, evidence, **partial)
 
 
 def mapped_bytes() -> int | None:

@@ -43,7 +43,7 @@ def measure_processes(job: CellJob) -> Outcome:
         try:
             result = attempt.measure_once(job.with_log(log))
         except KeyboardInterrupt:
-            result = attempt.interrupted(log)
+            result = attempt.interrupted_outcome(log)
         if result.get("status") != Status.PASSED:
             evidence = result.get("evidence")
             if isinstance(evidence, dict):

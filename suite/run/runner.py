@@ -248,7 +248,7 @@ def run_record(job: CellJob) -> dict[str, Any]:
     try:
         outcome: Outcome = measure_processes(job)
     except KeyboardInterrupt:
-        outcome = attempt.interrupted(job.log)
+        outcome = attempt.interrupted_outcome(job.log)
     record.update({k: v for k, v in outcome.items() if v is not None or k == "evidence"})
     record["wall_seconds"] = time.perf_counter() - t0
     return record

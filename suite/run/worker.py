@@ -15,7 +15,7 @@ import sys
 import traceback
 from typing import Any
 
-from suite.contract.wire import Status, json_problem
+from suite.contract.wire import Outcome, Status, json_problem, outcome
 from suite.host.manager import Registry
 from suite.run import launcher, procs
 from suite.run.cell import build_step, classify, limit_memory, mapped_bytes, measure_cell, traceback_tail
@@ -53,23 +53,16 @@ def run_cell(
     return measure_cell(payload, state, registry)
 
 
-def unsendable(result: dict[str, Any], exc: BaseException) -> dict[str, Any]:
-    """The failed record sent instead of a result that could not be sent (pickled) to the runner."""
-    return {
-        "status": Status.FAILED,
-        "metrics": {},
-        "numerics": None,
-        "diagnostics": {},
-        "notes": {},
-        "warnings": [],
-        "evidence": {
-            "type": "UnsendableResult",
-            "message": f"the worker's result could not be sent to the runner: {type(exc).__name__}: {exc}"[:2000],
-            "traceback": traceback_tail("".join(traceback.format_exception(exc))),
-            "phase": "send result",
-            "result_status": str(result.get("status")) if isinstance(result, dict) else None,
-        },
+def unsendable(result: Any, exc: BaseException) -> Outcome:
+    """The failed outcome sent instead of a result that could not be sent (pickled) to the runner."""
+    evidence = {
+        "type": "UnsendableResult",
+        "message": f"the worker's result could not be sent to the runner: {type(exc).__name__}: {exc}"[:2000],
+        "traceback": traceback_tail("".join(traceback.format_exception(exc))),
+        "phase": "send result",
+        "result_status": str(result.get("status")) if isinstance(result, dict) else None,
     }
+    return outcome(Status.FAILED, evidence, metrics={}, numerics=None, diagnostics={}, notes={}, warnings=[])
 
 
 def _send(conn: Any, result: Any, log_path: str) -> None:
@@ -95,7 +88,7 @@ def main(payload: dict[str, Any], conn: Any) -> None:
         limit_memory(int(payload["memory_limit_bytes"]))
     state: dict[str, Any] = {}
     try:
-        result = run_cell(payload, state)
+        result: Any = run_cell(payload, state)
     except BaseException as exc:  # everything becomes evidence; nothing escapes unreported
         result = classify(exc, state)
     try:

@@ -66,4 +66,4 @@ def test_a_failed_replace_removes_the_temporary(tmp_path: Path, umask: None) -> 
 def test_default_and_nan_when_asked(tmp_path: Path) -> None:
     path = tmp_path / "r.json"
     write_json_atomic(path, {"x": float("nan"), "y": {1}}, default=repr, allow_nan=True)
-    assert path.read_text() == '{"x": NaN, "y": "{1}"}\n'
+    assert path.read_text() == '{"x": NaN, "y": "{1}"}'

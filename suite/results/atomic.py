@@ -30,7 +30,8 @@ def write_json_atomic(
     (including serialising ``value``, which happens before the file exists).
     """
     path = Path(path)
-    text = json.dumps(value, indent=indent, default=default, allow_nan=allow_nan) + "\n"
+    # No trailing newline: a results file cut anywhere, even just before one, must not load.
+    text = json.dumps(value, indent=indent, default=default, allow_nan=allow_nan)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Same folder: os.replace is only atomic within one file system. O_EXCL with a
     # unique name instead of mkstemp, so that the mode passes through the umask.

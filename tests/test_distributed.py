@@ -22,7 +22,7 @@ from conftest import FAST_MEASURE, QuietObserver
 from suite import analysis
 from suite.contract.errors import SuiteFileError
 from suite.contract.wire import Cell
-from suite.run import distributed, runner
+from suite.run import launcher, runner
 from suite.spec import matrix, parallel, suitefile
 from suite.spec.keyword import select
 
@@ -130,12 +130,12 @@ def _rank_result(rank: int, median: float, samples_per_step: int = 8) -> dict[st
         "diagnostics": {},
         "notes": {"amp": {"dtype": "bfloat16"}},
         "warnings": ["noise 3% above the target"] if rank == 1 else [],
-        "rank_info": {"rank": rank, "backend": "gloo", "env": dict(distributed.NVLS_ENV)},
+        "rank_info": {"rank": rank, "backend": "gloo", "env": dict(launcher.NVLS_ENV)},
     }
 
 
 def test_combine_times_the_job_by_its_slowest_rank() -> None:
-    out = distributed.combine({0: _rank_result(0, 0.10), 1: _rank_result(1, 0.20)}, 2)
+    out = launcher.combine({0: _rank_result(0, 0.10), 1: _rank_result(1, 0.20)}, 2)
     m = out["metrics"]
     assert m["world_size"] == 2 and m["slowest_rank"] == 1
     assert m["step_time"]["median"] == 0.20
@@ -284,10 +284,10 @@ def test_every_rank_ran_with_nvlink_multicast_off_in_the_workers_process_group(d
     assert notes["backend"] == "gloo" and notes["world_size"] == 2
     ranks = notes["ranks"]
     assert [r["rank"] for r in ranks] == [0, 1]
-    assert all(r["env"] == distributed.NVLS_ENV for r in ranks)
-    launcher = ranks[0]["launcher_pid"]
+    assert all(r["env"] == launcher.NVLS_ENV for r in ranks)
+    launcher_pid = ranks[0]["launcher_pid"]
     # The worker called setsid(): its pid is its process group, which the runner kills on a timeout.
-    assert all(r["pgid"] == launcher and r["pid"] != launcher for r in ranks)
+    assert all(r["pgid"] == launcher_pid and r["pid"] != launcher_pid for r in ranks)
     assert all(_dead(r["pid"]) for r in ranks)
 
 

@@ -24,7 +24,7 @@ from plugins.workloads import toy
 from suite import BuildContext, SkipCell, cli, results
 from suite.contract.errors import ExitCode, SuiteFileError
 from suite.host import session
-from suite.run.runner import malformed
+from suite.run.resultcheck import malformed
 
 HANG_TIMEOUT = 10.0
 NUMERICS_STEPS = 12
@@ -136,11 +136,36 @@ EXPECTED: dict[str, tuple[str, Callable[[dict[str, Any]], bool]]] = {
             and r["evidence"]["traceback"].splitlines()[-1] == "plugins.faults.InjectedFault: injected fault"
         ),
     ),
-    "abort": ("crashed", lambda r: (r["evidence"]["signal"], r["evidence"]["exitcode"]) == ("SIGABRT", -6)),
+    "abort": (
+        "crashed",
+        lambda r: (
+            (r["evidence"]["signal"], r["evidence"]["exitcode"]) == ("SIGABRT", -6)
+            and r["evidence"]["message"] == "worker was killed by SIGABRT before sending a result"
+        ),
+    ),
     "segfault": ("crashed", lambda r: (r["evidence"]["signal"], r["evidence"]["exitcode"]) == ("SIGSEGV", -11)),
-    "exit": ("crashed", lambda r: (r["evidence"]["signal"], r["evidence"]["exitcode"]) == (None, 3)),
-    "hang": ("timeout", lambda r: r["evidence"]["timeout_seconds"] == HANG_TIMEOUT),
-    "launch-hang": ("timeout", lambda r: r["evidence"]["timeout_seconds"] == HANG_TIMEOUT),
+    "exit": (
+        "crashed",
+        lambda r: (
+            (r["evidence"]["signal"], r["evidence"]["exitcode"]) == (None, 3)
+            and r["evidence"]["message"] == "worker exited with code 3 before sending a result"
+        ),
+    ),
+    # The worker's threads at the moment of the timeout: the main one sleeps in the fault's loop.
+    "hang": (
+        "timeout",
+        lambda r: (
+            r["evidence"]["timeout_seconds"] == HANG_TIMEOUT
+            and re.search(r'File ".*faults\.py", line \d+ in fire\n', r["evidence"]["stacks"]) is not None
+        ),
+    ),
+    "launch-hang": (
+        "timeout",
+        lambda r: (
+            r["evidence"]["timeout_seconds"] == HANG_TIMEOUT
+            and re.search(r'File ".*faults\.py", line \d+ in _launch_forever\n', r["evidence"]["stacks"]) is not None
+        ),
+    ),
     "oom": ("oom", lambda r: "allocate" in r["evidence"]["message"] and r["evidence"]["memory"]["max_rss_bytes"] > 0),
     # The leak grew over several steps: what ran out was not its first, smallest piece.
     "leak": ("oom", lambda r: _allocated_bytes(r["evidence"]["message"]) > faults.LEAK_FIRST_BYTES),
@@ -215,15 +240,15 @@ GOOD = {"status": "passed", "metrics": {"throughput": 1.0}, "numerics": None, "d
         ({**GOOD, "status": "crashed"}, "status 'crashed' is not one of passed, skipped, failed, oom"),
         ({**GOOD, "status": None}, "status None is not one of passed, skipped, failed, oom"),
         ({**GOOD, "id": "other/cell"}, "unexpected field 'id'"),
-        ({**GOOD, "metrics": [1.0]}, "metrics: expected dict, got a list"),
-        ({**GOOD, "warnings": "careful"}, "warnings: expected list, got a str"),
-        ({**GOOD, "warnings": ["ok", 3]}, "warnings: expected a list of strings"),
+        ({**GOOD, "metrics": [1.0]}, "metrics: expected an object, got list '[1.0]'"),
+        ({**GOOD, "warnings": "careful"}, "warnings: expected a list, got str 'careful'"),
+        ({**GOOD, "warnings": ["ok", 3]}, "warnings[1]: expected a string, got int '3'"),
         ({**GOOD, "metrics": {"throughput": float("nan")}}, "metrics.throughput: non-finite number nan"),
         ({**GOOD, "metrics": {"t": {"samples": [1.0, float("inf")]}}}, "metrics.t.samples[1]: non-finite number inf"),
         ({**GOOD, "notes": {"x": {1, 2}}}, "notes.x: a set is not JSON data"),
         ({**GOOD, "diagnostics": {1: "a"}}, "diagnostics: key 1 is not a string"),
         ({**GOOD, "notes": {"x": b"\x00"}}, "notes.x: a bytes is not JSON data"),
-        ({**GOOD, "evidence": "boom"}, "evidence: expected dict or NoneType, got a str"),
+        ({**GOOD, "evidence": "boom"}, "evidence: expected an object or null"),
     ],
 )
 def test_malformed_results_are_named(result: Any, problem: str) -> None:

@@ -19,9 +19,9 @@ from conftest import FAST_MEASURE
 
 from suite import cli, results
 from suite.host import session
-from suite.run import measure, runner
+from suite.run import attempt, measure
 from suite.run.measure import summarize
-from suite.run.runner import RunConfig, pool_outcomes, process_count, run_record
+from suite.run.runner import CellJob, RunConfig, pool_outcomes, process_count, run_record
 
 # Medians 1.0, 1.1, 1.2 (hand computation in tests/test_measure.py): pooled median 1.10, iqr 0.17,
 # pooled noise 0.037073, between-process noise stdev / sqrt(3) / median = 0.1 / 1.73205 / 1.1 = 0.052486.
@@ -113,24 +113,26 @@ def toy_plan(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def fake_attempts(monkeypatch: pytest.MonkeyPatch, attempts: list[Any]) -> list[Path]:
-    """Make runner._attempt return (or raise) the given items in turn; returns the logs it was given."""
+    """Make each worker attempt return (or raise) the given items in turn; returns the logs it was given."""
     logs: list[Path] = []
     items: Iterator[Any] = iter(attempts)
 
-    def attempt(ctx: Any, spec: Any, cell: Any, config: Any, log: Path, timeout: float, registry: Any) -> Any:
-        logs.append(log)
+    def measure_once(job: CellJob) -> Any:
+        logs.append(job.log)
         item = next(items)
         if isinstance(item, BaseException):
             raise item
         return item
 
-    monkeypatch.setattr(runner, "_attempt", attempt)
+    monkeypatch.setattr(attempt, "measure_once", measure_once)
     return logs
 
 
 def record_of(plan: Any, tmp_path: Path, cell: Any = None) -> dict[str, Any]:
     config = RunConfig(output=tmp_path / "r.json", in_process=True)
-    return run_record(None, plan.spec, cell or plan.cells[0], config, tmp_path / "cell-0.log", 60.0, plan.registry)
+    return run_record(
+        CellJob(None, plan.spec, cell or plan.cells[0], config, tmp_path / "cell-0.log", 60.0, plan.registry)
+    )
 
 
 def test_a_failing_process_is_the_record_with_its_number(toy_plan, tmp_path: Path, monkeypatch) -> None:
@@ -172,7 +174,7 @@ def test_one_process_and_data_parallel_cells_run_once(toy_plan, tmp_path: Path, 
     assert process_count(one, cell) == 1
     fake_attempts(monkeypatch, [{"status": "failed", "evidence": {"type": "X"}}])
     record = run_record(
-        None, one, cell, RunConfig(output=tmp_path / "r.json"), tmp_path / "c.log", 60.0, toy_plan.registry
+        CellJob(None, one, cell, RunConfig(output=tmp_path / "r.json"), tmp_path / "c.log", 60.0, toy_plan.registry)
     )
     assert record["evidence"] == {"type": "X"}  # no process number when there is one process
 

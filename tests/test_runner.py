@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from conftest import FAST_MEASURE, QuietObserver
 
 from suite import cli, results
@@ -473,15 +474,24 @@ def test_ctrl_c_leaves_the_signal_handlers_as_they_were(tmp_path: Path, write_su
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
 
 
-def test_unpicklable_result_is_sent_as_a_failed_record(tmp_path: Path, monkeypatch) -> None:
-    """A plugin that leaves an unpicklable value in the result: the worker still sends a record, with evidence."""
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        (lambda: None, "notes.value: a function is not JSON data"),
+        # A tensor pickles through torch's shared-memory reductions and was lost when the worker exited.
+        (torch.ones(3), "notes.value: a Tensor is not JSON data"),
+    ],
+)
+def test_a_result_that_is_not_json_is_refused_by_the_worker_itself(tmp_path: Path, monkeypatch, value, problem) -> None:
+    """A plugin that leaves a non-JSON value in the result: the worker sends the failed MalformedResult outcome."""
     import multiprocessing as mp
 
     from suite.run import worker
-    from suite.run.runner import malformed
+    from suite.run.resultcheck import malformed
 
     def run_cell(payload: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
-        return {"status": "passed", "metrics": {}, "notes": {"callback": lambda: None}, "warnings": []}
+        os.write(1, b"the plugin was here\n")  # fd 1: pytest replaced sys.stdout in this process
+        return {"status": "passed", "metrics": {}, "notes": {"value": value}, "warnings": []}
 
     monkeypatch.setattr(worker, "run_cell", run_cell)  # inherited by the forked worker below
     ctx = mp.get_context("fork")
@@ -500,9 +510,8 @@ def test_unpicklable_result_is_sent_as_a_failed_record(tmp_path: Path, monkeypat
     assert malformed(result) is None
     assert result["status"] == "failed"
     ev = result["evidence"]
-    assert (ev["type"], ev["phase"], ev["result_status"]) == ("UnsendableResult", "send result", "passed")
-    assert ev["message"].startswith("the worker's result could not be sent to the runner: ")
-    assert "lambda" in ev["message"] or "pickle" in ev["message"].lower()
+    assert (ev["type"], ev["message"]) == ("MalformedResult", f"malformed result from worker: {problem}")
+    assert "the plugin was here" in ev["stderr_tail"]
 
 
 def test_memory_limit_is_room_above_what_the_worker_already_maps(tmp_path: Path, write_suite) -> None:

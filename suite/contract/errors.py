@@ -62,6 +62,25 @@ class PluginError(AmpsuiteError):
         super().__init__(f"plugin {plugin!r}: {message}")
 
 
+class PluginContractError(PluginError):
+    """A plugin's hook or step returned something its contract does not allow (raised inside a worker).
+
+    The message names the plugin, the hook or phase, what was expected and what came, like
+    ``plugin 'toy': build returned a tuple, expected a TrainStep``.
+    """
+
+    def __init__(self, plugin: str, hook: str, expected: str, got: object) -> None:
+        self.hook = hook
+        super().__init__(plugin, f"{hook} returned {_kind(got)}, expected {expected}")
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "None"
+    name = type(value).__name__
+    return f"an {name}" if name[:1].lower() in "aeiou" else f"a {name}"
+
+
 class ResultsFileError(AmpsuiteError):
     """A results file that is missing, corrupt, of an unknown version or incomparable."""
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import tempfile
 import typing
 from collections.abc import Iterable
 from pathlib import Path
@@ -18,6 +16,7 @@ from typing import Any
 
 from suite.contract import wire
 from suite.contract.errors import OutputError, ResultsFileError
+from suite.results.atomic import write_json_atomic
 
 __all__ = [
     "FORMAT",
@@ -61,20 +60,7 @@ def checksum(doc: dict[str, Any]) -> str:
 def _write_atomic(path: Path, doc: dict[str, Any]) -> None:
     clean = sanitize(doc)
     clean["integrity"] = {"sha256": checksum(clean)}
-    text = json.dumps(clean, indent=1, allow_nan=False)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.fchmod(fd, 0o644)  # mkstemp makes it private; results are for the report's readers too
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with __import__("contextlib").suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_json_atomic(path, clean, indent=1)
 
 
 def _reject_constant(name: str) -> Any:

@@ -44,10 +44,11 @@ from typing import Any
 
 from suite import results
 from suite.contract.errors import UsageError
-from suite.contract.wire import Cell
+from suite.contract.wire import Cell, Status
 from suite.host.manager import PluginSettings, Registry
 from suite.host.session import Plan
 from suite.run.runner import (
+    CellJob,
     RunConfig,
     base_record,
     now,
@@ -155,9 +156,9 @@ class _Search:
         registry: Registry = self.plan.registry
         self.count += 1
         log = self.logdir / f"attempt-{self.count}.log"
-        record = run_record(self.ctx, spec, cell, self.run_config, log, self.timeout, registry)
+        record = run_record(CellJob(self.ctx, spec, cell, self.run_config, log, self.timeout, registry))
         self.writer.add(record)
-        if record["status"] == "interrupted":
+        if record["status"] == Status.INTERRUPTED:
             raise KeyboardInterrupt(record["id"])
         if report:
             self.report(record)
@@ -179,7 +180,7 @@ def _search_one(s: _Search, key: str, cell: Cell, start: int) -> dict[str, Any]:
     def ran(bs: int) -> bool:
         attempt = dataclasses.replace(cell, id=f"{key}/search-bs{bs}", batch_size=bs, skip_reason=None)
         attempts[bs] = s.run(attempt, s.attempt_spec)
-        return bool(attempts[bs]["status"] == "passed")
+        return bool(attempts[bs]["status"] == Status.PASSED)
 
     fit, failed = 0, None
     if ran(start):
@@ -219,12 +220,12 @@ def _search_one(s: _Search, key: str, cell: Cell, start: int) -> dict[str, Any]:
         "attempts": [{"batch_size": bs, "status": r["status"]} for bs, r in attempts.items()],
     }
     warnings = []
-    if bound is not None and bound["status"] != "oom":
+    if bound is not None and bound["status"] != Status.OOM:
         warnings.append(f"the search was bounded by {bound['id']} ending {_message(bound)}, not by memory")
     if fit:
         confirm = dataclasses.replace(cell, id=f"{key}/max-batch", batch_size=fit, skip_reason=None)
         summary = s.run(confirm, s.plan.spec, report=False)
-        if summary["status"] != "passed":
+        if summary["status"] != Status.PASSED:
             warnings.append(f"batch {fit} ran in the search but ended {summary['status']} when measured again")
     else:
         assert bound is not None
@@ -232,7 +233,7 @@ def _search_one(s: _Search, key: str, cell: Cell, start: int) -> dict[str, Any]:
             dataclasses.replace(cell, id=f"{key}/max-batch", batch_size=bound["batch_size"]), s.plan.registry
         )
         summary.update(
-            status=bound["status"] if bound["status"] in results.TERMINAL else "failed",
+            status=bound["status"] if bound["status"] in results.TERMINAL else Status.FAILED,
             evidence={"reason": f"no batch size ran: {bound['id']} ended {_message(bound)}", "attempt": bound["id"]},
         )
     summary["metrics"] = {**summary.get("metrics", {}), "max_batch": facts}
@@ -280,7 +281,7 @@ def _search_all(s: _Search, plan: Plan, config: SearchConfig, report: Report) ->
         runnable = [c for c in cells if not c.skip_reason]
         if not runnable:
             record = base_record(dataclasses.replace(cells[0], id=f"{key}/max-batch"), plan.registry)
-            record.update(status="skipped", evidence={"reason": cells[0].skip_reason})
+            record.update(status=Status.SKIPPED, evidence={"reason": cells[0].skip_reason})
             s.writer.add(record)
             report(record)
             summaries.append(record)

@@ -27,13 +27,14 @@ import json
 import os
 import platform
 import re
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from suite.results.atomic import write_json_atomic
 
 __all__ = ["CACHE_ENV", "CACHE_FORMAT", "cache_dir", "device_name", "measure_peaks", "mfu"]
 
@@ -94,17 +95,7 @@ def _load(path: Path, name: str) -> dict[str, Any] | None:
 
 
 def _store(path: Path, doc: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=2)
-            f.write("\n")
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a cache is for anyone on the machine
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+    write_json_atomic(path, doc, indent=2)
 
 
 @contextlib.contextmanager

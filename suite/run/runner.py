@@ -1,43 +1,44 @@
 """Isolation: one worker process per cell, a timeout, and exactly one record per cell.
 
 With ``[measure] processes = N`` a single-process cell is measured by N fresh
-workers one after another (each with the full timeout) and its record pools
-their samples (:func:`pool_outcomes`); the first that does not pass is the
-cell's record instead.
+workers one after another (:mod:`suite.run.pool`).
 
 The parent never measures anything itself: it starts a worker, waits for its
-result or its death, classifies the outcome, writes the record atomically and
-moves on. A worker runs in its own process group, so a timed-out or
-interrupted cell is killed together with its DataLoader workers.
+result or its death, classifies the outcome (:mod:`suite.run.attempt`), writes
+the record atomically and moves on. A worker runs in its own process group, so
+a timed-out or interrupted cell is killed together with its DataLoader workers.
+This module holds the loop over the cells, the run's signal handling and the
+results file.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import math
 import multiprocessing as mp
-import os
 import shutil
 import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any, Protocol
 
 from suite import results
-from suite.contract.wire import Cell
+from suite.contract.wire import Cell, Outcome, Status
 from suite.host import environment
 from suite.host.manager import PluginSettings, Registry
 from suite.host.session import Plan
-from suite.run import measure
+from suite.run import attempt
+from suite.run.attempt import CellJob, in_worker
+from suite.run.pool import measure_processes, pool_outcomes, process_count
 from suite.spec.suitefile import SuiteSpec
 
 __all__ = [
+    "CellJob",
     "Observer",
     "RunConfig",
     "base_record",
@@ -53,8 +54,6 @@ __all__ = [
     "worker_context",
 ]
 
-STDERR_TAIL_BYTES = 4000
-KILL_GRACE_SECONDS = 5.0
 PEAKS_TIMEOUT = {"cpu": 60.0, "cuda": 300.0}
 
 
@@ -98,64 +97,6 @@ def worker_context() -> BaseContext:
         ctx.set_forkserver_preload(["suite.run.worker", *BUILTIN_PLUGINS, *BUILTIN_IMPLEMENTATIONS])
         return ctx
     return mp.get_context("spawn")
-
-
-def _kill_group(proc: Any) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(Exception):
-        proc.kill()
-    proc.join(KILL_GRACE_SECONDS)
-
-
-def _tail(path: Path) -> str:
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - STDERR_TAIL_BYTES))
-            return f.read().decode("utf-8", "replace").strip()
-    except OSError:
-        return ""
-
-
-def _signal_name(code: int | None) -> str | None:
-    if code is None or code >= 0:
-        return None
-    with contextlib.suppress(ValueError):
-        return signal.Signals(-code).name
-    return f"signal {-code}"
-
-
-def _in_worker(
-    ctx: BaseContext, target: Callable[..., None], args: tuple[Any, ...], timeout: float, log: Path
-) -> tuple[str, Any]:
-    """Run ``target(*args, conn)`` in a fresh process.
-
-    :return: ("result", value) | ("timeout", None) | ("crashed", exitcode)
-    """
-    receiver, sender = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=target, args=(*args, sender), daemon=False)  # type: ignore[attr-defined]
-    proc.start()
-    sender.close()
-    try:
-        if receiver.poll(timeout):
-            try:
-                value = receiver.recv()
-            except (EOFError, OSError):
-                proc.join(KILL_GRACE_SECONDS)
-                return "crashed", proc.exitcode
-            proc.join(KILL_GRACE_SECONDS)
-            if proc.is_alive():
-                _kill_group(proc)
-            return "result", value
-        _kill_group(proc)
-        return "timeout", None
-    except BaseException:
-        _kill_group(proc)
-        raise
-    finally:
-        receiver.close()
 
 
 def _sigterm(signum: int, frame: Any) -> None:
@@ -285,235 +226,30 @@ def _measure_peaks(
 ) -> dict[str, Any] | None:
     from suite.run import worker
 
-    kind, value = _in_worker(ctx, worker.peaks_main, (device, refresh, str(log)), PEAKS_TIMEOUT[device], log)
+    kind, value = in_worker(ctx, worker.peaks_main, (device, refresh, str(log)), PEAKS_TIMEOUT[device], log)
     if kind == "result" and "peaks" in value:
         return dict(value["peaks"])
     observer.message(f"device peaks not measured ({kind}: {value.get('error') if isinstance(value, dict) else value})")
     return None
 
 
-def _payload(spec: SuiteSpec, cell: Cell, config: RunConfig, log: Path) -> dict[str, Any]:
-    return {
-        "cell": cell.as_dict(),
-        "measure": asdict(spec.measure),
-        "seed": spec.seed,
-        "data_dir": str(config.data_dir),
-        "plugins": config.plugins.as_dict(),
-        "log_path": str(log),
-        "memory_limit_bytes": int(spec.memory_limit_gb * 2**30),
-        "cpu_threads": spec.cpu_threads,
-    }
-
-
-WORKER_STATUSES = ("passed", "skipped", "failed", "oom")
-"""What a worker may say about its own cell; timeout, crashed and interrupted are the runner's to say."""
-WORKER_FIELDS: dict[str, tuple[type, ...]] = {
-    "status": (str,),
-    "metrics": (dict,),
-    "numerics": (dict, type(None)),
-    "diagnostics": (dict,),
-    "notes": (dict,),
-    "warnings": (list,),
-    "evidence": (dict, type(None)),
-}
-
-
-def _json_problem(value: Any, where: str) -> str | None:
-    """The first place where ``value`` is not strict JSON data (finite numbers, string keys), or None."""
-    if value is None or isinstance(value, bool | int | str):
-        return None
-    if isinstance(value, float):
-        return None if math.isfinite(value) else f"{where}: non-finite number {value!r}"
-    if isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            problem = _json_problem(item, f"{where}[{i}]")
-            if problem:
-                return problem
-        return None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                return f"{where}: key {key!r} is not a string"
-            problem = _json_problem(item, f"{where}.{key}" if where else key)
-            if problem:
-                return problem
-        return None
-    return f"{where}: a {type(value).__name__} is not JSON data"
-
-
-def malformed(result: Any) -> str | None:
-    """Why a worker's result cannot become a record (None when it can).
-
-    A plugin runs inside the worker and can put anything into metrics, notes
-    or diagnostics; what the parent writes must stay strict JSON, and a worker
-    must not claim a status only the parent can observe.
-    """
-    if not isinstance(result, dict):
-        return f"expected a dict, got a {type(result).__name__}"
-    unknown = sorted(str(k) for k in result if k not in WORKER_FIELDS)
-    if unknown:
-        return f"unexpected field {unknown[0]!r}"
-    if result.get("status") not in WORKER_STATUSES:
-        return f"status {result.get('status')!r} is not one of {', '.join(WORKER_STATUSES)}"
-    for name, kinds in WORKER_FIELDS.items():
-        if name in result and not isinstance(result[name], kinds):
-            return f"{name}: expected {' or '.join(k.__name__ for k in kinds)}, got a {type(result[name]).__name__}"
-    if not all(isinstance(w, str) for w in result.get("warnings", [])):
-        return "warnings: expected a list of strings"
-    return _json_problem(result, "")
-
-
-def _checked(result: Any, log: Path) -> dict[str, Any]:
-    problem = malformed(result)
-    if problem is None:
-        return dict(result)
-    return {
-        "status": "failed",
-        "evidence": {
-            "type": "MalformedResult",
-            "message": f"malformed result from worker: {problem}",
-            "stderr_tail": _tail(log),
-        },
-    }
-
-
-def _attempt(
-    ctx: BaseContext | None,
-    spec: SuiteSpec,
-    cell: Cell,
-    config: RunConfig,
-    log: Path,
-    timeout: float,
-    registry: Registry,
-) -> dict[str, Any]:
-    """One process's measurement of ``cell`` (a fresh worker, or this process when ``ctx`` is None)."""
-    from suite.run import worker
-
-    payload = _payload(spec, cell, config, log)
-    if ctx is None:
-        state: dict[str, Any] = {}
-        try:
-            return _checked(worker.run_cell(payload, state, registry), log)
-        except KeyboardInterrupt:
-            raise
-        except Exception as exc:
-            return worker.classify(exc, state)
-    kind, value = _in_worker(ctx, worker.main, (payload,), timeout, log)
-    if kind == "result":
-        return _checked(value, log)
-    if kind == "timeout":
-        return {"status": "timeout", "evidence": {"timeout_seconds": timeout, "stderr_tail": _tail(log)}}
-    return {
-        "status": "crashed",
-        "evidence": {"exitcode": value, "signal": _signal_name(value), "stderr_tail": _tail(log)},
-    }
-
-
-def _interrupted(log: Path) -> dict[str, Any]:
-    return {"status": "interrupted", "evidence": {"reason": "interrupted while running", "stderr_tail": _tail(log)}}
-
-
-def process_count(spec: SuiteSpec, cell: Cell) -> int:
-    """How many processes measure ``cell``: ``[measure] processes``, or 1 for a data-parallel cell.
-
-    A data-parallel cell's record combines its ranks (:mod:`suite.run.distributed`);
-    pooling several such runs is not done, so ``processes`` does not apply to it.
-    """
-    return spec.measure.processes if cell.world_size <= 1 else 1
-
-
-def _outcome(
-    ctx: BaseContext | None,
-    spec: SuiteSpec,
-    cell: Cell,
-    config: RunConfig,
-    log: Path,
-    timeout: float,
-    registry: Registry,
-) -> dict[str, Any]:
-    """The cell's outcome from :func:`process_count` attempts, one after another, each exactly as a single one.
-
-    The first attempt that does not pass is the outcome (its ``evidence`` gains
-    ``process``, 1-based, when there is more than one); when all pass, their
-    samples are pooled by :func:`pool_outcomes`.
-    """
-    n = process_count(spec, cell)
-    if n == 1:
-        return _attempt(ctx, spec, cell, config, log, timeout, registry)
-    passed = []
-    for i in range(1, n + 1):
-        attempt_log = log if i == 1 else log.with_name(f"{log.stem}-process{i}{log.suffix}")
-        try:
-            outcome = _attempt(ctx, spec, cell, config, attempt_log, timeout, registry)
-        except KeyboardInterrupt:
-            outcome = _interrupted(attempt_log)
-        if outcome.get("status") != "passed":
-            if isinstance(outcome.get("evidence"), dict):
-                outcome = {**outcome, "evidence": {**outcome["evidence"], "process": i}}
-            return outcome
-        passed.append(outcome)
-    return pool_outcomes(passed, spec.measure.noise_target)
-
-
-def pool_outcomes(outcomes: Sequence[dict[str, Any]], noise_target: float) -> dict[str, Any]:
-    """One outcome from the passed outcomes of several processes measuring the same cell.
-
-    The first outcome, with ``metrics.step_time`` recomputed from every
-    process's samples pooled in order (:func:`suite.run.measure.pool`: its ``noise``
-    is the larger of the pooled noise and the between-process noise of the
-    medians), ``metrics.step_time.processes`` listing each process's median,
-    noise and steps, ``throughput`` and ``tflops`` from the pooled median, and
-    the timing warnings (:func:`suite.run.measure.timing_warnings`) rewritten for the
-    pooled figures; the first outcome's other warnings are kept.
-    """
-    first = outcomes[0]
-    if len(outcomes) == 1:
-        return first
-    step_times = [(o.get("metrics") or {}).get("step_time") or {} for o in outcomes]
-    runs: list[list[float]] = [st.get("samples") or [] for st in step_times]
-    if not all(isinstance(r, list) and r for r in runs):  # a worker that passed always records its samples
-        note = "processes not pooled: a process recorded no samples"
-        return {**first, "warnings": [*first.get("warnings", []), note]}
-    stats = measure.pool(runs)
-    metrics = dict(first["metrics"])
-    metrics["step_time"] = {
-        **stats.as_dict([s for r in runs for s in r]),
-        "processes": [{"median": st["median"], "noise": st["noise"], "n": st["n"]} for st in step_times],
-    }
-    measure.rates(metrics, stats.median)
-    # The first process's own timing warnings are exactly what the same function said of its samples.
-    own = measure.timing_warnings(measure.summarize(runs[0]), noise_target)
-    warnings = [w for w in first.get("warnings", []) if w not in own]
-    at = next((i for i, w in enumerate(first.get("warnings", [])) if w in own), len(warnings))
-    warnings[at:at] = measure.timing_warnings(stats, noise_target)
-    return {**first, "metrics": metrics, "warnings": warnings}
-
-
-def run_record(
-    ctx: BaseContext | None,
-    spec: SuiteSpec,
-    cell: Cell,
-    config: RunConfig,
-    log: Path,
-    timeout: float,
-    registry: Registry,
-) -> dict[str, Any]:
-    """Run ``cell`` (in a worker from ``ctx``, or in this process when None) and return its complete record.
+def run_record(job: CellJob) -> dict[str, Any]:
+    """Run ``job.cell`` (in a worker from ``job.ctx``, or in this process when None) and return its complete record.
 
     The one code path from a cell to its record, shared by ``ampsuite run`` and
     ``ampsuite max-batch``. With ``[measure] processes`` > 1 the cell runs in
-    that many workers, one after another, each with ``timeout`` (see
+    that many workers, one after another, each with ``job.timeout`` (see
     :func:`pool_outcomes`). Ctrl-C (or SIGTERM under :func:`sigterm_interrupts`)
     while the cell runs is not raised: the worker is killed and the record's
     status is ``interrupted``, which only this function gives; the caller
     writes the record and decides what interruption means for the rest.
     """
-    record = base_record(cell, registry)
+    record = base_record(job.cell, job.registry)
     t0 = time.perf_counter()
     try:
-        outcome = _outcome(ctx, spec, cell, config, log, timeout, registry)
+        outcome: Outcome = measure_processes(job)
     except KeyboardInterrupt:
-        outcome = _interrupted(log)
+        outcome = attempt.interrupted_outcome(job.log)
     record.update({k: v for k, v in outcome.items() if v is not None or k == "evidence"})
     record["wall_seconds"] = time.perf_counter() - t0
     return record
@@ -522,7 +258,7 @@ def run_record(
 NOT_STARTED = "not started: the run was interrupted before this cell"
 
 
-def _not_run(cell: Cell, registry: Registry, status: str, reason: str) -> dict[str, Any]:
+def _not_run(cell: Cell, registry: Registry, status: Status, reason: str) -> dict[str, Any]:
     record = base_record(cell, registry)
     record["status"] = status
     record["evidence"] = {"reason": reason}
@@ -581,13 +317,14 @@ def run_cells(
                     observer.cell_finished(index, kept[cell.id])
                     continue
                 if interrupted:
-                    record = _not_run(cell, registry, "interrupted", NOT_STARTED)
+                    record = _not_run(cell, registry, Status.INTERRUPTED, NOT_STARTED)
                 elif cell.skip_reason:
-                    record = _not_run(cell, registry, "skipped", cell.skip_reason)
+                    record = _not_run(cell, registry, Status.SKIPPED, cell.skip_reason)
                 else:
                     observer.cell_started(index, cell)
-                    record = run_record(ctx, spec, cell, config, logdir / f"cell-{index}.log", timeout, registry)
-                    if record["status"] == "interrupted":
+                    log = logdir / f"cell-{index}.log"
+                    record = run_record(CellJob(ctx, spec, cell, config, log, timeout, registry))
+                    if record["status"] == Status.INTERRUPTED:
                         interrupt()
                 writer.add(record)
                 observer.cell_finished(index, record)
@@ -598,7 +335,7 @@ def run_cells(
                 # not start, or its record is written already.
                 interrupt()
                 if not writer.has(cell.id):
-                    record = _not_run(cell, registry, "interrupted", NOT_STARTED)
+                    record = _not_run(cell, registry, Status.INTERRUPTED, NOT_STARTED)
                     writer.add(record)
                     observer.cell_finished(index, record)
     return writer.doc, interrupted

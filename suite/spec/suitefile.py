@@ -35,7 +35,7 @@ Keys of a ``[workloads.ID]`` table that are not workload options:
 ``gpus``
     how many processes run each cell data-parallel (DistributedDataParallel): one
     per GPU on CUDA, gloo processes on a CPU; an integer >= 1 or a list of them (an
-    axis); default 1. See :mod:`suite.run.distributed`.
+    axis); default 1. See :mod:`suite.run.launcher`.
 """
 
 from __future__ import annotations

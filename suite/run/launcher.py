@@ -1,4 +1,4 @@
-"""Data-parallel cells: one process per GPU (gloo processes on a CPU), launched by torch.distributed's own launcher.
+"""Data-parallel cells, the worker's side: one process per GPU (gloo on a CPU), started by torch's own launcher.
 
 A workload's ``gpus = N`` in the suite file makes cells of world size N (cell
 id ``WORKLOAD/COMBINATION/xN/bsB``; ``B`` is the batch size *per process*).
@@ -17,12 +17,12 @@ Every process the launcher starts has ``NCCL_NVLS_ENABLE=0``,
 environment (NVLink multicast off: the shared GPU hosts require it); each
 rank reports its values, which the record keeps in ``notes.distributed.ranks``.
 
-What each rank does, and why in this order:
+What each rank does (:mod:`suite.run.rank`), and why in this order:
 
 1. joins the process group: NCCL on CUDA with its device = ``LOCAL_RANK``
    (``cuda:LOCAL_RANK`` is the cell's device in that rank), gloo on a CPU;
 2. builds the step exactly like a single-process cell
-   (:func:`suite.run.worker.build_step`: same seed on every rank, so the replicas
+   (:func:`suite.run.cell.build_step`: same seed on every rank, so the replicas
    start equal -- DDP broadcasts rank 0's weights anyway) and applies the
    techniques in their usual order;
 3. *then* wraps ``step.model`` in ``DistributedDataParallel``. After the
@@ -37,7 +37,7 @@ What each rank does, and why in this order:
    workload's own phases, such as GEMM's, or a technique's) would bypass
    DDP's gradient all-reduce: that rank raises SkipCell, so the cell is
    skipped with the reason;
-4. measures like a single-process cell (:func:`suite.run.worker.measure_cell`:
+4. measures like a single-process cell (:func:`suite.run.cell.measure_cell`:
    numerics, probes, warm-up, timed steps), with one difference: the
    stopping rule is agreed (below).
 
@@ -77,7 +77,7 @@ against the one-process cell is derived in :mod:`suite.analysis`.
 (one launch of its ranks), whatever it says; pooling several launches would
 have to recombine every rank's figures, and is not done.
 
-Failure. A rank that raises writes its evidence (``suite.run.worker.classify``:
+Failure. A rank that raises writes its evidence (``suite.run.cell.classify``:
 type, message, traceback tail, phase; oom recognised) before it dies; the
 launcher stops the other ranks and raises ``ChildFailedError``. The cell then
 ends with the evidence of the rank that raised *first* (others often fail
@@ -100,63 +100,24 @@ setting one OpenMP thread per process.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import faulthandler
 import json
-import math
 import os
-import signal
-import sys
 import tempfile
-import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from suite.contract.errors import SkipCell
-from suite.run import measure
-from suite.spec.parallel import UNSUPPORTED_TECHNIQUES
+from suite.contract.wire import Status
+from suite.run import measure, procs
+from suite.run.rank import NVLS_ENV, START_METHOD, rank_main
 
-__all__ = [
-    "NVLS_ENV",
-    "agreed_time_steps",
-    "combine",
-    "rank_main",
-    "run_cell",
-    "wrap_ddp",
-]
+__all__ = ["MONITOR_INTERVAL", "NVLS_ENV", "SHUTDOWN_SECONDS", "combine", "run_cell"]
 
-NVLS_ENV: dict[str, str] = {
-    "NCCL_NVLS_ENABLE": "0",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-    "NVSHMEM_DISABLE_NVLS": "1",
-}
-"""NVLink multicast off, in every process the launcher starts (the shared GPU hosts require it)."""
-
-START_METHOD = "spawn"
 MONITOR_INTERVAL = 0.1
 """Seconds between the launcher's looks at its ranks: a failed rank is noticed (and the others stopped) this fast."""
 SHUTDOWN_SECONDS = 5
 """How long the launcher waits after SIGTERM before it SIGKILLs the ranks it stops."""
-LOG_TAIL_BYTES = 4000
-
-
-# ---------------------------------------------------------------------------
-# the worker: launch, then one record from every rank's result
-# ---------------------------------------------------------------------------
-
-
-def _log_tail(path: str | None) -> str:
-    if not path:
-        return ""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - LOG_TAIL_BYTES))
-            return f.read().decode("utf-8", "replace").strip()
-    except OSError:
-        return ""
 
 
 def _alive(pid: int) -> bool:
@@ -219,7 +180,7 @@ def _failure(exc: Any, rank_dir: Path, world_size: int, log_path: str | None) ->
         rank = detected_rank
         how = f"signal {failure.signal_name()}" if failure.exitcode < 0 else f"exit code {failure.exitcode}"
         message = failure.message.get("message") if isinstance(failure.message, dict) else failure.message
-        result = {"status": "failed", "metrics": {}, "numerics": None}
+        result = {"status": Status.FAILED, "metrics": {}, "numerics": None}
         evidence = {
             "type": "RankCrashed",
             "message": f"rank {rank} died ({how}) without raising an exception",
@@ -227,7 +188,7 @@ def _failure(exc: Any, rank_dir: Path, world_size: int, log_path: str | None) ->
             "phase": "ranks",
             "exitcode": failure.exitcode,
             "signal": failure.signal_name() if failure.exitcode < 0 else None,
-            "stderr_tail": _log_tail(log_path),
+            "stderr_tail": procs.log_tail(log_path),
         }
     evidence.update(rank=rank, world_size=world_size, ranks=ranks)
     result["evidence"] = evidence
@@ -293,7 +254,7 @@ def combine(results: Mapping[int, Mapping[str, Any]], world_size: int) -> dict[s
         "ranks": info,
     }
     return {
-        "status": "passed",
+        "status": Status.PASSED,
         "metrics": metrics,
         "numerics": first.get("numerics"),
         "diagnostics": first.get("diagnostics") or {},
@@ -357,124 +318,3 @@ def _environment(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-
-
-# ---------------------------------------------------------------------------
-# each rank
-# ---------------------------------------------------------------------------
-
-
-def _die_with_launcher(launcher_pid: int) -> None:
-    # The launcher (the cell's worker) is this rank's parent: if it dies, even
-    # by SIGKILL, the rank gets SIGKILL too, so no rank keeps a GPU busy.
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(Exception):
-            import ctypes
-
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != launcher_pid:  # it died before the request took effect
-        os._exit(1)
-
-
-def _exchange(value: Any) -> list[Any]:
-    """Every rank's ``value``, in rank order (a collective: every rank must call it)."""
-    import torch.distributed as dist
-
-    gathered: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, value)
-    return gathered
-
-
-def agreed_time_steps(run: Callable[..., Any], data: Callable[[], Any], device: Any, spec: Any) -> list[float]:
-    """:func:`suite.run.measure.time_steps` in chunks that every rank agrees on (see the module docstring)."""
-    from suite.run.measure import _next_chunk, _should_stop, time_steps
-
-    samples: list[float] = []
-    start = time.perf_counter()
-    while True:
-        elapsed = time.perf_counter() - start
-        votes = _exchange((bool(samples) and _should_stop(samples, spec, elapsed), elapsed))
-        if all(stop for stop, _ in votes):
-            return samples
-        k = _next_chunk(len(samples), spec, votes[0][1])
-        chunk = dataclasses.replace(spec, min_steps=k, max_steps=k, max_seconds=math.inf)
-        samples.extend(time_steps(run, data, device, chunk))
-
-
-def wrap_ddp(step: Any) -> Any:
-    """Wrap the step's model in DistributedDataParallel (after the techniques; see the module docstring)."""
-    from torch.nn.parallel import DistributedDataParallel
-
-    if step.model is None or step.loss_fn is None:
-        raise SkipCell("gpus > 1 wraps the workload's model in DistributedDataParallel; this step has no model/loss_fn")
-    if step.forward_backward is not None:
-        raise SkipCell(
-            "gpus > 1 needs the standard forward/backward phase (DistributedDataParallel all-reduces the gradients "
-            "there); this step's forward_backward was replaced by its workload or a technique"
-        )
-    if "cuda_graphs" in step.notes:
-        raise SkipCell(UNSUPPORTED_TECHNIQUES["cuda-graphs"])
-    device_ids = [step.device.index] if step.device.type == "cuda" else None
-    step.model = DistributedDataParallel(step.model, device_ids=device_ids)
-    return step
-
-
-def _write_json(path: Path, value: Any) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(value, default=repr), encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def rank_main(payload: dict[str, Any]) -> dict[str, Any]:
-    """The entry point of one rank (started by the launcher; ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` set).
-
-    Returns rank's result (the launcher hands it to :func:`combine`); on any
-    exception it writes its evidence for the worker first, then raises, so
-    that the launcher stops the other ranks.
-    """
-    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
-    rank_dir = Path(payload["rank_dir"])
-    _die_with_launcher(int(payload["launcher_pid"]))
-    faulthandler.enable(file=sys.stderr, all_threads=True)
-    (rank_dir / f"rank-{rank}.pid").write_text(str(os.getpid()))
-    print(f"ampsuite: rank {rank} (local {local_rank}) pid {os.getpid()}", file=sys.stderr, flush=True)
-    state: dict[str, Any] = {"phase": "start"}
-    try:
-        return _run_rank(payload, rank, local_rank, state)
-    except BaseException as exc:
-        from suite.run import worker
-
-        _write_json(rank_dir / f"rank-{rank}.json", {"time": time.time(), "result": worker.classify(exc, state)})
-        raise
-
-
-def _run_rank(payload: dict[str, Any], rank: int, local_rank: int, state: dict[str, Any]) -> dict[str, Any]:
-    import torch
-    import torch.distributed as dist
-
-    from suite.run import worker
-
-    cell = dict(payload["cell"])
-    if cell["device"] == "cpu" and payload.get("memory_limit_bytes"):
-        worker.limit_memory(int(payload["memory_limit_bytes"]))
-    cuda = cell["device"] == "cuda"
-    if cuda:
-        torch.cuda.set_device(local_rank)
-        cell["device"] = f"cuda:{local_rank}"
-    backend = "nccl" if cuda else "gloo"
-    state["phase"] = f"init_process_group ({backend})"
-    dist.init_process_group(backend, device_id=torch.device(cell["device"]) if cuda else None)
-    result = worker.measure_cell({**payload, "cell": cell}, state, prepare=wrap_ddp, timer=agreed_time_steps)
-    state["phase"] = "destroy_process_group"
-    dist.destroy_process_group()
-    result["rank_info"] = {
-        "rank": rank,
-        "local_rank": local_rank,
-        "pid": os.getpid(),
-        "pgid": os.getpgid(0),
-        "launcher_pid": int(payload["launcher_pid"]),
-        "device": cell["device"],
-        "backend": backend,
-        "env": {name: os.environ.get(name) for name in NVLS_ENV},
-    }
-    return result

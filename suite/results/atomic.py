@@ -1,0 +1,49 @@
+"""Writing a JSON file so that a reader sees the old file or the new one, never half of one."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["write_json_atomic"]
+
+FILE_MODE = 0o644
+"""Readable by anyone the umask allows: results and caches are shared, unlike mkstemp's private 0600."""
+
+
+def write_json_atomic(
+    path: str | Path,
+    value: Any,
+    *,
+    indent: int | None = None,
+    default: Callable[[Any], Any] | None = None,
+    allow_nan: bool = False,
+) -> None:
+    """Write ``value`` as JSON to ``path``: a temporary file in the same folder, fsync, then ``os.replace``.
+
+    The folder is created when missing; the temporary file is removed when anything fails
+    (including serialising ``value``, which happens before the file exists).
+    """
+    path = Path(path)
+    # No trailing newline: a results file cut anywhere, even just before one, must not load.
+    text = json.dumps(value, indent=indent, default=default, allow_nan=allow_nan)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Same folder: os.replace is only atomic within one file system. O_EXCL with a
+    # unique name instead of mkstemp, so that the mode passes through the umask.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

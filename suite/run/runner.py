@@ -229,7 +229,13 @@ def _measure_peaks(
     kind, value = in_worker(ctx, worker.peaks_main, (device, refresh, str(log)), PEAKS_TIMEOUT[device], log)
     if kind == "result" and "peaks" in value:
         return dict(value["peaks"])
-    observer.message(f"device peaks not measured ({kind}: {value.get('error') if isinstance(value, dict) else value})")
+    if kind == "result":
+        why = f"{kind}: {value.get('error') if isinstance(value, dict) else value}"
+    elif kind == "timed out":  # the value is the process's stack dump, too long for a one-line message
+        why = f"timed out after {PEAKS_TIMEOUT[device]:g} s"
+    else:
+        why = f"{kind}: exit code {value}"
+    observer.message(f"device peaks not measured ({why})")
     return None
 
 

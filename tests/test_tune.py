@@ -152,10 +152,28 @@ class FakeWorker:
         record.update(
             status=Status.PASSED,
             wall_seconds=self.cost,
-            metrics={"step_time": {"median": median, "noise": 0.001, "n": 100}, "throughput": cell.batch_size / median},
+            metrics={"step_time": _step_time(median), "throughput": cell.batch_size / median},
             numerics={"losses": [2.0, 1.9, 1.8], "loss_at_n": 1.8, "nonfinite_step": None, "nonfinite_what": None},
         )
         return record
+
+
+def _step_time(median: float) -> dict[str, Any]:
+    """A complete step_time (the results loader checks every key) around ``median``."""
+    samples = [median * f for f in (0.99, 1.0, 1.01)] * 34
+    return {
+        "samples": samples,
+        "n": len(samples),
+        "median": median,
+        "mean": median,
+        "min": min(samples),
+        "max": max(samples),
+        "p10": samples[0],
+        "p90": samples[2],
+        "iqr": 0.02 * median,
+        "rel_iqr": 0.02,
+        "noise": 0.001,
+    }
 
 
 @pytest.mark.parametrize("cost", [7.0, 45.0])

@@ -44,6 +44,9 @@ def recipe_toml(summary: Mapping[str, Any]) -> str:
     different values of one option, the first one's is written and a comment says so.
     """
     lines = [f"# ampsuite tune on {summary.get('device')}: the fastest trustworthy recipe per workload"]
+    if summary.get("base_techniques"):
+        # Every candidate ran with them: the recipe holds in a suite with the same base.
+        lines.append(f"# measured with [suite] base_techniques = {_value(summary['base_techniques'])}")
     combos: list[str] = []
     options: dict[str, dict[str, Any]] = {}
     notes: list[str] = []

@@ -283,6 +283,7 @@ def tune(plan: Plan, config: TuneConfig, progress: Progress = print, measure: Me
     summary: dict[str, Any] = {
         "budget_seconds": config.budget_seconds,
         "device": plan.device,
+        "base_techniques": list(plan.spec.base_techniques),
         "search": "greedy forward selection, screened short, finalists in full",
         "screen_measure": dataclasses.asdict(tuner.screen_spec.measure),
         "finalists": config.finalists,

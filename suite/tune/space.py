@@ -91,11 +91,15 @@ class Candidate:
     def cell(self, spec: SuiteSpec, catalog: matrix.Catalog, device: str, config: WorkloadConfig) -> Cell:
         """This candidate as the cell ``ampsuite run`` would build for it (skip reason set when pruned)."""
         cid = self.combination
-        options = {t: {**spec.technique_options.get(t, {}), **self.overrides.get(t, {})} for t in self.techniques}
+        # The suite's base techniques (cudnn-benchmark in the CUDA suites) are in every candidate, FP32
+        # included, as in every combination of `ampsuite run`: baselines stay tuned.
+        base = tuple(t for t in spec.base_techniques if t not in self.techniques)
+        techniques = (*base, *self.techniques)
+        options = {t: {**spec.technique_options.get(t, {}), **self.overrides.get(t, {})} for t in techniques}
         derived = dataclasses.replace(
             spec,
             workloads=(dataclasses.replace(config.entry, batch_sizes=(self.batch_size,), gpus=(1,)),),
-            combinations={FP32: (), cid: self.techniques},
+            combinations={FP32: tuple(spec.base_techniques), cid: techniques},
             technique_options={t: o for t, o in options.items() if o},
             baseline=FP32,
             include=(),
@@ -127,11 +131,14 @@ def workload_configs(spec: SuiteSpec, cells: Sequence[Cell], units: Mapping[str,
 
 def technique_pool(spec: SuiteSpec, catalog: matrix.Catalog) -> tuple[str, ...]:
     """The techniques the suite's combinations declare, without the AMP dtypes (those are the starting points)
-    and without tf32 (the ablation's reference, not a recipe ingredient here: it only changes FP32 matmuls).
+    and without tf32 (the ablation's reference, not a recipe ingredient here: it only changes FP32 matmuls)
+    and the suite's base techniques (every candidate has them).
     """
     seen: list[str] = []
     for techniques in spec.combinations.values():
         for t in techniques:
+            if t in spec.base_techniques:
+                continue
             if t not in seen and t not in AMP and t != TF32 and t in catalog.techniques:
                 seen.append(t)
     return tuple(seen)

@@ -25,6 +25,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "plugins.techniques.precision_flags",
     "plugins.techniques.compile",
     "plugins.techniques.fused_optimizer",
+    "plugins.techniques.fp8",
     "plugins.probes.memory",
     "plugins.probes.flops",
     "plugins.probes.tensorcores",

@@ -14,7 +14,9 @@ the same for the two gradient products:
 * ``rowwise_with_gw_hp``: rowwise, but the weight-gradient product stays in
   high precision (most accurate).
 
-Which layers stay in higher precision: every ``nn.Linear`` whose
+Which layers stay in higher precision: the output projection of an
+``nn.MultiheadAttention`` (ViT's: the attention function reads its weight and
+never calls it, so swapping it would convert nothing), every ``nn.Linear`` whose
 ``in_features`` or ``out_features`` is not a multiple of 16 (``_scaled_mm``
 refuses them: BERT's 30522-word decoder, ViT's 1000-class head) and, with
 ``keep_last`` (default), the model's last ``nn.Linear`` (the output head,
@@ -105,11 +107,20 @@ def check(ctx: CheckContext) -> str | None:
 def linear_plan(model: nn.Module, keep_last: bool = True) -> tuple[list[str], list[str]]:
     """The ``nn.Linear`` layers that become FP8 (by name) and those kept in high precision (``"name: why"``)."""
     linears = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+    # nn.MultiheadAttention reads its out_proj's weight in F.multi_head_attention_forward and never
+    # calls the module: swapping it would change nothing but the count.
+    mha = {
+        f"{name}.out_proj" if name else "out_proj"
+        for name, m in model.named_modules()
+        if isinstance(m, nn.MultiheadAttention)
+    }
     converted: list[str] = []
     kept: list[str] = []
     for i, (name, m) in enumerate(linears):
         bad = [f"{d} {getattr(m, d)}" for d in ("in_features", "out_features") if getattr(m, d) % ALIGN]
-        if bad:
+        if name in mha:
+            kept.append(f"{name}: nn.MultiheadAttention's output projection (used by weight, not called)")
+        elif bad:
             kept.append(f"{name}: {', '.join(bad)} not a multiple of {ALIGN}")
         elif keep_last and i == len(linears) - 1:
             kept.append(f"{name}: the last layer (keep_last)")

@@ -114,9 +114,11 @@ def test_p_loads_a_module_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (info.name, info.version, info.source) == ("ampsuite_example_plugin", "1.2.3", "-p")
 
 
-def test_builtins_load_without_any_option(registry) -> None:
-    assert {"toy"} <= set(registry.workloads)
-    assert {"noop", "inject-fault"} <= set(registry.techniques)
+def test_builtins_load_without_any_option() -> None:
+    registry = load_registry(PluginSettings(autoload=False))
+    assert {"toy", "gemm"} <= set(registry.workloads)
+    assert {"noop", "fp8"} <= set(registry.techniques)
+    assert not any(name.startswith(("inject-fault", "fault-")) for name in registry.techniques)  # opt-in
     assert {p.source for p in registry.plugins} == {"builtin"}
 
 

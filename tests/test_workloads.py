@@ -373,7 +373,9 @@ def test_gemm_runs_in_its_dtype_and_follows_autocast(dtype: Any) -> None:
 
 
 def test_gemm_options_are_validated() -> None:
-    with pytest.raises(ValueError, match="dtype must be one of float32, float16, bfloat16, got 'int8'"):
+    with pytest.raises(
+        ValueError, match="dtype must be one of float32, float16, bfloat16, float8_e4m3fn, float8_e5m2, got 'int8'"
+    ):
         gemm.GemmOptions(dtype="int8")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="k must be >= 1, got 0"):
         gemm.GemmOptions(k=0)

@@ -14,8 +14,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from suite import ProbeContext
 
 ALIGN = 8
-
-
+FP8_ALIGN = 16
+"""FP8 products (``torch._scaled_mm``) need K and N multiples of 16."""
+FLOAT8_DTYPES = frozenset({torch.float8_e4m3fn, torch.float8_e5m2})
 aten = torch.ops.aten
 
 
@@ -198,7 +199,7 @@ class MatmulRecorder(TorchDispatchMode):
             phase = "backward" if torch._C._current_graph_task_id() != -1 else "forward"
             operand = _operand(name, args)
             if operand is not None:
-                dtype = dtype_class(name, operand.dtype, operand.device.type)
+                dtype = dtype_class(name, _payload_dtype(operand), operand.device.type)
                 if name in PRECISION_FAMILIES:
                     self.precision[(name, PRECISION_FAMILIES[name], dtype, phase)] += 1
                 else:
@@ -209,6 +210,15 @@ class MatmulRecorder(TorchDispatchMode):
                     with contextlib.suppress(Exception):  # a formula that cannot read these args counts nothing
                         self.flops[dtype] += int(_FORMULAS[packet](*args, **kwargs, out_val=out))
         return out
+
+
+def _payload_dtype(t: torch.Tensor) -> torch.dtype:
+    """The dtype the kernel computes in: an FP8 training tensor subclass (torchao's
+    ``Float8TrainingTensor``) advertises its original dtype but carries float8 ``_data``."""
+    data = getattr(t, "_data", None)
+    if isinstance(data, torch.Tensor) and data.dtype in FLOAT8_DTYPES:
+        return data.dtype
+    return t.dtype
 
 
 def _shape_tuple(t: torch.Tensor) -> tuple[int, ...]:
@@ -244,8 +254,12 @@ def run_eager_step(ctx: ProbeContext, *modes: contextlib.AbstractContextManager[
             ctx.step.model.zero_grad(set_to_none=True)
 
 
-def _misaligned(dims: dict[str, int]) -> dict[str, int]:
-    return {k: v for k, v in dims.items() if v % ALIGN}
+def _misaligned(dims: dict[str, int], align: int = ALIGN) -> dict[str, int]:
+    return {k: v for k, v in dims.items() if v % align}
+
+
+def _align(dtype: str) -> int:
+    return FP8_ALIGN if dtype.startswith("float8") else ALIGN
 
 
 def _tables(rec: MatmulRecorder) -> Iterator[dict[str, Any]]:
@@ -257,7 +271,7 @@ def _tables(rec: MatmulRecorder) -> Iterator[dict[str, Any]]:
             "shapes": [list(s) for s in shapes],
             "dtype": dtype,
             "count": count,
-            "aligned": not _misaligned(dims),
+            "aligned": not _misaligned(dims, _align(dtype)),
             "dims": dims,
             "phase": phase,
         }
@@ -281,14 +295,15 @@ def inspect(ctx: ProbeContext) -> None:
     # there is noise: 17 warnings on one cell, hundreds in a report, none of them actionable.
     warn = has_tensor_cores(ctx.step.device)
     for row in ops:
-        bad = _misaligned(row["dims"])
-        if bad and row["dtype"] in ("float16", "bfloat16"):
+        align = _align(row["dtype"])
+        bad = _misaligned(row["dims"], align)
+        if bad and (row["dtype"] in ("float16", "bfloat16") or align == FP8_ALIGN):
             misaligned += 1
             what = ", ".join(f"{k}={v}" for k, v in bad.items())
             if warn:
                 ctx.warn(
                     f"Tensor Cores: {row['op']} {row['shapes']} in {row['dtype']} ({row['phase']}) "
-                    f"has {what}, not a multiple of {ALIGN}"
+                    f"has {what}, not a multiple of {align}"
                 )
     ctx.diagnostics["tensor_cores"] = {"ops": ops, "misaligned": misaligned}
     ctx.diagnostics["precision_ops"] = [

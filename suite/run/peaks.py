@@ -6,7 +6,13 @@ measures the peak it divides by, on the device at hand, and says so.
 
 * CUDA: ``torch.mm`` on 8192^3 operands for float32 (TF32 off), tf32 (TF32
   on), float16 and bfloat16, timed with CUDA events over several products per
-  repetition, best repetition after a warm-up. Copy bandwidth is a 1 GiB
+  repetition, best repetition after a warm-up. Where the GPU has FP8 Tensor
+  Cores (compute capability >= 8.9), ``float8_e4m3fn`` (e4m3 x e4m3) and
+  ``float8_e5m2`` (e5m2 x e4m3, the gradient product of FP8 training) through
+  ``torch._scaled_mm`` with per-tensor float32 scales, bfloat16 out and the
+  second operand column-major, the faster of ``use_fast_accum`` off and on:
+  the keys are the dtype class the tensor-cores probe reports for an FP8
+  product (its left operand's dtype), so MFU finds them. Copy bandwidth is a 1 GiB
   device-to-device ``copy_``, counted as bytes read + bytes written.
 * CPU: float32 and bfloat16 products at 512^3 and a 64 MiB copy, timed with
   ``perf_counter``, all within a couple of seconds.
@@ -39,8 +45,8 @@ from suite.results.atomic import write_json_atomic
 __all__ = ["CACHE_ENV", "CACHE_FORMAT", "cache_dir", "device_name", "measure_peaks", "mfu"]
 
 CACHE_ENV = "AMPSUITE_CACHE_DIR"
-CACHE_FORMAT = 1
-"""Bumped when the method changes, so older cached figures are measured again."""
+CACHE_FORMAT = 2
+"""Bumped when the method changes, so older cached figures are measured again (2: FP8 peaks)."""
 
 CUDA_MATMUL = 8192
 CUDA_COPY_BYTES = 1 << 30
@@ -50,6 +56,9 @@ CPU_BUDGET_S = 0.3
 """Seconds of timed calls per CPU figure (at least 3 calls each)."""
 
 _DTYPES = {"float32": torch.float32, "tf32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+FP8_MIN_CAPABILITY = (8, 9)
+_FP8_LEFT = {"float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
+"""FP8 peak classes -> the left operand's dtype (the right one is float8_e4m3fn: cuBLAS has no e5m2 x e5m2)."""
 
 
 def cache_dir() -> Path:
@@ -112,6 +121,17 @@ def _product(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> Callable[[]
     return lambda: torch.mm(a, b, out=out)
 
 
+def _scaled_product(left: torch.dtype, n: int, gen: torch.Generator, fast_accum: bool) -> Callable[[], Any]:
+    a = torch.randn(n, n, device="cuda", generator=gen).to(left)
+    b = torch.randn(n, n, device="cuda", generator=gen).to(torch.float8_e4m3fn).t()  # column-major
+    one = torch.ones((), device="cuda", dtype=torch.float32)
+    return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16, use_fast_accum=fast_accum)
+
+
+def _fp8_supported() -> bool:
+    return torch.cuda.get_device_capability() >= FP8_MIN_CAPABILITY and hasattr(torch, "_scaled_mm")
+
+
 def _copy(src: torch.Tensor, dst: torch.Tensor) -> Callable[[], Any]:
     return lambda: dst.copy_(src)
 
@@ -160,12 +180,21 @@ def _measure_cuda() -> tuple[dict[str, float], float, dict[str, Any]]:
             seconds = _best_cuda_seconds(_product(a, b, out), iters=iters, reps=5)
         tflops[cls] = 2 * n**3 / seconds / 1e12
         del a, b, out
+    if _fp8_supported():
+        for cls, left in _FP8_LEFT.items():
+            seconds = min(
+                _best_cuda_seconds(_scaled_product(left, n, gen, fast_accum), iters=20, reps=5)
+                for fast_accum in (False, True)
+            )
+            tflops[cls] = 2 * n**3 / seconds / 1e12
     src = torch.empty(CUDA_COPY_BYTES // 4, device="cuda", dtype=torch.float32).fill_(1.0)
     dst = torch.empty_like(src)
     seconds = _best_cuda_seconds(_copy(src, dst), iters=20, reps=5)
     del src, dst
     torch.cuda.empty_cache()
     method = {"matmul": f"torch.mm {n}^3, best of 5 x (5-20 products), CUDA events", "copy_bytes": CUDA_COPY_BYTES}
+    if _fp8_supported():
+        method["fp8"] = "torch._scaled_mm, per-tensor scales, bf16 out, best of use_fast_accum off/on"
     return tflops, 2 * CUDA_COPY_BYTES / seconds / 1e9, method
 
 
@@ -193,7 +222,8 @@ def measure_peaks(device_type: str, *, refresh: bool = False) -> dict[str, Any]:
     :param refresh: measure even when a cached figure exists.
     :return: ``{"device", "torch", "matmul_tflops": {class: TFLOP/s}, "copy_gbps": GB/s
         (bytes read + written, 1e9 per GB), "method": {...}, "cached": bool}``; classes are
-        float32, tf32, float16, bfloat16 on CUDA and float32, bfloat16 on CPU.
+        float32, tf32, float16, bfloat16 on CUDA (and float8_e4m3fn, float8_e5m2 at compute
+        capability >= 8.9) and float32, bfloat16 on CPU.
     :raises ValueError: for another device type; RuntimeError when CUDA is asked for and absent.
     """
     if device_type == "cuda" and not torch.cuda.is_available():

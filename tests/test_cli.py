@@ -72,11 +72,11 @@ def test_list_shows_the_toy_workload_with_options_and_defaults(capsys, monkeypat
     assert ", default 'raise'): " in kind
 
 
-@pytest.mark.parametrize("argv", [["-p", "no:faults", "list"], ["list", "-p", "no:faults"]])
+@pytest.mark.parametrize("argv", [["-p", "no:noop", "list"], ["list", "-p", "no:noop"]])
 def test_p_is_accepted_before_and_after_the_subcommand(capsys, argv: list[str]) -> None:
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
-    assert "inject-fault" not in out and "workload toy" in out
+    assert "technique noop" not in out and "workload toy" in out
 
 
 def test_list_keeps_one_record_per_line_when_piped() -> None:

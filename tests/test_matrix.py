@@ -75,7 +75,9 @@ class MatrixPlugin:
 
 @pytest.fixture(scope="module")
 def reg() -> Any:
-    return load_registry(PluginSettings(autoload=False), objects=[("matrix-test", MatrixPlugin())])
+    return load_registry(
+        PluginSettings(extra=("plugins.faults",), autoload=False), objects=[("matrix-test", MatrixPlugin())]
+    )
 
 
 def cells_of(reg: Any, text: str, device: str = "cpu") -> list[Cell]:

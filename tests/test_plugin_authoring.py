@@ -140,7 +140,8 @@ def test_statuses_and_assertion_messages(ampsuite_run):
         {
             "workloads": {"toy": {"batch_size": 4, "hidden": 8}},
             "combinations": {"fp32": [], "broken": ["inject-fault"], "graphs": ["cuda-graphs"]},
-        }
+        },
+        plugins=["plugins.faults"],  # opt-in, as on the command line
     )
     assert result.statuses() == {"toy/fp32/bs4": "passed", "toy/broken/bs4": "failed", "toy/graphs/bs4": "skipped"}
     result.assert_status("toy/graphs/*", "skipped", reason="needs a CUDA device")

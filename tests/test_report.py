@@ -348,7 +348,7 @@ def test_csv_neutralises_spreadsheet_formulas(tmp_path: Path) -> None:
 
 
 def test_history_follows_commit_order_when_dates_tie() -> None:
-    from suite.analysis.derived import HistoryPoint
+    from suite.analysis import HistoryPoint
     from suite.report.history import in_commit_order
 
     same = "2026-01-01T00:00:00+00:00"

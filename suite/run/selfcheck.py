@@ -80,6 +80,14 @@ CHECKS: dict[str, tuple[Check, ...]] = {
             ("amp-bf16", "channels-last", "cudnn-benchmark", "torch-compile"),
             256,
         ),
+        # The recipe `ampsuite tune tests/gpu/tune-resnet50.toml` found on an H200 (2026-11-30).
+        Check(
+            "resnet50-fp16-compile-bs256",
+            "resnet",
+            {"depth": 50},
+            ("amp-fp16", "cudnn-benchmark", "torch-compile"),
+            256,
+        ),
         Check(
             "resnet50-bf16-cl-fused-graphs-bs256",
             "resnet",

@@ -6,8 +6,10 @@ model much larger, hence slower. Then plain asv commands, as a user types them:
 ``asv run ALL`` with the ampsuite-venv environment (no machine prompt: the
 machine file comes from ``suite.asvtools.machine``), ``asv publish`` and
 ``asv compare``. Checked: three commits recorded for every cell (a value, a
-failure or n/a as the cell's status says), the slowdown reported by
-``asv compare`` as a regression, the environment holding only ampsuite, and the
+failure or n/a as the cell's status says) over the parameters workload,
+combination and batch, three rounds reaching asv as samples with a confidence
+interval, no change reported between the first two commits and the slowdown
+reported by ``asv compare`` as a regression, the environment holding only ampsuite, and the
 published site working in headless Chromium that can reach no host but
 127.0.0.1, with no console error.
 

@@ -205,6 +205,17 @@ def test_rounds_and_processes_reach_asv_as_samples(cells: ModuleType) -> None:
     assert stats["ci_99_a"] <= 0.0005 and stats["ci_99_b"] >= 0.001 and stats["repeat"] == 4
 
 
+def test_rounds_come_from_the_environment(cells: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AMPSUITE_ASV_ROUNDS", raising=False)
+    assert cells.rounds() == 3
+    monkeypatch.setenv("AMPSUITE_ASV_ROUNDS", "5")
+    assert cells.rounds() == 5
+    monkeypatch.setenv("AMPSUITE_ASV_ROUNDS", "0")
+    with pytest.raises(ValueError, match="at least 1"):
+        cells.rounds()
+    assert cells.samples([0.5]) == 0.5  # one round: a bare value, compared by ratio only
+
+
 def test_a_failure_in_any_round_fails_the_cell(cells: ModuleType) -> None:
     broken = _record("failed", metrics={}, evidence={"type": "InjectedFault", "message": "flaky"})
     rounds = [{r["id"]: cells.summarize(r)} for r in (_record(), broken, _record())]

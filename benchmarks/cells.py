@@ -3,7 +3,7 @@
 
 The figures are ampsuite's own measurements (CUDA events on a GPU), never
 asv's timers. ``setup_cache`` runs ``python -m suite run`` ``AMPSUITE_ASV_ROUNDS``
-times (default 3) per commit and environment, in subprocesses so that the
+times (default 5) per commit and environment, in subprocesses so that the
 commit's installed ampsuite measures; every ``track_*`` benchmark reads its
 figures from those runs.
 
@@ -26,7 +26,7 @@ Which suite (see ``benchmarks/README.md``):
     ``AMPSUITE_ASV_DATA_DIR`` where generated data sets live (default ``reports/data``).
     ``AMPSUITE_ASV_RUN_ARGS`` more arguments for ``ampsuite run`` (shell syntax), e.g.
                              ``--timeout 300`` or ``-p my_plugin``.
-    ``AMPSUITE_ASV_ROUNDS``  independent runs of the suite per commit (default 3): the
+    ``AMPSUITE_ASV_ROUNDS``  independent runs of the suite per commit (default 5): the
                              samples asv's statistics see. 1 gives bare values (asv then
                              compares with ``--factor`` only).
 
@@ -72,7 +72,7 @@ TIMEOUT_ENV = "AMPSUITE_ASV_TIMEOUT"
 DATA_DIR_ENV = "AMPSUITE_ASV_DATA_DIR"
 RUN_ARGS_ENV = "AMPSUITE_ASV_RUN_ARGS"
 ROUNDS_ENV = "AMPSUITE_ASV_ROUNDS"
-DEFAULT_ROUNDS = 3
+DEFAULT_ROUNDS = 5
 CHECKOUT_ENV = "AMPSUITE_ASV_CHECKOUT"  # set by the ampsuite-venv environment (suite/asvtools/environment.py)
 RESULTS_FILE = "ampsuite-results.json"
 METRICS_REVISION = 2

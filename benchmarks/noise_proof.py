@@ -14,7 +14,7 @@ with ``asv run`` (the offline ``ampsuite-venv`` environment, the suite of
 
 ``--rounds 1`` gives the pre-``AMPSUITE_ASV_ROUNDS`` behaviour (one bare value
 per cell, compared by ratio only). Takes about ``4 x rounds`` runs of the suite
-(a few minutes with the default CPU suite). Figures: ``benchmarks/README.md``.
+(about 20 minutes with the default CPU suite on a loaded 2-core machine). Figures: ``benchmarks/README.md``.
 
 Not a benchmark: asv imports this module while discovering benchmarks and finds
 none in it.
@@ -111,7 +111,7 @@ def flags(root: Path, env: dict[str, str], before: str, after: str) -> dict[str,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suite", default="suite/defaults/cpu.toml", help="suite file, relative to the repository")
-    parser.add_argument("--rounds", type=int, default=3, help="AMPSUITE_ASV_ROUNDS (default 3)")
+    parser.add_argument("--rounds", type=int, default=5, help="AMPSUITE_ASV_ROUNDS (default 5)")
     parser.add_argument("--keep", type=Path, help="work in this folder and keep it (default: a temporary one)")
     args = parser.parse_args(argv)
 

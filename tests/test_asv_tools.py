@@ -207,9 +207,9 @@ def test_rounds_and_processes_reach_asv_as_samples(cells: ModuleType) -> None:
 
 def test_rounds_come_from_the_environment(cells: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AMPSUITE_ASV_ROUNDS", raising=False)
-    assert cells.rounds() == 3
-    monkeypatch.setenv("AMPSUITE_ASV_ROUNDS", "5")
     assert cells.rounds() == 5
+    monkeypatch.setenv("AMPSUITE_ASV_ROUNDS", "3")
+    assert cells.rounds() == 3
     monkeypatch.setenv("AMPSUITE_ASV_ROUNDS", "0")
     with pytest.raises(ValueError, match="at least 1"):
         cells.rounds()

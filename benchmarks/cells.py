@@ -1,31 +1,48 @@
-"""ampsuite's asv benchmarks: one ``track_*`` benchmark per metric, one parameter value per cell.
+"""ampsuite's asv benchmarks: one ``track_*`` benchmark per metric over the parameters
+``workload``, ``combination`` and ``batch``; each cell of the suite is one combination of them.
 
 The figures are ampsuite's own measurements (CUDA events on a GPU), never
-asv's timers. ``setup_cache`` runs ``python -m suite run`` once per commit and
-environment, in a subprocess so that the commit's installed ampsuite measures;
-every ``track_*`` benchmark reads its value from that one run.
+asv's timers. ``setup_cache`` runs ``python -m suite run`` ``AMPSUITE_ASV_ROUNDS``
+times (default 5) per commit and environment, in subprocesses so that the
+commit's installed ampsuite measures; every ``track_*`` benchmark reads its
+figures from those runs.
+
+Noise reaches asv: the timing and memory benchmarks return asv's own result
+form for measured samples, ``{"samples": [...], "number": 1}``, one sample per
+independent measurement of the cell (each round's median step time, or each
+worker process's median when the suite sets ``[measure] processes``). asv's
+runner accepts that form from any benchmark type; it stores the median and
+asv's statistics (99 % confidence interval of the median, quartiles), and
+``asv compare`` / ``asv continuous`` flag a change only when the confidence
+intervals do not overlap *and* the ratio passes ``--factor``.
 
 Which suite (see ``benchmarks/README.md``):
     ``AMPSUITE_ASV_SUITE``   suite file; a relative path is relative to the repository
                              root. Default: the default suite of the device,
                              ``suite/defaults/{cpu,cuda}.toml``.
     ``AMPSUITE_ASV_DEVICE``  ``cpu`` or ``cuda``; default ``cuda`` when torch sees a GPU.
-    ``AMPSUITE_ASV_TIMEOUT`` seconds allowed for one run of the suite (default 3600).
+    ``AMPSUITE_ASV_TIMEOUT`` seconds allowed for all runs of the suite at one commit
+                             (default 3600 per round).
     ``AMPSUITE_ASV_DATA_DIR`` where generated data sets live (default ``reports/data``).
     ``AMPSUITE_ASV_RUN_ARGS`` more arguments for ``ampsuite run`` (shell syntax), e.g.
                              ``--timeout 300`` or ``-p my_plugin``.
+    ``AMPSUITE_ASV_ROUNDS``  independent runs of the suite per commit (default 5): the
+                             samples asv's statistics see. 1 gives bare values (asv then
+                             compares with ``--factor`` only).
 
-The parameter list (cell ids) and each benchmark's ``version`` come from the
+The parameter lists (workloads, combinations, batch sizes) and each benchmark's ``version`` come from the
 suite file in the working tree that asv runs from, expanded by the working
 tree's ampsuite, so every commit's benchmark process sees the same list. Each
 commit is measured with its own copy of the suite file when the file lies
 inside the repository and exists at that commit (else the working tree's
-copy); its records are matched to parameters by cell id.
+copy); its records are matched to parameters by cell id,
+``"/".join([workload, combination, f"bs{batch}"])``. A triple that is not a
+cell of the suite is n/a (asv's skip).
 
-Results: ``status`` passed gives the value; skipped, or a cell the commit's
+Results: ``status`` passed in every round gives the value; skipped, or a cell the commit's
 run does not have, is n/a (``NotImplementedError`` in ``setup``, asv's skip);
-failed, oom, timeout, crashed or interrupted is a failure (an exception in the
-benchmark, with the record's evidence as the message). A passed cell without
+failed, oom, timeout, crashed or interrupted in any round is a failure (an
+exception in the benchmark, with the record's evidence as the message). A passed cell without
 the metric (no loss recorded) is n/a.
 
 asv counts every larger value as worse, so the tracked values are seconds per
@@ -43,6 +60,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -53,11 +71,16 @@ DEVICE_ENV = "AMPSUITE_ASV_DEVICE"
 TIMEOUT_ENV = "AMPSUITE_ASV_TIMEOUT"
 DATA_DIR_ENV = "AMPSUITE_ASV_DATA_DIR"
 RUN_ARGS_ENV = "AMPSUITE_ASV_RUN_ARGS"
+ROUNDS_ENV = "AMPSUITE_ASV_ROUNDS"
+DEFAULT_ROUNDS = 5
 CHECKOUT_ENV = "AMPSUITE_ASV_CHECKOUT"  # set by the ampsuite-venv environment (suite/asvtools/environment.py)
 RESULTS_FILE = "ampsuite-results.json"
-METRICS_REVISION = 1
-"""Part of every benchmark's version: raise it when what a track_* function returns changes meaning."""
+METRICS_REVISION = 2
+"""Part of every benchmark's version: raise it when what a track_* function returns changes meaning.
+2: samples (one per round) instead of one bare value; parameters workload, combination, batch."""
+PARAM_NAMES = ["workload", "combination", "batch"]
 
+# Status strings of ampsuite's results file (benchmarks/ runs against older commits: no import of suite.Status).
 PASSED = "passed"
 SKIPPED = "skipped"
 
@@ -160,22 +183,54 @@ def _number(value: Any) -> float | None:
 
 
 def summarize(record: dict[str, Any]) -> dict[str, Any]:
-    """What the track_* benchmarks need from one record of the results file."""
+    """What the track_* benchmarks need from one record of one results file.
+
+    ``seconds_per_sample`` and ``peak_memory_bytes`` are lists of samples (or None):
+    one per worker process when the suite measured the cell in several
+    (``step_time.processes``), else one.
+    """
     metrics = record.get("metrics") or {}
     step_time = metrics.get("step_time") or {}
     numerics = record.get("numerics") or {}
-    median = _number(step_time.get("median"))
     per_step = _number(metrics.get("samples_per_step"))
+    medians = [_number(p.get("median")) for p in step_time.get("processes") or [] if isinstance(p, dict)]
+    if len(medians) < 2 or None in medians:
+        medians = [_number(step_time.get("median"))]
+    seconds = [m / per_step for m in medians if m is not None] if per_step else []
+    memory = _number(metrics.get("peak_memory_bytes"))
     loss = _number(numerics.get("loss_at_n"))
     return {
         "status": record.get("status"),
         "evidence": _evidence(record),
-        "seconds_per_sample": median / per_step if median is not None and per_step else None,
-        "peak_memory_bytes": _number(metrics.get("peak_memory_bytes")),
+        "seconds_per_sample": seconds or None,
+        "peak_memory_bytes": None if memory is None else [memory],
         "loss_at_n": loss,
         "nonfinite": loss is None and bool(numerics.get("losses")),
         "nonfinite_step": numerics.get("nonfinite_step"),
     }
+
+
+def merge_rounds(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """One summary per cell id from the summaries of several runs of the suite.
+
+    All rounds passed: the samples of every round together, the first round's
+    loss (the numerics are seeded). Otherwise the first round that did not
+    pass decides: a failure in any round beats a skip.
+    """
+    merged: dict[str, dict[str, Any]] = {}
+    for cell in dict.fromkeys(c for r in rounds for c in r):
+        found = [r[cell] for r in rounds if cell in r]
+        failed = [f for f in found if f["status"] not in (PASSED, SKIPPED)]
+        skipped = [f for f in found if f["status"] == SKIPPED]
+        if failed or skipped:
+            merged[cell] = (failed or skipped)[0]
+            continue
+        first = dict(found[0])
+        for metric in ("seconds_per_sample", "peak_memory_bytes"):
+            lists = [f[metric] for f in found]
+            first[metric] = None if any(v is None for v in lists) else [x for v in lists for x in v]
+        merged[cell] = first
+    return merged
 
 
 def read_results(path: Path) -> dict[str, Any]:
@@ -212,30 +267,47 @@ def run_suite(suite: Path, device: str, out: Path, limit: float) -> subprocess.C
     return subprocess.CompletedProcess(cmd, proc.returncode, output, "")
 
 
+def rounds() -> int:
+    text = os.environ.get(ROUNDS_ENV, "").strip()
+    count = int(text) if text else DEFAULT_ROUNDS
+    if count < 1:
+        raise ValueError(f"{ROUNDS_ENV} must be at least 1, got {text!r}")
+    return count
+
+
 def setup_cache() -> dict[str, Any]:
-    """Run the suite once at this commit; return every cell's figures by id."""
+    """Run the suite ``AMPSUITE_ASV_ROUNDS`` times at this commit; return every cell's figures by id."""
     suite = suite_for_commit(PLAN, repo_root(), os.environ.get(CHECKOUT_ENV))
-    out = Path.cwd() / RESULTS_FILE
     limit = setup_cache.timeout  # type: ignore[attr-defined]
-    done = run_suite(suite, PLAN["device"], out, max(limit - 30.0, 0.9 * limit))
-    print(done.stdout[-5000:])
-    if not out.is_file():
-        raise RuntimeError(
-            f"ampsuite run of {suite} wrote no results (exit code {done.returncode}):\n{done.stdout[-3000:]}"
-        )
-    doc = read_results(out)
-    return {
-        "suite": str(suite),
-        "commit": os.environ.get("ASV_COMMIT"),
-        "cells": {str(r["id"]): summarize(r) for r in doc["cells"]},
-    }
+    deadline = time.monotonic() + max(limit - 30.0, 0.9 * limit)
+    summaries = []
+    for index in range(rounds()):
+        out = Path.cwd() / f"round{index + 1}-{RESULTS_FILE}"
+        done = run_suite(suite, PLAN["device"], out, max(deadline - time.monotonic(), 1.0))
+        print(done.stdout[-5000:])
+        if not out.is_file():
+            raise RuntimeError(
+                f"ampsuite run of {suite} wrote no results (exit code {done.returncode}):\n{done.stdout[-3000:]}"
+            )
+        doc = read_results(out)
+        summaries.append({str(r["id"]): summarize(r) for r in doc["cells"]})
+    return {"suite": str(suite), "commit": os.environ.get("ASV_COMMIT"), "cells": merge_rounds(summaries)}
 
 
-setup_cache.timeout = float(os.environ.get(TIMEOUT_ENV) or 3600)  # type: ignore[attr-defined]
+setup_cache.timeout = float(os.environ.get(TIMEOUT_ENV) or 3600 * rounds())  # type: ignore[attr-defined]
 
 
-def setup(cache: dict[str, Any], cell: str) -> None:
-    """n/a (asv's skip) for a cell the commit did not run, or ran as skipped."""
+def cell_id(workload: str, combination: str, batch: int) -> str:
+    """The cell id of three asv parameters (``toy``, ``fp32``, ``32`` -> ``toy/fp32/bs32``)."""
+    return f"{workload}/{combination}/bs{batch}"
+
+
+def setup(cache: dict[str, Any], workload: str, combination: str, batch: int) -> None:
+    """n/a (asv's skip) for a triple that is no cell of the suite, a cell the
+    commit did not run, or one it ran as skipped."""
+    cell = cell_id(workload, combination, batch)
+    if cell not in PLAN["axes"]:
+        raise NotImplementedError(f"{cell}: not a cell of {PLAN['suite']}")
     record = cache["cells"].get(cell)
     if record is None:
         raise NotImplementedError(f"{cell}: not in this commit's run of {cache['suite']}")
@@ -243,8 +315,9 @@ def setup(cache: dict[str, Any], cell: str) -> None:
         raise NotImplementedError(f"{cell}: skipped: {record['evidence']}")
 
 
-def value(cache: dict[str, Any], cell: str, metric: str) -> float:
-    """A passed cell's figure; an exception for any other status; n/a when not recorded."""
+def value(cache: dict[str, Any], cell: str, metric: str) -> Any:
+    """A passed cell's figure (a list of samples for timing and memory); an exception
+    for any other status; n/a when not recorded."""
     record = cache["cells"][cell]
     if record["status"] != PASSED:
         raise CellFailed(f"{cell}: {record['status']}: {record['evidence']}")
@@ -253,25 +326,45 @@ def value(cache: dict[str, Any], cell: str, metric: str) -> float:
     figure = record[metric]
     if figure is None:
         raise SkipNotImplemented(f"{cell}: ampsuite recorded no {metric}")
-    return float(figure)
+    return figure
+
+
+def samples(figures: list[float]) -> float | dict[str, Any]:
+    """asv's result form for measured samples (its runner computes the median and
+    the statistics from them); a single sample is handed over as a bare value."""
+    if len(figures) == 1:
+        return float(figures[0])
+    return {"samples": [float(x) for x in figures], "number": 1}
 
 
 # -- the benchmarks -------------------------------------------------------------
 
 
-def track_seconds_per_sample(cache: dict[str, Any], cell: str) -> float:
-    """Median step time divided by the samples (images, sequences, ...) one step processes."""
-    return value(cache, cell, "seconds_per_sample")
+def track_seconds_per_sample(cache: dict[str, Any], workload: str, combination: str, batch: int) -> Any:
+    """Median step time divided by the samples (images, sequences, ...) one step
+    processes; one sample per round (and worker process)."""
+    return samples(value(cache, cell_id(workload, combination, batch), "seconds_per_sample"))
 
 
-def track_peak_memory_bytes(cache: dict[str, Any], cell: str) -> float:
-    """Peak memory during the timed steps (device memory on a GPU, the worker's RSS on a CPU)."""
-    return value(cache, cell, "peak_memory_bytes")
+def track_peak_memory_bytes(cache: dict[str, Any], workload: str, combination: str, batch: int) -> Any:
+    """Peak memory during the timed steps (device memory on a GPU, the worker's RSS
+    on a CPU); one sample per round."""
+    return samples(value(cache, cell_id(workload, combination, batch), "peak_memory_bytes"))
 
 
-def track_loss_at_n(cache: dict[str, Any], cell: str) -> float:
-    """Training loss after the suite's ``numerics_steps`` steps from the seeded start."""
-    return value(cache, cell, "loss_at_n")
+def track_loss_at_n(cache: dict[str, Any], workload: str, combination: str, batch: int) -> float:
+    """Training loss after the suite's ``numerics_steps`` steps from the seeded start (first round)."""
+    return float(value(cache, cell_id(workload, combination, batch), "loss_at_n"))
+
+
+def parameters(plan: dict[str, Any]) -> list[list[Any]]:
+    """asv's ``params``: the workloads and combinations in matrix order, the batch sizes ascending."""
+    triples = [plan["axes"][c] for c in plan["cells"]]
+    return [
+        list(dict.fromkeys(t[0] for t in triples)),
+        list(dict.fromkeys(t[1] for t in triples)),
+        sorted({int(t[2]) for t in triples}),
+    ]
 
 
 PLAN = load_plan()
@@ -281,7 +374,7 @@ for _fn, _unit in (
     (track_peak_memory_bytes, "bytes"),
     (track_loss_at_n, "loss"),
 ):
-    _fn.params = list(PLAN["cells"])  # type: ignore[attr-defined]
-    _fn.param_names = ["cell"]  # type: ignore[attr-defined]
+    _fn.params = parameters(PLAN)  # type: ignore[attr-defined]
+    _fn.param_names = list(PARAM_NAMES)  # type: ignore[attr-defined]
     _fn.unit = _unit  # type: ignore[attr-defined]
     _fn.version = benchmark_version(_fn.__name__.removeprefix("track_"), PLAN)  # type: ignore[attr-defined]

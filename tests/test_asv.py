@@ -6,8 +6,10 @@ model much larger, hence slower. Then plain asv commands, as a user types them:
 ``asv run ALL`` with the ampsuite-venv environment (no machine prompt: the
 machine file comes from ``suite.asvtools.machine``), ``asv publish`` and
 ``asv compare``. Checked: three commits recorded for every cell (a value, a
-failure or n/a as the cell's status says), the slowdown reported by
-``asv compare`` as a regression, the environment holding only ampsuite, and the
+failure or n/a as the cell's status says) over the parameters workload,
+combination and batch, five rounds reaching asv as samples with a confidence
+interval, no change reported between the first two commits and the slowdown
+reported by ``asv compare`` as a regression, the environment holding only ampsuite, and the
 published site working in headless Chromium that can reach no host but
 127.0.0.1, with no console error.
 
@@ -63,6 +65,9 @@ kind = "raise"
 at = "apply"
 """
 FAST, BROKEN, SKIPPED = "toy/fp32/bs32", "toy/broken/bs32", "toy/graphs/bs32"
+PARAMS = [["'toy'"], ["'fp32'", "'broken'", "'graphs'"], ["32"]]  # asv's reprs; product order = the three cells
+FAST_NAME = "cells.track_seconds_per_sample('toy', 'fp32', 32)"
+ROUNDS = 5  # asv's interval of a median from 3 samples can reach below zero under load
 METRICS = ("cells.track_seconds_per_sample", "cells.track_peak_memory_bytes", "cells.track_loss_at_n")
 
 # Not copied into the temporary repository: what .gitignore keeps out of git, and git itself.
@@ -143,6 +148,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
     env.update(
         HOME=str(home),  # asv's machine file and git's global config live here
         AMPSUITE_ASV_SUITE="asv-test.toml",
+        AMPSUITE_ASV_ROUNDS=str(ROUNDS),
         OMP_NUM_THREADS="1",  # a loaded 2-core machine slows tiny multi-threaded steps by orders of magnitude
         GIT_AUTHOR_NAME="ampsuite test",
         GIT_AUTHOR_EMAIL="test@example.invalid",
@@ -190,12 +196,17 @@ def test_every_commit_is_recorded_for_every_cell(project: Project) -> None:
     for commit, data in files.items():
         for name in METRICS:
             params = _column(data, name, "params")
-            assert params == [[repr(FAST), repr(BROKEN), repr(SKIPPED)]], (commit, name)
+            assert params == PARAMS, (commit, name)
             values = dict(zip((FAST, BROKEN, SKIPPED), _column(data, name, "result"), strict=True))
             assert isinstance(values[FAST], float) and values[FAST] > 0, (commit, name, values)
             assert values[BROKEN] is None, (commit, name, values)  # asv's "failed"
             assert math.isnan(values[SKIPPED]), (commit, name, values)  # asv's "n/a"
             assert _column(data, name, "version") == benchmarks[name]["version"]
+        # the timing's samples (one per round) reached asv: a median with a confidence interval around it
+        low, high = (_column(data, METRICS[0], f"stats_ci_99_{end}")[0] for end in "ab")
+        value = _column(data, METRICS[0], "result")[0]
+        assert _column(data, METRICS[0], "stats_repeat")[0] == ROUNDS
+        assert low <= value <= high and low < high, (commit, low, value, high)
 
 
 def test_the_environment_installs_only_ampsuite_and_names_the_torch_it_reused(project: Project) -> None:
@@ -228,9 +239,10 @@ def _compare(project: Project, before: str, after: str) -> dict[str, str]:
     return rows
 
 
-def test_asv_compare_reports_the_slowdown_as_a_regression(project: Project) -> None:
+def test_asv_compare_reports_the_slowdown_as_a_regression_and_no_change_as_none(project: Project) -> None:
     first, second, third = project.commits
-    key = f"cells.track_seconds_per_sample({FAST!r})"
+    key = FAST_NAME
+    assert _compare(project, first, second)[key] == ""  # same speed: within the measured noise
     assert _compare(project, second, third)[key] == "+"  # asv's mark for "got worse"
     assert _compare(project, third, second)[key] == "-"  # and going back is an improvement
     assert _compare(project, first, third)[key] == "+"
@@ -278,5 +290,5 @@ def test_the_published_site_works_offline(project: Project, tmp_path: Path) -> N
     assert report.values["benchmarks"] == len(METRICS)
     graph = "@#cells.track_seconds_per_sample"
     assert report.values["plots" + graph] > 0
-    assert FAST in report.values["text" + graph]
-    assert f"cells.track_seconds_per_sample('{FAST}')" in report.values["text@#regressions"]
+    assert all(word in report.values["text" + graph] for word in ("workload", "combination", "batch", "fp32"))
+    assert "track_seconds_per_sample(" in report.values["text@#regressions"]

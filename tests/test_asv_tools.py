@@ -84,13 +84,14 @@ def cells(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleType]:
 TRACKS = ("track_seconds_per_sample", "track_peak_memory_bytes", "track_loss_at_n")
 
 
-def test_every_metric_is_one_benchmark_over_the_suites_cell_ids(cells: ModuleType) -> None:
+def test_every_metric_is_one_benchmark_over_workload_combination_and_batch(cells: ModuleType) -> None:
     expected = ["toy/fp32/bs8", "toy/graphs/bs8", "toy/fp32/bs16", "toy/graphs/bs16"]
     assert sorted(cells.PLAN["cells"]) == sorted(expected)
     for name in TRACKS:
         fn = getattr(cells, name)
-        assert fn.params == cells.PLAN["cells"]
-        assert fn.param_names == ["cell"]
+        assert fn.params == [["toy"], ["fp32", "graphs"], [8, 16]]
+        assert fn.param_names == ["workload", "combination", "batch"]
+    assert {cells.cell_id(*cells.PLAN["axes"][c]) for c in expected} == set(expected)
     assert (cells.track_seconds_per_sample.unit, cells.track_peak_memory_bytes.unit) == ("seconds", "bytes")
     assert len({getattr(cells, name).version for name in TRACKS}) == 3
     assert cells.PLAN["skip_reasons"] == {
@@ -98,6 +99,25 @@ def test_every_metric_is_one_benchmark_over_the_suites_cell_ids(cells: ModuleTyp
         "toy/graphs/bs16": cells.PLAN["skip_reasons"]["toy/graphs/bs16"],
     }
     assert "cuda" in cells.PLAN["skip_reasons"]["toy/graphs/bs8"].lower()
+
+
+@pytest.mark.parametrize(
+    ("cell", "combination", "world", "batch", "triple"),
+    [
+        ("toy/fp32/bs32", "fp32", 1, 32, ("toy", "fp32", 32)),
+        ("resnet[depth=50]/amp-bf16/bs256", "amp-bf16", 1, 256, ("resnet[depth=50]", "amp-bf16", 256)),
+        ("bert[seq_len=128,layers=2]/amp/x2/bs16", "amp", 2, 16, ("bert[seq_len=128,layers=2]", "amp/x2", 16)),
+    ],
+)
+def test_a_cell_id_is_three_parameters_that_join_back_into_it(
+    cell: str, combination: str, world: int, batch: int, triple: tuple[str, str, int]
+) -> None:
+    from suite.asvtools.plan import axes
+
+    assert axes(cell, combination, world, batch) == triple
+    assert "/".join([triple[0], triple[1], f"bs{triple[2]}"]) == cell
+    with pytest.raises(ValueError, match="does not end"):
+        axes(cell, "other", world, batch)
 
 
 def _plan(**changes: Any) -> dict[str, Any]:
@@ -151,20 +171,67 @@ def _cache(cells: ModuleType, *records: dict[str, Any]) -> dict[str, Any]:
     return {"suite": "s.toml", "commit": None, "cells": {r["id"]: cells.summarize(r) for r in records}}
 
 
+CELL = ("toy", "fp32", 8)
+
+
 def test_a_passed_cell_gives_seconds_per_sample_bytes_and_loss(cells: ModuleType) -> None:
     cache = _cache(cells, _record())
-    cells.setup(cache, "toy/fp32/bs8")
-    assert cells.track_seconds_per_sample(cache, "toy/fp32/bs8") == pytest.approx(0.004 / 8)
-    assert cells.track_peak_memory_bytes(cache, "toy/fp32/bs8") == 1000.0
-    assert cells.track_loss_at_n(cache, "toy/fp32/bs8") == pytest.approx(1.9)
+    cells.setup(cache, *CELL)
+    assert cells.track_seconds_per_sample(cache, *CELL) == pytest.approx(0.004 / 8)
+    assert cells.track_peak_memory_bytes(cache, *CELL) == 1000.0
+    assert cells.track_loss_at_n(cache, *CELL) == pytest.approx(1.9)
+
+
+def test_rounds_and_processes_reach_asv_as_samples(cells: ModuleType) -> None:
+    """asv's runner turns {"samples", "number"} from any benchmark into a median and its statistics."""
+    from asv_runner.statistics import compute_stats
+
+    slow = _record(metrics={"step_time": {"median": 0.008}, "samples_per_step": 8, "peak_memory_bytes": 1200})
+    two = _record(
+        metrics={
+            "step_time": {"median": 0.005, "processes": [{"median": 0.004}, {"median": 0.006}]},
+            "samples_per_step": 8,
+            "peak_memory_bytes": 1100,
+        }
+    )
+    rounds = [{r["id"]: cells.summarize(r)} for r in (_record(), slow, two)]
+    cache = {"suite": "s.toml", "commit": None, "cells": cells.merge_rounds(rounds)}
+    seconds = cells.track_seconds_per_sample(cache, *CELL)
+    assert seconds == {"samples": pytest.approx([0.0005, 0.001, 0.0005, 0.00075]), "number": 1}
+    assert cells.track_peak_memory_bytes(cache, *CELL) == {"samples": [1000.0, 1200.0, 1100.0], "number": 1}
+    assert cells.track_loss_at_n(cache, *CELL) == pytest.approx(1.9)
+    median, stats = compute_stats(seconds["samples"], seconds["number"])
+    assert median == pytest.approx(0.000625)
+    assert stats["ci_99_a"] <= 0.0005 and stats["ci_99_b"] >= 0.001 and stats["repeat"] == 4
+
+
+def test_rounds_come_from_the_environment(cells: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AMPSUITE_ASV_ROUNDS", raising=False)
+    assert cells.rounds() == 5
+    monkeypatch.setenv("AMPSUITE_ASV_ROUNDS", "3")
+    assert cells.rounds() == 3
+    monkeypatch.setenv("AMPSUITE_ASV_ROUNDS", "0")
+    with pytest.raises(ValueError, match="at least 1"):
+        cells.rounds()
+    assert cells.samples([0.5]) == 0.5  # one round: a bare value, compared by ratio only
+
+
+def test_a_failure_in_any_round_fails_the_cell(cells: ModuleType) -> None:
+    broken = _record("failed", metrics={}, evidence={"type": "InjectedFault", "message": "flaky"})
+    rounds = [{r["id"]: cells.summarize(r)} for r in (_record(), broken, _record())]
+    cache = {"suite": "s.toml", "commit": None, "cells": cells.merge_rounds(rounds)}
+    with pytest.raises(cells.CellFailed, match="flaky"):
+        cells.track_seconds_per_sample(cache, *CELL)
 
 
 def test_a_skipped_or_absent_cell_is_na(cells: ModuleType) -> None:
     cache = _cache(cells, _record("skipped", id="toy/graphs/bs8", metrics={}, evidence={"reason": "needs cuda"}))
     with pytest.raises(NotImplementedError, match="needs cuda"):
-        cells.setup(cache, "toy/graphs/bs8")
-    with pytest.raises(NotImplementedError, match="toy/fp32/bs16"):
-        cells.setup(cache, "toy/fp32/bs16")
+        cells.setup(cache, "toy", "graphs", 8)
+    with pytest.raises(NotImplementedError, match="toy/fp32/bs16: not in this commit"):
+        cells.setup(cache, "toy", "fp32", 16)
+    with pytest.raises(NotImplementedError, match="toy/fp32/bs12: not a cell"):
+        cells.setup(cache, "toy", "fp32", 12)
 
 
 @pytest.mark.parametrize(
@@ -180,10 +247,10 @@ def test_a_cell_that_did_not_pass_is_a_failure_with_its_evidence(
     cells: ModuleType, status: str, evidence: dict[str, Any], message: str
 ) -> None:
     cache = _cache(cells, _record(status, metrics={}, evidence=evidence))
-    cells.setup(cache, "toy/fp32/bs8")  # not a skip: the benchmark itself must fail
+    cells.setup(cache, *CELL)  # not a skip: the benchmark itself must fail
     for name in TRACKS:
         with pytest.raises(cells.CellFailed, match=message):
-            getattr(cells, name)(cache, "toy/fp32/bs8")
+            getattr(cells, name)(cache, *CELL)
 
 
 def test_a_missing_metric_is_na_and_a_non_finite_loss_a_failure(cells: ModuleType) -> None:
@@ -191,12 +258,12 @@ def test_a_missing_metric_is_na_and_a_non_finite_loss_a_failure(cells: ModuleTyp
 
     no_memory = _record(metrics={"step_time": {"median": 0.004}, "samples_per_step": 8})
     with pytest.raises(SkipNotImplemented):
-        cells.track_peak_memory_bytes(_cache(cells, no_memory), "toy/fp32/bs8")
+        cells.track_peak_memory_bytes(_cache(cells, no_memory), *CELL)
     diverged = _record(numerics={"losses": [2.0, None], "loss_at_n": None, "nonfinite_step": 1})
     cache = _cache(cells, diverged)
     with pytest.raises(cells.CellFailed, match="non-finite"):
-        cells.track_loss_at_n(cache, "toy/fp32/bs8")
-    assert cells.track_seconds_per_sample(cache, "toy/fp32/bs8") == pytest.approx(0.0005)
+        cells.track_loss_at_n(cache, *CELL)
+    assert cells.track_seconds_per_sample(cache, *CELL) == pytest.approx(0.0005)
 
 
 def test_each_commit_measures_its_own_copy_of_a_suite_inside_the_repository(cells: ModuleType, tmp_path: Path) -> None:
@@ -228,6 +295,38 @@ def test_results_must_be_a_finished_strict_version_1_file(cells: ModuleType, tmp
     path.write_text(json.dumps(good)[:-1] + ', "x": NaN}')
     with pytest.raises(ValueError, match="NaN"):
         cells.read_results(path)
+
+
+def test_history_maps_workload_combination_and_batch_back_to_cell_ids(tmp_path: Path) -> None:
+    """asv stores the parameters as reprs over their Cartesian product; n/a triples are no cells."""
+    from suite import analysis
+
+    new = [["'toy'", "'resnet[depth=18]'"], ["'fp32'", "'amp/x2'"], ["32", "128"]]
+    nan = float("nan")
+    # product order: toy fp32 32, toy fp32 128, toy amp/x2 32, toy amp/x2 128, resnet ... (4 more)
+    values = [0.001, 0.0005, nan, nan, 0.01, None, nan, 0.02]
+    old = [["'toy/fp32/bs32'"]]
+    columns = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a", "stats_ci_99_b"]
+    for commit, day, params, result in (("1" * 40, 1, old, [0.002]), ("2" * 40, 2, new, values)):
+        data = {
+            "commit_hash": commit,
+            "env_name": "ampsuite-venv-py3.11-torch2.4.1",
+            "date": 1_700_000_000_000 + day * 86_400_000,
+            "params": {"machine": "box"},
+            "result_columns": columns,
+            "results": {"cells.track_seconds_per_sample": [result, params, "v", 0, 1.0, None, None]},
+            "version": 2,
+        }
+        (tmp_path / f"{commit[:8]}-env.json").write_text(json.dumps(data))
+    found = analysis.history(tmp_path)
+    assert sorted(found) == [
+        "resnet[depth=18]/amp/x2/bs128",
+        "resnet[depth=18]/fp32/bs32",
+        "toy/fp32/bs128",
+        "toy/fp32/bs32",
+    ]
+    assert [p.throughput for p in found["toy/fp32/bs32"]] == pytest.approx([500.0, 1000.0])
+    assert [p.throughput for p in found["resnet[depth=18]/amp/x2/bs128"]] == pytest.approx([50.0])
 
 
 # ---------------------------------------------------------------------------

@@ -74,6 +74,16 @@ def _param_value(text: Any) -> str:
     return str(value)
 
 
+def _cell_id(combo: tuple[Any, ...]) -> str:
+    """The cell id of one asv parameter combination: ampsuite's benchmarks take either
+    ``(workload, combination, batch)`` (``'toy'``, ``'fp32'``, ``32`` -> ``toy/fp32/bs32``)
+    or, before that, the cell id as their one parameter."""
+    parts = [_param_value(p) for p in combo]
+    if len(parts) == 3 and parts[2].isdigit():
+        parts[2] = f"bs{parts[2]}"
+    return "/".join(parts)
+
+
 def _asv_metric(benchmark: str) -> str | None:
     name = benchmark.rsplit(".", 1)[-1]
     if name.endswith(SECONDS_PER_SAMPLE):
@@ -103,7 +113,7 @@ def _asv_file_points(data: Mapping[str, Any], path: Path) -> Iterable[tuple[str,
             number = finite(value)
             if number is None:
                 continue
-            cell_id = "/".join(_param_value(p) for p in combo)
+            cell_id = _cell_id(combo)
             values.setdefault(cell_id, {})[metric] = number
     for cell_id, found in values.items():
         per_sample = found.get(SECONDS_PER_SAMPLE)
@@ -155,9 +165,13 @@ def history(sources: HistorySource | Iterable[HistorySource]) -> dict[str, list[
     epoch; ``params.machine``): benchmarks whose last dotted name part ends in
     ``seconds_per_sample`` give throughput ``1 / value``; ending in
     ``samples_per_second`` or ``throughput`` give it directly; containing
-    ``noise`` give the relative noise. The parameter values, joined by ``/``,
-    are the cell id (ampsuite's asv benchmarks take the cell id as their one
-    parameter). Failed entries (null, NaN) are left out.
+    ``noise`` give the relative noise. The cell id comes from the parameters:
+    ampsuite's asv benchmarks take ``workload``, ``combination`` and ``batch``
+    (``'toy'``, ``'fp32'``, ``32`` give ``toy/fp32/bs32``); results written before
+    that take the cell id as their one parameter, and are read the same way.
+    When several values were measured, asv's ``result`` is their median.
+    Failed entries (null, NaN) and parameter combinations that are no cell
+    (n/a) are left out.
 
     Keys are cell ids. When the points come from more than one machine (asv
     machine name, or GPU name for results files), each key is suffixed with

@@ -1,0 +1,132 @@
+"""The subcommands that search or check rather than run a suite: ``max-batch``, ``tune``, ``selfcheck``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from suite.cliargs import plugin_settings as _plugin_settings
+from suite.contract.errors import ExitCode, UsageError
+from suite.contract.wire import Status
+
+__all__ = ["cmd_max_batch", "cmd_selfcheck", "cmd_tune"]
+
+
+def cmd_selfcheck(args: argparse.Namespace) -> ExitCode:
+    import json
+
+    from suite.display import make_console
+    from suite.host import environment, session
+    from suite.run import selfcheck
+    from suite.spec.keyword import KeywordExpression
+
+    device = session.resolve_device("auto", args.device)
+    checks = selfcheck.CHECKS[device]
+    if args.keyword:
+        expr = KeywordExpression(args.keyword)
+        checks = tuple(c for c in checks if expr.matches(c.name))
+    console = make_console()
+    rows = []
+    worst = ExitCode.OK
+    for check in checks:
+        r = selfcheck.run_check(check, device, rounds=args.rounds)
+        flag = "" if r.ratio >= args.min_ratio else f"  BELOW {args.min_ratio:.2f}"
+        if flag:
+            worst = ExitCode.CELLS_FAILED
+        console.print(
+            f"{r.name}: harness {r.harness_median * 1e3:.3f} ms (noise {r.harness_noise:.2%}), "
+            f"plain loop {r.plain_per_step * 1e3:.3f} ms, ratio {r.ratio:.3f}{flag}",
+            markup=False,
+        )
+        rows.append(selfcheck.as_dict(r))
+    if args.output:
+        env = environment.collect(device)
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(json.dumps({"environment": env, "checks": rows}, indent=1), encoding="utf-8")
+        console.print(f"selfcheck: {args.output}", markup=False)
+    return worst
+
+
+def cmd_max_batch(args: argparse.Namespace) -> ExitCode:
+    from suite.host import session
+    from suite.run import maxbatch
+
+    p = session.plan(args.suite, device=args.device, keyword=args.keyword, settings=_plugin_settings(args))
+    if not p.cells:
+        print(f"{p.spec.path}: no cells selected")
+        return ExitCode.NO_CELLS
+    output = Path(args.output) if args.output else Path("reports") / p.spec.dir_name / "max-batch.json"
+    try:
+        config = maxbatch.SearchConfig(
+            output=output,
+            start=args.start,
+            limit=args.limit,
+            plugins=p.settings,
+            data_dir=Path(args.data_dir),
+            timeout=args.timeout,
+            argv=sys.argv,
+        )
+    except ValueError as exc:
+        raise UsageError(f"max-batch: {exc}") from None
+
+    def report(record: dict[str, Any]) -> None:
+        facts = record["metrics"].get("max_batch")
+        if facts is None:
+            print(f"{record['id']}: {record['status']}", flush=True)
+        elif record["status"] == Status.PASSED:
+            unit = record["workload"]["unit"]
+            print(f"{record['id']}: {facts['largest']} ({record['metrics']['throughput']:,.1f} {unit}/s)", flush=True)
+        else:
+            reason = (record.get("evidence") or {}).get("reason") or (record.get("evidence") or {}).get("message", "")
+            print(f"{record['id']}: {record['status']} {reason}".rstrip(), flush=True)
+
+    summaries = maxbatch.search(p, config, report)
+    print(f"results: {output}")
+    return (
+        ExitCode.OK if all(r["status"] in (Status.PASSED, Status.SKIPPED) for r in summaries) else ExitCode.CELLS_FAILED
+    )
+
+
+def _duration(text: str) -> float:
+    """``90``, ``90s``, ``15m`` or ``1h`` as seconds (the tune budget)."""
+    scale = {"s": 1.0, "m": 60.0, "h": 3600.0}.get(text[-1:].lower(), 0.0)
+    try:
+        value = float(text[:-1] if scale else text) * (scale or 1.0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a duration like 90s, 15m or 1h, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"the budget must be > 0, got {text!r}")
+    return value
+
+
+def cmd_tune(args: argparse.Namespace) -> ExitCode:
+    from suite import results
+    from suite.host import session
+    from suite.report.tune_page import render_tune_page
+    from suite.tune import TuneConfig, recipe_toml, tune, tune_markdown
+
+    p = session.plan(args.suite, device=args.device, keyword=args.keyword, settings=_plugin_settings(args))
+    if not p.cells:
+        print(f"{p.spec.path}: no cells selected")
+        return ExitCode.NO_CELLS
+    out_dir = Path(args.report_dir or Path("reports") / f"{p.spec.dir_name}-tune")
+    config = TuneConfig(
+        output=out_dir / "results.json",
+        budget_seconds=args.budget,
+        resume=args.resume,
+        plugins=p.settings,
+        data_dir=Path(args.data_dir),
+        timeout=args.timeout,
+        argv=sys.argv,
+    )
+    with results.locked(config.output, wait=False):
+        summary = tune(p, config, lambda line: print(line, flush=True))
+    recipe = recipe_toml(summary)
+    (out_dir / "recipe.toml").write_text(recipe, encoding="utf-8")
+    (out_dir / "tune.md").write_text(tune_markdown(summary), encoding="utf-8")
+    page = render_tune_page(summary, out_dir)
+    print(recipe, end="")
+    print(f"results: {config.output}\nrecipe: {out_dir / 'recipe.toml'}\npage: {page}")
+    return ExitCode.OK if all(w.get("winner") for w in summary["workloads"]) else ExitCode.CELLS_FAILED

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
-import json
 import os
 import re
 import tomllib
@@ -50,6 +49,7 @@ import pytest
 
 from suite.contract.errors import PluginError, SuiteFileError, UsageError
 from suite.contract.wire import Status
+from suite.spec.tomltext import toml_lines
 
 if TYPE_CHECKING:
     from suite.contract.wire import Cell
@@ -86,47 +86,6 @@ PluginRef = str | types.ModuleType
 # suites given as text, dicts or paths
 # ---------------------------------------------------------------------------
 
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
-
-
-def _toml_key(key: str) -> str:
-    return key if _BARE_KEY.fullmatch(key) else json.dumps(key)
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)  # 1e-05, inf and nan are TOML floats as Python writes them
-    if isinstance(value, str):
-        return json.dumps(value)  # JSON string escapes are valid TOML basic-string escapes
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, Mapping):
-        return "{ " + ", ".join(f"{_toml_key(str(k))} = {_toml_value(v)}" for k, v in value.items()) + " }"
-    raise TypeError(f"cannot write {type(value).__name__} {value!r} as TOML")
-
-
-def _is_table_array(value: Any) -> bool:
-    return isinstance(value, list | tuple) and bool(value) and all(isinstance(v, Mapping) for v in value)
-
-
-def _toml(data: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> list[str]:
-    """TOML lines for a suite as plain data (tables, arrays of tables, scalars, lists)."""
-    lines = []
-    for key, value in data.items():
-        if not isinstance(value, Mapping) and not _is_table_array(value):
-            lines.append(f"{_toml_key(str(key))} = {_toml_value(value)}")
-    for key, value in data.items():
-        path = (*prefix, _toml_key(str(key)))
-        if isinstance(value, Mapping):
-            lines += ["", f"[{'.'.join(path)}]", *_toml(value, path)]
-        elif _is_table_array(value):
-            for item in value:
-                lines += ["", f"[[{'.'.join(path)}]]"]
-                lines += [f"{_toml_key(str(k))} = {_toml_value(v)}" for k, v in item.items()]
-    return lines
-
 
 def suite_text(suite: SuiteInput, measure: Mapping[str, Any] | None = TINY_MEASURE) -> tuple[str, str]:
     """(TOML text, name for messages) of a suite given as a dict, TOML text or a file path.
@@ -139,7 +98,7 @@ def suite_text(suite: SuiteInput, measure: Mapping[str, Any] | None = TINY_MEASU
         data = dict(suite)
         if measure is not None and "measure" not in data:
             data["measure"] = dict(measure)
-        return "\n".join(_toml(data)).lstrip() + "\n", "<suite>"
+        return "\n".join(toml_lines(data)).lstrip() + "\n", "<suite>"
     if isinstance(suite, str) and "\n" in suite:
         text, where = suite, "<suite>"
     else:
@@ -150,7 +109,7 @@ def suite_text(suite: SuiteInput, measure: Mapping[str, Any] | None = TINY_MEASU
     except tomllib.TOMLDecodeError:
         has_measure = True  # leave broken text alone: the suite loader reports it with the key path
     if measure is not None and not has_measure:
-        text = text.rstrip("\n") + "\n\n" + "\n".join(_toml({"measure": dict(measure)})).lstrip() + "\n"
+        text = text.rstrip("\n") + "\n\n" + "\n".join(toml_lines({"measure": dict(measure)})).lstrip() + "\n"
     return text, where
 
 

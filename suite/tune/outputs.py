@@ -7,29 +7,14 @@ results file without measuring again.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from typing import Any
 
 from suite.contract.wire import Status
+from suite.spec.tomltext import toml_key, toml_value
 
 __all__ = ["combination_name", "recipe_toml", "tune_markdown"]
-
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
-
-
-def _key(name: str) -> str:
-    return name if _BARE_KEY.match(name) else json.dumps(name)
-
-
-def _value(value: Any) -> str:
-    # TOML's basic strings, numbers, booleans and arrays are JSON's spellings of them.
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_value(v) for v in value) + "]"
-    return json.dumps(value)
 
 
 def combination_name(key: str) -> str:
@@ -46,7 +31,7 @@ def recipe_toml(summary: Mapping[str, Any]) -> str:
     lines = [f"# ampsuite tune on {summary.get('device')}: the fastest trustworthy recipe per workload"]
     if summary.get("base_techniques"):
         # Every candidate ran with them: the recipe holds in a suite with the same base.
-        lines.append(f"# measured with [suite] base_techniques = {_value(summary['base_techniques'])}")
+        lines.append(f"# measured with [suite] base_techniques = {toml_value(summary['base_techniques'])}")
     combos: list[str] = []
     options: dict[str, dict[str, Any]] = {}
     notes: list[str] = []
@@ -58,20 +43,24 @@ def recipe_toml(summary: Mapping[str, Any]) -> str:
         speed = winner.get("speedup_vs_fp32")
         figure = f"{winner['throughput']:,.1f} {w['unit']}/s" + (f", {speed:.2f}x FP32" if speed else "")
         combos.append(f"# {w['key']}, batch_size = {winner['batch_size']}: {figure}")
-        combos.append(f"{_key(combination_name(w['key']))} = {_value(winner['techniques'])}")
+        combos.append(f"{toml_key(combination_name(w['key']))} = {toml_value(winner['techniques'])}")
         for technique, values in (winner.get("overrides") or {}).items():
             table = options.setdefault(technique, {})
             for name, value in values.items():
                 if name in table and table[name] != value:
                     notes.append(
-                        f"# {w['key']} wants {technique}.{name} = {_value(value)} (not written: one per suite)"
+                        f"# {w['key']} wants {technique}.{name} = {toml_value(value)} (not written: one per suite)"
                     )
                 table.setdefault(name, value)
     lines += notes
     if combos:
         lines += ["", "[combinations]", *combos]
     for technique, values in options.items():
-        lines += ["", f"[techniques.{_key(technique)}]", *(f"{_key(k)} = {_value(v)}" for k, v in values.items())]
+        lines += [
+            "",
+            f"[techniques.{toml_key(technique)}]",
+            *(f"{toml_key(k)} = {toml_value(v)}" for k, v in values.items()),
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -6,10 +6,11 @@ from typing import Any
 
 from suite.contract.errors import SuiteFileError
 
-__all__ = ["parse_combinations"]
+__all__ = ["parse_combinations", "show_value"]
 
 
-def _show(value: Any) -> str:
+def show_value(value: Any) -> str:
+    """A suite-file value as error messages quote it (tables and long lists by kind only)."""
     if isinstance(value, dict):
         return "a table"
     if isinstance(value, list):
@@ -23,7 +24,7 @@ def parse_combinations(path: str, table: dict[str, Any], base: tuple[str, ...]) 
     for cid, techniques in table.items():
         if not isinstance(techniques, list) or not all(isinstance(t, str) for t in techniques):
             raise SuiteFileError(
-                path, f"combinations.{cid}", f"expected a list of technique names, got {_show(techniques)}"
+                path, f"combinations.{cid}", f"expected a list of technique names, got {show_value(techniques)}"
             )
         if len(set(techniques)) != len(techniques):
             raise SuiteFileError(path, f"combinations.{cid}", f"a technique is listed twice: {techniques!r}")

@@ -53,6 +53,7 @@ from typing import Any
 from suite.contract.errors import SuiteFileError
 from suite.spec import limits, names
 from suite.spec.combinations import parse_combinations
+from suite.spec.combinations import show_value as _show
 
 __all__ = ["MeasureSpec", "Rule", "SuiteSpec", "WorkloadEntry", "default_suite_path", "load", "loads"]
 
@@ -188,14 +189,6 @@ class _Reader:
             close = difflib.get_close_matches(name, self.known, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; expected one of: {', '.join(self.known)}"
         raise self.error(name, f"unknown key{hint}")
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, dict):
-        return "a table"
-    if isinstance(value, list):
-        return f"a list {value!r}" if len(repr(value)) < 60 else "a list"
-    return repr(value)
 
 
 def _too_large(maximum: float, value: Any) -> str:

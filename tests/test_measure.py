@@ -57,7 +57,7 @@ def test_summarize_keeps_raw_samples_in_its_dict() -> None:
     samples = [3.0, 1.0, 2.0]
     d = summarize(samples).as_dict(samples)
     assert d["samples"] == [3.0, 1.0, 2.0]
-    assert set(d) == {"samples", "n", "median", "mean", "min", "max", "p10", "p90", "iqr", "rel_iqr", "noise"}
+    assert set(d) == {"samples", "n", "median", "mean", "min", "max", "p10", "p90", "p99", "iqr", "rel_iqr", "noise"}
 
 
 def test_summarize_refuses_no_samples() -> None:

@@ -226,7 +226,7 @@ RECORD_KEYS = {
     "id", "status", "device", "batch_size", "combination", "baseline", "workload", "techniques",
     "started", "wall_seconds", "metrics", "numerics", "diagnostics", "notes", "warnings", "evidence",
 }  # fmt: skip
-STEP_TIME_KEYS = {"samples", "n", "median", "mean", "min", "max", "p10", "p90", "iqr", "rel_iqr", "noise"}
+STEP_TIME_KEYS = {"samples", "n", "median", "mean", "min", "max", "p10", "p90", "p99", "iqr", "rel_iqr", "noise"}
 NUMERICS_KEYS = {"losses", "loss_at_n", "final_loss", "nonfinite_step", "nonfinite_what", "scale_history"}
 ENVIRONMENT_KEYS = {
     "hostname", "platform", "python", "torch", "torch_cuda", "cudnn", "cuda_driver", "gpu", "cpu", "cpu_count",

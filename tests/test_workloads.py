@@ -230,7 +230,7 @@ def test_reduced_width_narrows_every_stage() -> None:
     ("options", "message"),
     [
         ({"depth": 20}, "depth must be one of"),
-        ({"optimizer": "lamb"}, "optimizer must be 'sgd' or 'adamw', got 'lamb'"),
+        ({"optimizer": "adam"}, "optimizer must be one of 'sgd', 'adamw', 'lamb', got 'adam'"),
         ({"source": "s3"}, "source must be"),
         ({"width": 0}, "width must be >= 1, got 0"),
     ],

@@ -19,6 +19,7 @@ from plugins.workloads._data import (
     prepare_disk_images,
     synthetic_images,
 )
+from plugins.workloads._optim import make_optimizer
 from plugins.workloads.cnn import DEPTHS, ResNetOptions
 from suite import Batch, BuildContext, TrainStep
 
@@ -93,9 +94,7 @@ def prepare(options: ResNetOptions, data_dir: str) -> str:
 
 
 def _optimizer(options: ResNetOptions, model: nn.Module) -> torch.optim.Optimizer:
-    if options.optimizer == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=options.lr, momentum=0.9, weight_decay=options.weight_decay)
-    return torch.optim.AdamW(model.parameters(), lr=options.lr, weight_decay=options.weight_decay, fused=False)
+    return make_optimizer(options.optimizer, model.parameters(), options.lr, options.weight_decay)
 
 
 def build(options: ResNetOptions, ctx: BuildContext) -> TrainStep:

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from plugins.workloads._data import POOL_BATCHES, cycling, device_pool
+from plugins.workloads._optim import make_optimizer
 from plugins.workloads.transformer import BertOptions
 from suite import Batch, BuildContext, TrainStep
 
@@ -139,7 +140,7 @@ def build(options: BertOptions, ctx: BuildContext) -> TrainStep:
         samples_per_step=ctx.batch_size,
         data=cycling(pool),
         model=model,
-        optimizer=torch.optim.AdamW(model.parameters(), lr=options.lr, weight_decay=options.weight_decay, fused=False),
+        optimizer=make_optimizer(options.optimizer, model.parameters(), options.lr, options.weight_decay),
         loss_fn=nn.CrossEntropyLoss(ignore_index=-100),
         dataset=dataset,
         collate=collate,

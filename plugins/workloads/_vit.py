@@ -7,6 +7,7 @@ from torch import nn
 from torchvision.models.vision_transformer import VisionTransformer
 
 from plugins.workloads._data import POOL_BATCHES, cycling, device_pool, image_collate, synthetic_images
+from plugins.workloads._optim import make_optimizer
 from plugins.workloads.vit import ViTOptions
 from suite import BuildContext, TrainStep
 
@@ -36,7 +37,7 @@ def build(options: ViTOptions, ctx: BuildContext) -> TrainStep:
         samples_per_step=ctx.batch_size,
         data=cycling(pool),
         model=model,
-        optimizer=torch.optim.AdamW(model.parameters(), lr=options.lr, weight_decay=options.weight_decay, fused=False),
+        optimizer=make_optimizer(options.optimizer, model.parameters(), options.lr, options.weight_decay),
         loss_fn=nn.CrossEntropyLoss(),
         dataset=dataset,
         collate=image_collate,

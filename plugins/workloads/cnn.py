@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Literal
 
+from plugins.workloads.optimizers import OPTIMIZER_HELP, OptimizerName, check_optimizer, validate_optimizer
 from suite import BuildContext, TrainStep, Workload, hookimpl
 
 DEPTHS: dict[int, tuple[str, tuple[int, int, int, int]]] = {
@@ -40,7 +41,7 @@ class ResNetOptions:
     width: int = field(default=64, metadata={"help": "base width (channels of the stem); 64 is torchvision's ResNet"})
     image_size: int = field(default=224, metadata={"help": "input height and width in pixels"})
     classes: int = field(default=1000, metadata={"help": "output classes"})
-    optimizer: Literal["sgd", "adamw"] = field(default="sgd", metadata={"help": "sgd (momentum 0.9) or adamw"})
+    optimizer: OptimizerName = field(default="sgd", metadata={"help": OPTIMIZER_HELP})
     lr: float = field(default=0.01, metadata={"help": "learning rate"})
     weight_decay: float = field(default=1e-4, metadata={"help": "weight decay"})
     source: Literal["synthetic", "disk"] = field(
@@ -55,8 +56,7 @@ class ResNetOptions:
         for name in ("width", "image_size", "classes", "disk_images"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
-        if self.optimizer not in ("sgd", "adamw"):
-            raise ValueError(f"optimizer must be 'sgd' or 'adamw', got {self.optimizer!r}")
+        validate_optimizer(self.optimizer)
         if self.source not in ("synthetic", "disk"):
             raise ValueError(f"source must be 'synthetic' or 'disk', got {self.source!r}")
         if not self.lr > 0:
@@ -89,6 +89,7 @@ def ampsuite_workloads() -> list[Workload]:
             options=ResNetOptions,
             unit="images",
             traits=frozenset({"model", "conv", "data-path"}),
+            check=check_optimizer,
             prepare=prepare,
         )
     ]

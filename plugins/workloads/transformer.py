@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from plugins.workloads.optimizers import OPTIMIZER_HELP, OptimizerName, check_optimizer, validate_optimizer
 from suite import BuildContext, TrainStep, Workload, hookimpl
 
 
@@ -49,8 +50,9 @@ class BertOptions:
         default=True, metadata={"help": "F.scaled_dot_product_attention; false: matmul + nn.Softmax + matmul"}
     )
     dropout: float = field(default=0.0, metadata={"help": "dropout probability (BERT: 0.1)"})
-    lr: float = field(default=1e-4, metadata={"help": "AdamW learning rate"})
-    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay"})
+    optimizer: OptimizerName = field(default="adamw", metadata={"help": OPTIMIZER_HELP})
+    lr: float = field(default=1e-4, metadata={"help": "learning rate"})
+    weight_decay: float = field(default=0.01, metadata={"help": "weight decay"})
 
     def __post_init__(self) -> None:
         for name in ("layers", "hidden", "heads", "intermediate", "seq_len", "pad_vocab_to"):
@@ -64,6 +66,7 @@ class BertOptions:
             raise ValueError(f"mask_prob must be in (0, 1], got {self.mask_prob!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        validate_optimizer(self.optimizer)
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr!r}")
         if self.weight_decay < 0:
@@ -95,6 +98,7 @@ def ampsuite_workloads() -> list[Workload]:
             options=BertOptions,
             unit="sequences",
             traits=frozenset({"model", "data-path"}),
+            check=check_optimizer,
         )
     ]
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from plugins.workloads.optimizers import OPTIMIZER_HELP, OptimizerName, check_optimizer, validate_optimizer
 from suite import BuildContext, TrainStep, Workload, hookimpl
 
 
@@ -26,8 +27,9 @@ class ViTOptions:
     mlp: int = field(default=3072, metadata={"help": "MLP inner size"})
     classes: int = field(default=1000, metadata={"help": "output classes"})
     dropout: float = field(default=0.0, metadata={"help": "dropout probability (torchvision's default, 0)"})
-    lr: float = field(default=1e-4, metadata={"help": "AdamW learning rate"})
-    weight_decay: float = field(default=0.05, metadata={"help": "AdamW weight decay"})
+    optimizer: OptimizerName = field(default="adamw", metadata={"help": OPTIMIZER_HELP})
+    lr: float = field(default=1e-4, metadata={"help": "learning rate"})
+    weight_decay: float = field(default=0.05, metadata={"help": "weight decay"})
 
     def __post_init__(self) -> None:
         for name in ("image_size", "patch_size", "layers", "heads", "hidden", "mlp", "classes"):
@@ -39,6 +41,7 @@ class ViTOptions:
             raise ValueError(f"heads ({self.heads!r}) must divide hidden ({self.hidden!r})")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        validate_optimizer(self.optimizer)
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr!r}")
         if self.weight_decay < 0:
@@ -65,6 +68,7 @@ def ampsuite_workloads() -> list[Workload]:
             options=ViTOptions,
             unit="images",
             traits=frozenset({"model", "data-path"}),
+            check=check_optimizer,
         )
     ]
 

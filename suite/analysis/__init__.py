@@ -18,6 +18,7 @@ from suite.analysis.access import comparable_options as comparable_options
 from suite.analysis.access import data_parallel as data_parallel
 from suite.analysis.access import group_key as group_key
 from suite.analysis.access import instability_warnings as instability_warnings
+from suite.analysis.access import is_inference as is_inference
 from suite.analysis.access import median_seconds as median_seconds
 from suite.analysis.access import noise as noise
 from suite.analysis.access import noise_target as noise_target
@@ -70,6 +71,7 @@ __all__ = [
     "group_key",
     "history",
     "instability_warnings",
+    "is_inference",
     "is_nonfinite",
     "median_seconds",
     "noise",

@@ -41,6 +41,7 @@ __all__ = [
     "gpu_name",
     "group_key",
     "instability_warnings",
+    "is_inference",
     "median_seconds",
     "noise",
     "noise_target",
@@ -48,6 +49,7 @@ __all__ = [
     "peak_tflops",
     "precision_option",
     "precision_value",
+    "reference_names",
     "status_counts",
     "technique_names",
     "techniques_key",
@@ -180,17 +182,29 @@ def comparable_options(record: Record) -> dict[str, Any]:
     return {k: v for k, v in record["workload"].get("options", {}).items() if k != name}
 
 
-GroupKey = tuple[str, str, int, str, int]
+GroupKey = tuple[str, str, int, str, bool, int]
+
+
+def is_inference(record: Record) -> bool:
+    """Whether the cell timed inference (its record's ``notes.inference``, which the ``inference`` technique writes)."""
+    return bool(as_mapping(record.get("notes")).get("inference"))
+
+
+def reference_names(record: Record) -> tuple[str, ...]:
+    """The technique names that place a cell in its group: without the one that made it an inference cell."""
+    marker = as_mapping(as_mapping(record.get("notes")).get("inference")).get("technique")
+    return tuple(name for name in technique_names(record) if name != marker)
 
 
 def group_key(record: Record) -> GroupKey:
     """The comparable configuration of a cell: workload id, workload options but the precision
-    option, batch size, device, world size."""
+    option, batch size, device, training or inference (:func:`is_inference`), world size."""
     return (
         workload_id(record),
         canonical(comparable_options(record)),
         record.get("batch_size", 0),
         record.get("device", ""),
+        is_inference(record),
         world_size(record),
     )
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from suite.analysis.access import AnyDocument, throughput, workload_id
+from suite.analysis.access import AnyDocument, is_inference, throughput, workload_id
 from suite.analysis.derived import Derived, derive
 from suite.contract.wire import Record, Status
 
@@ -73,6 +73,7 @@ class Best:
 def best_per_workload(doc: AnyDocument) -> dict[str, Best]:
     """Per workload id (in matrix order): the trustworthy passed cell with the highest throughput.
 
+    Inference cells compete among themselves, under ``"ID (inference)"``.
     Ties keep the earlier cell in matrix order. Workloads without a passed
     cell are absent; see :func:`untrusted_reason` for what trustworthy means.
     """
@@ -81,7 +82,8 @@ def best_per_workload(doc: AnyDocument) -> dict[str, Best]:
     for record in doc["cells"]:
         value = throughput(record)
         if value is not None:
-            timed.setdefault(workload_id(record), []).append((value, record))
+            key = workload_id(record) + (" (inference)" if is_inference(record) else "")
+            timed.setdefault(key, []).append((value, record))
     out: dict[str, Best] = {}
     for workload, cells in timed.items():
         # Stable sort: equal throughputs keep matrix order, so a tie keeps the earlier cell.

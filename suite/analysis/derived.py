@@ -14,6 +14,20 @@ References (within one comparable configuration, :func:`suite.analysis.group_key
     product of the same shape. Speedups are ratios of median step times
     (reference / cell), so 2.0 means "twice as fast".
 
+Inference cells (records with ``notes.inference``, :func:`suite.analysis.is_inference`)
+    form groups of their own: training and inference cells are never
+    compared. In an inference group the technique that made the cells
+    inference cells (``notes.inference.technique``) does not count, so the
+    FP32 inference cell is the one whose only technique it is, and an
+    inference cell's speedups are against FP32 *inference*. A suite's
+    ``base_techniques`` are in every combination but are not recorded as
+    such; where no inference cell carries nothing but the inference
+    technique, the FP32 inference cell is the one whose other techniques are
+    exactly those of the training baseline cell of the same configuration
+    (the cell whose combination is the suite's ``baseline``), less ``tf32``,
+    provided that cell's matmuls ran in float32: with ``base_techniques =
+    ["cudnn-benchmark"]`` the ``["cudnn-benchmark", "inference"]`` cell.
+
 Numerics verdict
     ``"non-finite"`` when the cell's own loss went non-finite (or its gradients
     did without a GradScaler to skip those steps); ``"n/a"`` when the cell did
@@ -52,6 +66,7 @@ from suite.analysis.access import (
     passed,
     peak_tflops,
     precision_value,
+    reference_names,
     technique_names,
     techniques_key,
     throughput,
@@ -243,6 +258,27 @@ def _reference(record: Record) -> bool:
     return precision_value(record) in (None, REFERENCE_PRECISION)
 
 
+def _base_names(training: Iterable[Record]) -> frozenset[str] | None:
+    """The techniques of the training baseline cell that an inference FP32 reference may carry (the
+    suite's base techniques, which records do not mark as such); None when that cell is not an FP32 cell."""
+    baseline = _first(training, lambda r: r.get("combination") == r.get("baseline") and _reference(r))
+    if baseline is None or baseline.get("metrics", {}).get("matmul_dtype") not in (None, REFERENCE_PRECISION):
+        return None
+    return frozenset(technique_names(baseline)) - {"tf32"}
+
+
+def _fp32_cell(members: list[Record], groups: Mapping[GroupKey, list[Record]], key: GroupKey) -> Record | None:
+    """The group's FP32 cell: no techniques (in an inference group, none but the inference technique; failing
+    that, none but the training baseline cell's, :func:`_base_names`)."""
+    fp32 = _first(members, lambda r: reference_names(r) == () and _reference(r))
+    if fp32 is not None or not key[4]:
+        return fp32
+    base = _base_names(groups.get((*key[:4], False, key[5]), []))
+    if not base:
+        return None
+    return _first(members, lambda r: frozenset(reference_names(r)) == base and _reference(r))
+
+
 def derive(doc: AnyDocument) -> dict[str, Derived]:
     """Every cell's derived figures, keyed by cell id (in matrix order)."""
     tolerance, target = numerics_tolerance(doc), noise_target(doc)
@@ -251,9 +287,10 @@ def derive(doc: AnyDocument) -> dict[str, Derived]:
     for record in doc["cells"]:
         if world_size(record) == 1:
             singles.setdefault(_single_key(record), record)
-    for members in _groups(doc).values():
-        fp32 = _first(members, lambda r: technique_names(r) == () and _reference(r))
-        tf32 = _first(members, lambda r: technique_names(r) == ("tf32",) and _reference(r))
+    groups = _groups(doc)
+    for key, members in groups.items():
+        fp32 = _fp32_cell(members, groups, key)
+        tf32 = _first(members, lambda r: reference_names(r) == ("tf32",) and _reference(r))
         baseline = _first(members, lambda r: r.get("combination") == r.get("baseline") and _reference(r))
         for record in members:
             tflops = _tflops(record) if passed(record) else None

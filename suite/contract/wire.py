@@ -228,6 +228,7 @@ class StepTime(TypedDict):
     iqr: float
     rel_iqr: float
     noise: float
+    p99: NotRequired[float]
     processes: NotRequired[list[dict[str, Any]]]
 
 

@@ -123,7 +123,7 @@ def _best_rows(run: Run) -> list[dict[str, Any]]:
         rows.append(
             {
                 "workload": workload,
-                "page": workload_page_name(workload),
+                "page": workload_page_name(analysis.workload_id(best.record or cells[best.passed_over[0][0]])),
                 "cell": view,
                 "unit": unit,
                 "passed_over": passed_over,

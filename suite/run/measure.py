@@ -60,6 +60,8 @@ class StepStats:
     iqr: float
     rel_iqr: float
     noise: float
+    p99: float
+    """The 99th percentile (tail latency of inference cells); ``p10``/``p90`` are the 10th and 90th."""
 
     def as_dict(self, samples: Sequence[float]) -> dict[str, Any]:
         return {**asdict(self), "samples": list(samples)}
@@ -86,6 +88,7 @@ def summarize(samples: Sequence[float]) -> StepStats:
         raise ValueError("no samples to summarize")
     q1, med, q3 = _quantiles(samples, 4)
     deciles = _quantiles(samples, 10)
+    percentiles = _quantiles(samples, 100)
     return StepStats(
         n=len(samples),
         median=med,
@@ -97,6 +100,7 @@ def summarize(samples: Sequence[float]) -> StepStats:
         iqr=q3 - q1,
         rel_iqr=(q3 - q1) / med if med > 0 else math.inf,
         noise=relative_noise(samples),
+        p99=percentiles[98],
     )
 
 

@@ -1,0 +1,117 @@
+"""The torch-dependent part of :mod:`plugins.techniques.half_weights` (imported when a cell applies it)."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+from torch import nn
+
+from plugins.techniques.half_weights import HalfWeightsOptions
+from suite import Batch, SkipCell, TrainStep
+
+__all__ = ["DTYPES", "apply", "cast_inputs", "half_dtype"]
+
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def half_dtype(step: TrainStep) -> torch.dtype | None:
+    """The dtype ``half-weights`` converted the step's model to, or None."""
+    name = step.notes.get("half_weights", {}).get("dtype")
+    return DTYPES.get(name) if isinstance(name, str) else None
+
+
+def cast_inputs(batch: Batch, dtype: torch.dtype | None) -> tuple[torch.Tensor, ...]:
+    """The batch's floating inputs in ``dtype`` (token ids and other integers untouched)."""
+    if dtype is None:
+        return batch.inputs
+    return tuple(t.to(dtype) if t.is_floating_point() else t for t in batch.inputs)
+
+
+def _to_float(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.float() if value.is_floating_point() else value
+    if isinstance(value, tuple | list):
+        return type(value)(_to_float(v) for v in value)
+    return value
+
+
+def _rebuild(old: torch.optim.Optimizer, masters: dict[int, nn.Parameter]) -> torch.optim.Optimizer:
+    """The same optimizer class and hyperparameters over the FP32 masters."""
+    cls = type(old)
+    groups = [{**g, "params": [masters[id(p)] for p in g["params"]]} for g in old.param_groups]
+    accepted = inspect.signature(cls.__init__).parameters
+    defaults = {k: v for k, v in old.defaults.items() if k in accepted}
+    return cls(groups, **defaults)
+
+
+def apply(step: TrainStep, options: HalfWeightsOptions) -> TrainStep:
+    model, optimizer = step.model, step.optimizer
+    if model is None or optimizer is None or step.loss_fn is None:
+        raise SkipCell("half-weights needs a workload with a model, a loss and an optimizer")
+    if step.autocast_dtype is not None:
+        raise SkipCell("half-weights replaces autocast: the step already autocasts")
+    dtype = DTYPES[options.dtype]
+    norms = (nn.modules.batchnorm._BatchNorm,)
+    kept = 0
+    for module in model.modules():
+        if isinstance(module, norms):
+            kept += 1
+            continue
+        # Only this module's own tensors; batch norm children stay float32.
+        for p in module.parameters(recurse=False):
+            p.data = p.data.to(dtype)
+        for name, b in module.named_buffers(recurse=False):
+            if b.is_floating_point():
+                setattr(module, name, b.to(dtype))
+    masters: dict[int, nn.Parameter] = {}
+    pairs: list[tuple[nn.Parameter, nn.Parameter]] = []
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if id(p) not in masters:
+                masters[id(p)] = nn.Parameter(p.detach().float().clone())
+                pairs.append((p, masters[id(p)]))
+    step.optimizer = _rebuild(optimizer, masters)
+    scaler = None
+    if dtype == torch.float16:
+        scaler = torch.amp.GradScaler(step.device.type, init_scale=options.init_scale)
+    step.scaler = scaler
+
+    def forward_backward(batch: Batch) -> torch.Tensor:
+        assert step.model is not None and step.loss_fn is not None
+        out = step.model(*cast_inputs(batch, dtype))
+        loss: torch.Tensor = step.loss_fn(_to_float(out), batch.target)
+        if step.scaler is not None:
+            step.scaler.scale(loss).backward()
+        else:
+            loss.backward()
+        return loss.detach()
+
+    def update() -> None:
+        opt = step.optimizer
+        assert opt is not None
+        for p, master in pairs:
+            master.grad = None if p.grad is None else p.grad.to(torch.float32)
+        if step.scaler is not None:
+            step.scaler.step(opt)
+            step.scaler.update()
+        else:
+            opt.step()
+        with torch.no_grad():
+            torch._foreach_copy_([p for p, _ in pairs], [m for _, m in pairs])
+        opt.zero_grad(set_to_none=True)
+        for p, _ in pairs:
+            p.grad = None
+
+    step.forward_backward = forward_backward
+    step.update = update
+    step.notes["half_weights"] = {
+        "dtype": options.dtype,
+        "master_weights": "float32",
+        "batchnorm_fp32": kept,
+        "params": len(pairs),
+        "master_bytes": sum(m.numel() * 4 for _, m in pairs),
+        "loss_scale": "dynamic GradScaler" if scaler is not None else None,
+    }
+    return step

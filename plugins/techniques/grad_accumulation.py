@@ -1,0 +1,90 @@
+"""Gradient accumulation: one optimizer update per ``steps`` micro-batches of ``batch / steps``.
+
+The full batch that ``data()`` returns is split along its first dimension into
+``steps`` equal micro-batches; each runs forward and backward with the loss
+divided by ``steps`` (the gradients accumulate in ``.grad``), and the update
+phase runs once. With a GradScaler this is PyTorch's AMP recipe for
+accumulation: ``scaler.scale(loss / steps).backward()`` per micro-batch,
+``scaler.step`` and ``scaler.update`` once per effective batch.
+
+How: ``loss_fn`` is wrapped to divide by ``steps``, and ``forward_backward``
+calls the phase it replaces once per micro-batch, so whatever that phase does
+(autocast, a GradScaler, half weights) happens per micro-batch. The step
+returns the sum of the micro-batch losses, i.e. the full batch's mean loss.
+
+What it shows: the peak memory of activations for ``batch / steps`` samples,
+at the cost of ``steps`` smaller kernels. Throughput is still per sample
+(``samples_per_step`` stays the full batch). For a model without batch
+statistics and a mean-reduced loss over equal micro-batches the losses equal
+the full batch's within float rounding; batch norm sees ``batch / steps``
+samples, so ResNet's trajectory differs slightly (as in real training).
+
+Data parallelism: every micro-batch's backward all-reduces (no ``no_sync``),
+as a naive loop would.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from suite import Batch, CheckContext, Technique, TrainStep, hookimpl
+
+__all__ = ["AccumulationOptions", "apply", "check", "micro_batches"]
+
+
+@dataclass(frozen=True)
+class AccumulationOptions:
+    steps: int = field(default=4, metadata={"help": "micro-batches per optimizer update (must divide the batch size)"})
+
+    def __post_init__(self) -> None:
+        if isinstance(self.steps, bool) or self.steps < 1:
+            raise ValueError(f"steps must be >= 1, got {self.steps!r}")
+
+
+def _impl() -> ModuleType:
+    # The torch-dependent part lives in plugins.techniques._grad_accumulation: registering this plugin
+    # (ampsuite list, --help, suite-file checks) must not import torch.
+    return importlib.import_module("plugins.techniques._grad_accumulation")
+
+
+def check(ctx: CheckContext) -> str | None:
+    if "model" not in ctx.workload.traits:
+        return f"needs a workload with a model (trait 'model'); {ctx.workload.name!r} has its own phases"
+    steps = getattr(ctx.technique_options.get("grad-accumulation"), "steps", AccumulationOptions().steps)
+    if ctx.batch_size % steps:
+        return f"steps ({steps}) must divide the batch size ({ctx.batch_size})"
+    return None
+
+
+def apply(step: TrainStep, options: AccumulationOptions) -> TrainStep:
+    return _impl().apply(step, options)
+
+
+def micro_batches(batch: Batch, steps: int) -> list[Batch]:
+    """``batch`` split into ``steps`` equal views along the first dimension (inputs and target)."""
+    result: list[Batch] = _impl().micro_batches(batch, steps)
+    return result
+
+
+@hookimpl
+def ampsuite_techniques() -> list[Technique]:
+    return [
+        Technique(
+            name="grad-accumulation",
+            summary="one optimizer update per `steps` micro-batches of batch/steps (loss / steps; scaler once)",
+            apply=apply,
+            options=AccumulationOptions,
+            order=45,
+            check=check,
+        )
+    ]
+
+
+def __getattr__(name: str) -> Any:
+    """Everything else of the plugin (ScaledLoss, micro_batches) from its implementation module."""
+    if name.startswith(("__", "AMPSUITE_", "ampsuite_")):  # the manager's and pluggy's probes stay here
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(_impl(), name)

@@ -1,0 +1,75 @@
+"""INT8 inference through torchao's quantization (an optional extra: ``pip install 'ampsuite[int8]'``).
+
+``int8`` quantizes the model's linear layers in place with torchao's
+``quantize_``: ``mode = "dynamic"`` (default) uses int8 weights and int8
+activations quantized per token at run time (``Int8DynamicActivationInt8WeightConfig``,
+``int8_dynamic_activation_int8_weight`` in older torchao); ``"weight-only"``
+int8 weights with activations in the model's dtype (``Int8WeightOnlyConfig``).
+It needs ``inference`` in the combination (quantized weights are not trained
+here) and applies before it. torchao's int8 kernels are fastest under
+``torch-compile``, which composes; convolutions are not quantized (ResNet
+gains little). Both modes run on CPU as well.
+
+Where torchao is missing the cell is skipped at expansion with the install
+hint; where the installed torchao cannot quantize with this torch the cell is
+skipped from the worker with torchao's error.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Literal
+
+from suite import CheckContext, Technique, TrainStep, hookimpl
+
+__all__ = ["INSTALL_HINT", "Int8Options", "apply", "check"]
+
+INSTALL_HINT = "int8 needs torchao: pip install 'ampsuite[int8]' (a torchao release built for the installed torch)"
+MODES = ("dynamic", "weight-only")
+
+
+@dataclass(frozen=True)
+class Int8Options:
+    mode: Literal["dynamic", "weight-only"] = field(
+        default="dynamic", metadata={"help": "dynamic (int8 weights and activations) or weight-only"}
+    )
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be 'dynamic' or 'weight-only', got {self.mode!r}")
+
+
+def check(ctx: CheckContext) -> str | None:
+    if "model" not in ctx.workload.traits:
+        return f"needs a workload with a model (trait 'model'); {ctx.workload.name!r} has its own phases"
+    if importlib.util.find_spec("torchao") is None:
+        return INSTALL_HINT
+    return None
+
+
+def _impl() -> ModuleType:
+    # The torch-dependent part lives in plugins.techniques._int8: registering this plugin
+    # (ampsuite list, --help, suite-file checks) must not import torch.
+    return importlib.import_module("plugins.techniques._int8")
+
+
+def apply(step: TrainStep, options: Int8Options) -> TrainStep:
+    return _impl().apply(step, options)
+
+
+@hookimpl
+def ampsuite_techniques() -> list[Technique]:
+    return [
+        Technique(
+            name="int8",
+            summary="INT8 inference: torchao quantize_ of the linear layers (dynamic or weight-only; ampsuite[int8])",
+            apply=apply,
+            options=Int8Options,
+            order=55,
+            requires=frozenset({"inference"}),
+            check=check,
+        )
+    ]

@@ -150,3 +150,23 @@ def test_gemm_summaries_carry_the_speedups_under_unique_labels(tmp_path: Path) -
     assert not [label for label, n in Counter(labels).items() if n > 1]
     assert any("dtype=bfloat16" in label for label in labels)
     assert "15.76\u00d7" in html and "1.98\u00d7" in html
+
+
+def test_baseline_lines_name_what_each_baseline_ran_with() -> None:
+    def rec(combination: str, techniques: list[str]) -> dict:
+        return {
+            "id": f"w/{combination}/bs8",
+            "combination": combination,
+            "techniques": [{"name": t} for t in techniques],
+        }
+
+    doc = {
+        "run": {"suite": {"baseline": "fp32"}},
+        "cells": [rec("fp32", ["cudnn-benchmark"]), rec("tf32", ["cudnn-benchmark", "tf32"]), rec("amp", ["amp-bf16"])],
+    }
+    assert analysis.baseline_lines(doc) == [
+        "\u00d7FP32: against the fp32 cell, float32 with cudnn-benchmark.",
+        "\u00d7TF32: against the tf32 cell, float32 with TF32 matmuls, cudnn-benchmark.",
+    ]
+    plain = {"run": {"suite": {"baseline": "fp32"}}, "cells": [rec("fp32", [])]}
+    assert analysis.baseline_lines(plain) == ["\u00d7FP32: against the fp32 cell, float32 with PyTorch's defaults."]

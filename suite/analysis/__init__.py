@@ -35,6 +35,7 @@ from suite.analysis.access import workload_id as workload_id
 from suite.analysis.access import world_size as world_size
 from suite.analysis.best import Best as Best
 from suite.analysis.best import PassedOver as PassedOver
+from suite.analysis.best import baseline_lines as baseline_lines
 from suite.analysis.best import best_per_workload as best_per_workload
 from suite.analysis.best import untrusted_reason as untrusted_reason
 from suite.analysis.compare import MIN_RELATIVE_CHANGE as MIN_RELATIVE_CHANGE
@@ -61,6 +62,7 @@ __all__ = [
     "HistoryPoint",
     "PassedOver",
     "as_mapping",
+    "baseline_lines",
     "best_per_workload",
     "cell_label",
     "combination_label",

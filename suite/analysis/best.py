@@ -18,7 +18,7 @@ from suite.analysis.access import AnyDocument, is_inference, throughput, workloa
 from suite.analysis.derived import Derived, derive
 from suite.contract.wire import Record, Status
 
-__all__ = ["Best", "PassedOver", "best_per_workload", "untrusted_reason"]
+__all__ = ["Best", "PassedOver", "baseline_lines", "best_per_workload", "untrusted_reason"]
 
 PassedOver = tuple[str, float, str]
 """(cell id, throughput, why it was not chosen) of a cell faster than the best one."""
@@ -98,3 +98,28 @@ def best_per_workload(doc: AnyDocument) -> dict[str, Best]:
             passed_over.append((record["id"], value, why))
         out[workload] = Best(chosen, None if chosen is None else derived[chosen["id"]], passed_over)
     return out
+
+
+def baseline_lines(doc: AnyDocument) -> list[str]:
+    """One line per baseline saying what it is: the combination and the techniques it ran with.
+
+    A "x FP32" figure is only as fair as its FP32 cell, so the report names what that
+    cell did (cudnn-benchmark on, in the tuned default suites) rather than calling it "FP32".
+    """
+    cells = [r for r in doc.get("cells") or [] if not is_inference(r)]
+    suite_baseline = ((doc.get("run") or {}).get("suite") or {}).get("baseline")
+
+    def names(record: Mapping[str, object]) -> list[str]:
+        return [str(t["name"]) for t in record.get("techniques") or []]  # type: ignore[attr-defined]
+
+    fp32 = next((r for r in cells if r.get("combination") == suite_baseline), None)
+    if fp32 is None:
+        return []
+    base = names(fp32)
+    tf32 = next((r for r in cells if sorted(names(r)) == sorted([*base, "tf32"])), None)
+    with_what = f" with {', '.join(base)}" if base else " with PyTorch's defaults"
+    lines = [f"\u00d7FP32: against the {fp32.get('combination')} cell, float32{with_what}."]
+    if tf32 is not None:
+        extra = f", {', '.join(base)}" if base else ""
+        lines.append(f"\u00d7TF32: against the {tf32.get('combination')} cell, float32 with TF32 matmuls{extra}.")
+    return lines

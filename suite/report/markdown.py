@@ -65,7 +65,7 @@ def _run_part(doc: Doc, compare_with: Doc | None) -> list[str]:
                 + (f"| {pct(d.scaling_efficiency)} " if scaling else "")
                 + f"| {escape_md(d.numerics_verdict)} |"
             )
-        lines += ["", "\u00d7FP32: against plain FP32; \u00d7TF32: against FP32 with TF32 matmuls."]
+        lines += ["", " ".join(analysis.baseline_lines(doc)) or "\u00d7FP32: against FP32; \u00d7TF32: against TF32."]
         if scaling:
             lines[-1] += (
                 " Scaling: total throughput of a data-parallel cell / (GPUs \u00d7 throughput of the"

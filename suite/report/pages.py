@@ -24,8 +24,9 @@ from suite.report.views import CellView, Run, cell_view, setup_label, techniques
 __all__ = ["RATIO_NOTE", "Chart", "index_context", "speedup_summary", "workload_contexts"]
 
 RATIO_NOTE = (
-    "Two ratios are quoted on purpose. \u00d7FP32 holds a cell against the same configuration with no "
-    "technique (FP32 storage and FP32 matmuls); \u00d7TF32 against FP32 storage with TF32 Tensor Core "
+    "Two ratios are quoted on purpose. \u00d7FP32 holds a cell against the suite's baseline cell of the "
+    "same configuration (FP32 storage and FP32 matmuls, with the techniques named above); \u00d7TF32 "
+    "against FP32 storage with TF32 Tensor Core "
     "matmuls, which is what most Ampere-or-newer setups already run. Many published \u201cmixed precision "
     "is N\u00d7 faster\u201d figures quote the first; the second is the gain over a well-configured FP32 "
     "baseline. Both are ratios of median step times at the same batch size on the same device."
@@ -176,6 +177,7 @@ def index_context(runs: Sequence[Run]) -> dict[str, Any]:
                 "total": sum(counts.values()),
                 "by_workload": _status_by_workload(run),
                 "best": _best_rows(run),
+                "baseline_lines": run.baseline_lines,
                 "data_parallel": run.data_parallel,
                 "warnings": _warning_rows(run),
                 "untrusted": _untrusted_rows(run),

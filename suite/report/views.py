@@ -57,6 +57,11 @@ class Run:
         return list(self.doc.get("cells") or [])
 
     @property
+    def baseline_lines(self) -> list[str]:
+        """What each baseline is (combination and techniques), one line each."""
+        return analysis.baseline_lines(self.doc)
+
+    @property
     def data_parallel(self) -> bool:
         """Whether the run holds a data-parallel cell: its tables then get GPU and scaling columns."""
         return analysis.data_parallel(self.doc)

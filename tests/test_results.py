@@ -317,3 +317,18 @@ def test_real_numerics(real) -> None:
         assert (num["nonfinite_step"], num["nonfinite_what"], num["scale_history"]) == (None, None, None)
     fp32, noop = real["cells"]
     assert fp32["numerics"]["losses"] == noop["numerics"]["losses"]  # same seed, noop changes nothing
+
+
+def test_probe_payloads_that_reports_read_are_checked_on_load(tmp_path) -> None:
+    # A file whose checksum is valid but whose tensor-cores rows are not rows would crash the
+    # report's workload pages; the loader refuses it in one line instead.
+    source = Path(__file__).resolve().parent.parent / "reports/h200/session3/faults.json"
+    doc = json.loads(source.read_text(encoding="utf-8"))
+    cell = next(r for r in doc["cells"] if (r.get("diagnostics") or {}).get("tensor_cores"))
+    cell["diagnostics"]["tensor_cores"]["ops"][0]["shapes"] = 1
+    doc.pop("integrity", None)
+    doc["integrity"] = {"sha256": results.checksum(doc)}
+    path = tmp_path / "doctored.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(ResultsFileError, match=r"diagnostics\.tensor_cores\.ops\[0\]\.shapes: expected a list"):
+        results.load(path)

@@ -292,6 +292,30 @@ class Evidence(TypedDict, total=False):
     stacks: str
 
 
+class TensorCoreOp(TypedDict, total=False):
+    """One row of the tensor-cores probe: an op, its operand shapes and the dtype it ran in."""
+
+    op: str
+    shapes: list[list[int]]
+    dtype: str
+    count: int
+    aligned: bool
+    dims: dict[str, int]
+    phase: str
+
+
+class TensorCores(TypedDict, total=False):
+    ops: list[TensorCoreOp]
+    misaligned: int
+
+
+class Diagnostics(TypedDict, total=False):
+    """Structured evidence. The built-in probes' payloads that reports read are typed; others are JSON."""
+
+    tensor_cores: TensorCores
+    precision_ops: list[dict[str, Any]] | dict[str, Any]
+
+
 class Outcome(TypedDict, total=False):
     """What one measurement of a cell says: a worker's result, or the runner's word for it."""
 
@@ -342,7 +366,7 @@ class Record(TypedDict):
     wall_seconds: float
     metrics: Metrics
     numerics: Numerics | None
-    diagnostics: dict[str, Any]
+    diagnostics: Diagnostics
     notes: dict[str, Any]
     warnings: list[str]
     evidence: Evidence | None

@@ -37,6 +37,7 @@ from suite.analysis.best import Best as Best
 from suite.analysis.best import PassedOver as PassedOver
 from suite.analysis.best import baseline_lines as baseline_lines
 from suite.analysis.best import best_per_workload as best_per_workload
+from suite.analysis.best import numerics_reason as numerics_reason
 from suite.analysis.best import untrusted_reason as untrusted_reason
 from suite.analysis.compare import MIN_RELATIVE_CHANGE as MIN_RELATIVE_CHANGE
 from suite.analysis.compare import Comparison as Comparison
@@ -64,6 +65,7 @@ __all__ = [
     "as_mapping",
     "baseline_lines",
     "best_per_workload",
+    "numerics_reason",
     "cell_label",
     "combination_label",
     "comparable_options",

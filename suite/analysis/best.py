@@ -18,13 +18,19 @@ from suite.analysis.access import AnyDocument, is_inference, throughput, workloa
 from suite.analysis.derived import Derived, derive
 from suite.contract.wire import Record, Status
 
-__all__ = ["Best", "PassedOver", "baseline_lines", "best_per_workload", "untrusted_reason"]
+__all__ = ["Best", "PassedOver", "baseline_lines", "best_per_workload", "numerics_reason", "untrusted_reason"]
 
 PassedOver = tuple[str, float, str]
 """(cell id, throughput, why it was not chosen) of a cell faster than the best one."""
 
 
-def _reason(record: Record, derived: Derived) -> str | None:
+def numerics_reason(record: Record, derived: Derived) -> str | None:
+    """Why ``record``'s training is not healthy (None when it is): not passed, a non-finite
+    loss, a collapsed loss scale, or a loss that drifted from FP32's beyond the tolerance.
+
+    The numerics half of :func:`untrusted_reason`; ``ampsuite tune`` judges its short
+    screening measurements by it alone (they are too short to meet the noise target).
+    """
     if record["status"] != Status.PASSED:
         return f"status {record['status']}"
     numerics = record.get("numerics") or {}
@@ -38,6 +44,13 @@ def _reason(record: Record, derived: Derived) -> str | None:
     if derived.numerics_verdict == "drift":
         diff = derived.loss_rel_diff
         return "loss drifted from FP32" + ("" if diff is None else f" by {diff:.2%}")
+    return None
+
+
+def _reason(record: Record, derived: Derived) -> str | None:
+    reason = numerics_reason(record, derived)
+    if reason is not None:
+        return reason
     if not derived.trusted:
         return derived.trust_note or "timing not trusted"
     return None

@@ -29,7 +29,7 @@ def _record(cell_id: str = "toy/fp32/bs8", status: str = "passed", **fields: Any
         "techniques": [],
         "started": "2026-01-01T00:00:00+00:00",
         "wall_seconds": 1.5,
-        "metrics": {},
+        "metrics": _PASSED_METRICS if status == "passed" else {},
         "numerics": None,
         "diagnostics": {},
         "notes": {},
@@ -38,6 +38,14 @@ def _record(cell_id: str = "toy/fp32/bs8", status: str = "passed", **fields: Any
     }
     rec.update(fields)
     return rec
+
+
+_STEP = {"samples": [0.01] * 5, "n": 5, "median": 0.01, "mean": 0.01, "min": 0.01, "max": 0.01}
+_PASSED_METRICS: dict[str, Any] = {
+    "step_time": {**_STEP, "p10": 0.01, "p90": 0.01, "iqr": 0.0, "rel_iqr": 0.0, "noise": 0.0},
+    "throughput": 800.0,
+}
+"""What every reader shows of a passed cell (the loader refuses a passed record without it)."""
 
 
 def _doc(cells: Any = None, **top: Any) -> dict[str, Any]:
@@ -171,13 +179,14 @@ def test_load_accepts_a_good_file(tmp_path: Path) -> None:
 
 
 def test_written_files_are_strict_json(tmp_path: Path) -> None:
-    doc = _doc(cells=[_record("a", metrics={"x": math.nan, "y": [1.0, math.inf, -math.inf]})])
+    metrics = {**_PASSED_METRICS, "x": math.nan, "y": [1.0, math.inf, -math.inf]}
+    doc = _doc(cells=[_record("a", metrics=metrics)])
     path = tmp_path / "out" / "results.json"
     writer = results.ResultsWriter(path, copy.deepcopy(doc))
     text = path.read_text()
     assert "NaN" not in text and "Infinity" not in text
     loaded = json.loads(text, parse_constant=lambda name: pytest.fail(f"non-strict constant {name}"))
-    assert loaded["cells"][0]["metrics"] == {"x": None, "y": [1.0, None, None]}
+    assert loaded["cells"][0]["metrics"] == {**_PASSED_METRICS, "x": None, "y": [1.0, None, None]}
     assert results.load(path) == loaded
     assert writer.doc["cells"][0]["metrics"]["x"] != writer.doc["cells"][0]["metrics"]["x"]  # memory keeps NaN
     assert [p.name for p in path.parent.iterdir()] == ["results.json"]  # no temporary left behind

@@ -117,7 +117,7 @@ def _check(value: Any, tp: Any, where: str) -> None:
         _check_typeddict(value, tp, where)
         return
     if isinstance(tp, type) and issubclass(tp, StrEnum):
-        if value not in {m.value for m in tp}:
+        if not isinstance(value, str) or value not in {m.value for m in tp}:
             raise WireError(where, f"expected one of {', '.join(m.value for m in tp)}, got {value!r}"[:200])
         return
     if tp is float:

@@ -50,6 +50,7 @@ __all__ = [
     "check",
     "json_problem",
     "outcome",
+    "record_problem",
 ]
 
 
@@ -370,6 +371,16 @@ class Record(TypedDict):
     notes: dict[str, Any]
     warnings: list[str]
     evidence: Evidence | None
+
+
+def record_problem(record: Record, where: str) -> str | None:
+    """What the types cannot say: a passed record carries the figures every reader shows."""
+    if record["status"] == Status.PASSED:
+        metrics = record["metrics"]
+        for key in ("step_time", "throughput"):
+            if key not in metrics:
+                return f"{where}.metrics: a passed cell without {key!r}"
+    return None
 
 
 class SuiteInfo(TypedDict):

@@ -120,6 +120,10 @@ def load(path: str | Path) -> dict[str, Any]:
                 where, "content does not match its checksum (edited or damaged after it was written); refusing it"
             )
         wire.check(doc, wire.Document)
+        for i, rec in enumerate(doc["cells"]):
+            problem = wire.record_problem(rec, f"cells[{i}]")
+            if problem:
+                raise wire.WireError(f"cells[{i}]", problem.split(": ", 1)[1])
     except wire.WireError as exc:
         raise ResultsFileError(where, f"corrupt results file: {exc}") from None
     seen: set[str] = set()

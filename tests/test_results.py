@@ -341,3 +341,11 @@ def test_probe_payloads_that_reports_read_are_checked_on_load(tmp_path) -> None:
     path.write_text(json.dumps(doc), encoding="utf-8")
     with pytest.raises(ResultsFileError, match=r"diagnostics\.tensor_cores\.ops\[0\]\.shapes: expected a list"):
         results.load(path)
+
+
+def test_a_passed_record_without_its_figures_is_refused(tmp_path: Path) -> None:
+    # Types alone allow an empty metrics object; every reader shows a passed cell's step time.
+    path = tmp_path / "results.json"
+    path.write_text(_sealed(_doc(cells=[_record(metrics={"throughput": 800.0})])), encoding="utf-8")
+    with pytest.raises(ResultsFileError, match=r"cells\[0\]\.metrics: a passed cell without 'step_time'"):
+        results.load(path)

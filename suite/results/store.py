@@ -123,7 +123,7 @@ def load(path: str | Path) -> dict[str, Any]:
         for i, rec in enumerate(doc["cells"]):
             problem = wire.record_problem(rec, f"cells[{i}]")
             if problem:
-                raise wire.WireError(f"cells[{i}]", problem.split(": ", 1)[1])
+                raise ResultsFileError(where, f"corrupt results file: {problem}")
     except wire.WireError as exc:
         raise ResultsFileError(where, f"corrupt results file: {exc}") from None
     seen: set[str] = set()

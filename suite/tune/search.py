@@ -31,7 +31,7 @@ from suite.host.session import Plan
 from suite.run import runner
 from suite.tune import space
 from suite.tune.space import AMP, TF32, Candidate, WorkloadConfig
-from suite.tune.trust import _as_record, untrusted_reason
+from suite.tune.trust import as_record, untrusted_reason
 from suite.tune.tuner import FULL, SCREEN, SCREENED_STEPS, Measure, Progress, TuneConfig, Tuner
 
 __all__ = ["MIN_GAIN", "Measure", "TuneConfig", "Tuner", "tune"]
@@ -42,10 +42,10 @@ MIN_GAIN = 0.01
 
 def _gain_over(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Whether ``a`` is faster than ``b`` by more than both figures' noise (and :data:`MIN_GAIN`)."""
-    ta, tb = analysis.throughput(_as_record(a)), analysis.throughput(_as_record(b))
+    ta, tb = analysis.throughput(as_record(a)), analysis.throughput(as_record(b))
     if ta is None or tb is None:
         return False
-    margin = max(MIN_GAIN, (analysis.noise(_as_record(a)) or 0.0) + (analysis.noise(_as_record(b)) or 0.0))
+    margin = max(MIN_GAIN, (analysis.noise(as_record(a)) or 0.0) + (analysis.noise(as_record(b)) or 0.0))
     return ta > tb * (1.0 + margin)
 
 
@@ -53,14 +53,14 @@ Measured = tuple[Candidate, dict[str, Any]]
 
 
 def _value(record: dict[str, Any] | None) -> float:
-    return (analysis.throughput(_as_record(record)) if record is not None else None) or 0.0
+    return (analysis.throughput(as_record(record)) if record is not None else None) or 0.0
 
 
 def _ok(tuner: Tuner, record: dict[str, Any] | None, phase: str) -> bool:
     """Measured, with a throughput, and trustworthy for ``phase`` (a non-finite loss never is)."""
     return (
         record is not None
-        and analysis.throughput(_as_record(record)) is not None
+        and analysis.throughput(as_record(record)) is not None
         and tuner.untrusted(record, phase) is None
     )
 
@@ -75,7 +75,7 @@ def _step(
         "batch_size": candidate.batch_size,
         "cell_id": None if record is None else record["id"],
         "status": "not started (budget)" if record is None else str(record["status"]),
-        "throughput": None if record is None else analysis.throughput(_as_record(record)),
+        "throughput": None if record is None else analysis.throughput(as_record(record)),
         "untrusted": None if record is None else tuner.untrusted(record, SCREEN if phase in SCREENED_STEPS else FULL),
         "decision": "",
     }
@@ -206,11 +206,11 @@ def _ablation(tuner: Tuner, config: WorkloadConfig, winner: Measured) -> list[di
         measured.append((label, candidate, removed, record))
     doc = tuner.writer.doc
     derived = analysis.derive(doc)
-    win_value = analysis.throughput(_as_record(winner[1]))
+    win_value = analysis.throughput(as_record(winner[1]))
     out = []
     for label, candidate, removed, record in measured:
         d = derived.get(record["id"]) if record is not None else None
-        value = analysis.throughput(_as_record(record)) if record is not None else None
+        value = analysis.throughput(as_record(record)) if record is not None else None
         out.append(
             {
                 "label": label,
@@ -264,8 +264,8 @@ def _tune_one(tuner: Tuner, config: WorkloadConfig) -> dict[str, Any]:
         "overrides": {t: dict(o) for t, o in winner[0].overrides.items()},
         "batch_size": winner[0].batch_size,
         "cell_id": winner[1]["id"],
-        "throughput": analysis.throughput(_as_record(winner[1])),
-        "noise": analysis.noise(_as_record(winner[1])),
+        "throughput": analysis.throughput(as_record(winner[1])),
+        "noise": analysis.noise(as_record(winner[1])),
         "speedup_vs_fp32": None if derived is None else derived.speedup_vs_fp32,
     }
     result["ablation"] = _ablation(tuner, config, winner)

@@ -15,10 +15,10 @@ from typing import Any, cast
 from suite import analysis
 from suite.contract import wire
 
-__all__ = ["numerics_reason", "untrusted_reason"]
+__all__ = ["as_record", "numerics_reason", "untrusted_reason"]
 
 
-def _as_record(record: Mapping[str, Any]) -> wire.Record:
+def as_record(record: Mapping[str, Any]) -> wire.Record:
     """A record the runner built in this process (the shape the results loader checks in files)."""
     return cast(wire.Record, record)
 
@@ -42,7 +42,7 @@ def numerics_reason(record: Record, doc: Doc) -> str | None:
     derived = _derived(record, doc)
     if derived is None:
         return "not in the results document"
-    reason = analysis.numerics_reason(_as_record(record), derived)
+    reason = analysis.numerics_reason(as_record(record), derived)
     if reason is not None:
         return reason
     if derived.numerics_verdict == "n/a":
@@ -61,7 +61,7 @@ def untrusted_reason(record: Record, doc: Doc) -> str | None:
     reason = numerics_reason(record, doc)
     if reason is not None:
         return reason
-    own, target = analysis.noise(_as_record(record)), analysis.noise_target(doc)
+    own, target = analysis.noise(as_record(record)), analysis.noise_target(doc)
     if own is None:
         return "no noise estimate"
     if own > target:

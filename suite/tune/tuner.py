@@ -26,7 +26,7 @@ from suite.spec.suitefile import SuiteSpec
 from suite.tune import space
 from suite.tune.budget import Budget
 from suite.tune.space import Candidate, WorkloadConfig
-from suite.tune.trust import _as_record, numerics_reason, untrusted_reason
+from suite.tune.trust import as_record, numerics_reason, untrusted_reason
 
 __all__ = ["FULL", "SCREEN", "SCREENED_STEPS", "Measure", "Progress", "TuneConfig", "Tuner"]
 
@@ -148,7 +148,7 @@ class Tuner:
         return untrusted_reason(record, self.writer.doc)
 
     def _report(self, config: WorkloadConfig, candidate: Candidate, phase: str, record: dict[str, Any]) -> None:
-        value = analysis.throughput(_as_record(record))
+        value = analysis.throughput(as_record(record))
         why = self.untrusted(record, phase)
         if value is not None and why is None and phase != SCREEN:
             current = self.best.get(config.key)

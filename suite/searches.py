@@ -23,7 +23,16 @@ def cmd_selfcheck(args: argparse.Namespace) -> ExitCode:
     from suite.spec.keyword import KeywordExpression
 
     device = session.resolve_device("auto", args.device)
-    checks = selfcheck.CHECKS[device]
+    if args.tuned:
+        from suite import results
+
+        checks = selfcheck.tuned_checks(results.load(args.tuned))
+        if not checks:
+            console = make_console()
+            console.print(f"{args.tuned}: no tune winner to check (not a tune results file?)", markup=False)
+            return ExitCode.NO_CELLS
+    else:
+        checks = selfcheck.CHECKS[device]
     if args.keyword:
         expr = KeywordExpression(args.keyword)
         checks = tuple(c for c in checks if expr.matches(c.name))

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
@@ -33,7 +33,7 @@ from suite.run.worker import build_step
 from suite.spec.options import build_options, options_as_dict
 from suite.spec.suitefile import MeasureSpec
 
-__all__ = ["CHECKS", "Check", "CheckResult", "plain_graph_step", "plain_step", "run_check"]
+__all__ = ["CHECKS", "Check", "CheckResult", "plain_graph_step", "plain_step", "run_check", "tuned_checks"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,8 @@ class Check:
     options: dict[str, Any]
     techniques: tuple[str, ...]
     batch_size: int
+    technique_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Options of the techniques that differ from their defaults (a tuned recipe's, say)."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,34 @@ CHECKS: dict[str, tuple[Check, ...]] = {
         Check("gemm-fp32-256", "gemm", {"m": 256, "n": 256, "k": 256}, (), 1),
     ),
 }
+
+
+def tuned_checks(doc: Mapping[str, Any]) -> tuple[Check, ...]:
+    """One check per workload winner of a tune results document (``run.tune``), built from the winner's record.
+
+    The record holds every technique with its options (the suite's base
+    techniques included), so the plain loop runs exactly the recipe tune chose.
+    """
+    by_id = {str(r["id"]): r for r in doc.get("cells") or []}
+    checks = []
+    for w in (doc.get("run") or {}).get("tune", {}).get("workloads") or []:
+        winner = w.get("winner") or {}
+        record = by_id.get(str(winner.get("cell_id")))
+        if record is None:
+            continue
+        workload = record["workload"]
+        techniques = record.get("techniques") or []
+        checks.append(
+            Check(
+                name=f"tuned {record['id']}",
+                workload=str(workload["plugin"]),
+                options=dict(workload.get("options") or {}),
+                techniques=tuple(str(t["name"]) for t in techniques),
+                batch_size=int(record["batch_size"]),
+                technique_options={str(t["name"]): dict(t.get("options") or {}) for t in techniques},
+            )
+        )
+    return tuple(checks)
 
 
 def plain_step(step: TrainStep) -> Callable[[Batch], Any]:
@@ -180,7 +210,12 @@ def _cell(registry: Any, check: Check, techniques: tuple[str, ...]) -> dict[str,
         "workload": check.workload,
         "options": options_as_dict(build_options(workload.options, check.options)),
         "techniques": [
-            {"name": t, "options": options_as_dict(build_options(registry.techniques[t].options, {}))}
+            {
+                "name": t,
+                "options": options_as_dict(
+                    build_options(registry.techniques[t].options, dict(check.technique_options.get(t, {})))
+                ),
+            }
             for t in sorted(techniques, key=lambda n: (registry.techniques[n].order, n))
         ],
         "batch_size": check.batch_size,

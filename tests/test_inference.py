@@ -307,13 +307,40 @@ def test_inference_fp32_reference_ignores_the_suites_base_techniques() -> None:
     derived = analysis.derive(doc(*cells))
     assert derived["toy/infer-bf16/bs32"].fp32_id == "toy/infer-fp32/bs32"
     assert derived["toy/infer-fp32/bs32"].fp32_id == "toy/infer-fp32/bs32"
-    # A cell with nothing but the inference technique is still preferred where there is one.
+    # The tuned reference is preferred to a cell with nothing but the inference technique (PyTorch's defaults).
     plain = _base_cell("infer-plain", ["inference"], inference=True)
     derived = analysis.derive(doc(*cells, plain))
-    assert derived["toy/infer-bf16/bs32"].fp32_id == "toy/infer-plain/bs32"
+    assert derived["toy/infer-bf16/bs32"].fp32_id == "toy/infer-fp32/bs32"
+    assert derived["toy/infer-plain/bs32"].fp32_id == "toy/infer-fp32/bs32"
     # A baseline that is not FP32 (its matmuls in bfloat16) does not make its techniques base ones.
     amp_base = _base_cell("amp", ["amp-bf16"], inference=False, baseline="amp")
     amp_base["metrics"]["matmul_dtype"] = "bfloat16"
     infer_amp = _base_cell("infer-amp", ["amp-bf16", "inference"], inference=True, baseline="amp")
     derived = analysis.derive(doc(amp_base, infer_amp))
     assert derived["toy/infer-amp/bs32"].fp32_id is None
+
+
+def test_training_references_are_the_tuned_ones_with_base_techniques() -> None:
+    """base_techniques = ["cudnn-benchmark"] and an extra ``fp32-defaults = ["-cudnn-benchmark"]`` row: FP32 and
+    TF32 are the cells a practitioner runs (cudnn.benchmark on), so every speedup and the numerics verdict are held
+    against them, and PyTorch's defaults are an extra row (issue 15's untuned baseline inflated ResNet by 17%)."""
+    from tests.test_analysis import doc
+
+    fp32 = _base_cell("fp32", ["cudnn-benchmark"], inference=False)
+    defaults = _base_cell("fp32-defaults", [], inference=False)
+    defaults["metrics"]["step_time"]["median"] *= 1.17
+    tf32 = _base_cell("tf32", ["cudnn-benchmark", "tf32"], inference=False)
+    tf32_defaults = _base_cell("tf32-defaults", ["tf32"], inference=False)
+    amp = _base_cell("amp", ["cudnn-benchmark", "amp-bf16"], inference=False)
+    amp["metrics"]["matmul_dtype"] = "bfloat16"
+    derived = analysis.derive(doc(defaults, tf32_defaults, fp32, tf32, amp))
+    for cell_id in ("toy/amp/bs32", "toy/fp32-defaults/bs32", "toy/fp32/bs32"):
+        assert derived[cell_id].fp32_id == "toy/fp32/bs32"
+        assert derived[cell_id].tf32_id == "toy/tf32/bs32"
+    assert derived["toy/amp/bs32"].numerics_verdict == "ok"
+    assert derived["toy/fp32-defaults/bs32"].speedup_vs_fp32 is not None
+    assert derived["toy/fp32-defaults/bs32"].speedup_vs_fp32 < 1.0
+    # Without base techniques the reference is the cell without techniques, as before.
+    plain = analysis.derive(doc(defaults, tf32_defaults))
+    assert plain["toy/tf32-defaults/bs32"].fp32_id == "toy/fp32-defaults/bs32"
+    assert plain["toy/tf32-defaults/bs32"].tf32_id == "toy/tf32-defaults/bs32"

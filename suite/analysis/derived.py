@@ -6,11 +6,19 @@ summary, the CSV export and the terminal table all take their figures from
 here, so that a number means the same thing wherever it is shown.
 
 References (within one comparable configuration, :func:`suite.analysis.group_key`)
-    The *FP32* cell is the one without techniques, the *TF32* cell the one whose
-    techniques are exactly ``["tf32"]``, and the *baseline* cell the one whose
-    ``combination`` equals the records' ``baseline``. For a workload with a
-    precision option (GEMM's ``dtype``) the FP32 and TF32 cells are those whose
-    option is ``float32``: a bfloat16 product is held against the float32
+    The *FP32* cell is the tuned one a practitioner would run: the one whose
+    techniques are exactly the suite's ``base_techniques`` (``cudnn-benchmark``
+    in the default CUDA suite), failing that the one without techniques; the
+    *TF32* cell likewise has the base techniques and ``tf32`` (failing that
+    ``["tf32"]`` alone); the *baseline* cell is the one whose ``combination``
+    equals the records' ``baseline``. Records do not mark base techniques as
+    such: they are read off the training baseline cell (the cell whose
+    combination is the suite's ``baseline``), less ``tf32``, provided its
+    matmuls ran in float32 (:func:`_base_names`). So with ``base_techniques =
+    ["cudnn-benchmark"]`` a ``fp32-defaults = ["-cudnn-benchmark"]`` row is an
+    extra row held against the tuned FP32, not the reference. For a workload
+    with a precision option (GEMM's ``dtype``) the FP32 and TF32 cells are those
+    whose option is ``float32``: a bfloat16 product is held against the float32
     product of the same shape. Speedups are ratios of median step times
     (reference / cell), so 2.0 means "twice as fast".
 
@@ -18,15 +26,11 @@ Inference cells (records with ``notes.inference``, :func:`suite.analysis.is_infe
     form groups of their own: training and inference cells are never
     compared. In an inference group the technique that made the cells
     inference cells (``notes.inference.technique``) does not count, so the
-    FP32 inference cell is the one whose only technique it is, and an
-    inference cell's speedups are against FP32 *inference*. A suite's
-    ``base_techniques`` are in every combination but are not recorded as
-    such; where no inference cell carries nothing but the inference
-    technique, the FP32 inference cell is the one whose other techniques are
-    exactly those of the training baseline cell of the same configuration
-    (the cell whose combination is the suite's ``baseline``), less ``tf32``,
-    provided that cell's matmuls ran in float32: with ``base_techniques =
-    ["cudnn-benchmark"]`` the ``["cudnn-benchmark", "inference"]`` cell.
+    FP32 inference cell is the one whose other techniques are the base
+    techniques read off the training baseline cell of the same configuration
+    (``["cudnn-benchmark", "inference"]`` in the default CUDA suite), failing
+    that the one whose only technique is the inference technique; an
+    inference cell's speedups are against FP32 *inference*.
 
 Numerics verdict
     ``"non-finite"`` when the cell's own loss went non-finite (or its gradients
@@ -268,15 +272,25 @@ def _base_names(training: Iterable[Record]) -> frozenset[str] | None:
 
 
 def _fp32_cell(members: list[Record], groups: Mapping[GroupKey, list[Record]], key: GroupKey) -> Record | None:
-    """The group's FP32 cell: no techniques (in an inference group, none but the inference technique; failing
-    that, none but the training baseline cell's, :func:`_base_names`)."""
-    fp32 = _first(members, lambda r: reference_names(r) == () and _reference(r))
-    if fp32 is not None or not key[4]:
-        return fp32
+    """The group's FP32 cell: the one whose techniques are the suite's base techniques (read off the training
+    baseline cell, :func:`_base_names`), failing that the one with none (in an inference group the inference
+    technique does not count either way)."""
     base = _base_names(groups.get((*key[:4], False, key[5]), []))
-    if not base:
-        return None
-    return _first(members, lambda r: frozenset(reference_names(r)) == base and _reference(r))
+    if base:
+        tuned = _first(members, lambda r: frozenset(reference_names(r)) == base and _reference(r))
+        if tuned is not None:
+            return tuned
+    return _first(members, lambda r: reference_names(r) == () and _reference(r))
+
+
+def _tf32_cell(members: list[Record], groups: Mapping[GroupKey, list[Record]], key: GroupKey) -> Record | None:
+    """The group's TF32 cell: the base techniques and ``tf32``, failing that ``tf32`` alone."""
+    base = _base_names(groups.get((*key[:4], False, key[5]), []))
+    if base:
+        tuned = _first(members, lambda r: frozenset(reference_names(r)) == base | {"tf32"} and _reference(r))
+        if tuned is not None:
+            return tuned
+    return _first(members, lambda r: reference_names(r) == ("tf32",) and _reference(r))
 
 
 def derive(doc: AnyDocument) -> dict[str, Derived]:
@@ -290,7 +304,7 @@ def derive(doc: AnyDocument) -> dict[str, Derived]:
     groups = _groups(doc)
     for key, members in groups.items():
         fp32 = _fp32_cell(members, groups, key)
-        tf32 = _first(members, lambda r: reference_names(r) == ("tf32",) and _reference(r))
+        tf32 = _tf32_cell(members, groups, key)
         baseline = _first(members, lambda r: r.get("combination") == r.get("baseline") and _reference(r))
         for record in members:
             tflops = _tflops(record) if passed(record) else None

@@ -45,7 +45,7 @@ def skip_reason(
     if world_size <= 1:
         return None
     if device == "cuda" and world_size > gpu_count:
-        how = f"gpus = {world_size}" if nodes <= 1 else f"nodes = {nodes} x gpus = {world_size // nodes}, every node here"
+        how = f"gpus = {world_size}" if nodes <= 1 else f"nodes = {nodes} x gpus = {world_size // nodes}, all here"
         return f"needs {world_size} GPUs ({how}); this machine has {gpu_count}"
     for name in sorted(techniques):
         if name in UNSUPPORTED_TECHNIQUES:

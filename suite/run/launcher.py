@@ -177,6 +177,7 @@ def _failure(
         rank = min(reports, key=lambda r: (reports[r]["time"], r))
         result = dict(reports[rank]["result"])
         evidence = dict(result.get("evidence") or {})
+        evidence["raised_at"] = reports[rank]["time"]  # seconds since the epoch: nodes' failures are ordered by it
     else:
         # The first rank to end died without raising (a signal, os._exit): the others' errors followed from it.
         rank = detected_rank

@@ -74,7 +74,7 @@ class _Node:
     def summary(self) -> dict[str, Any]:
         entry: dict[str, Any] = {"node": self.rank, "pid": self.proc.pid, "ended": self.ending or "running"}
         if self.ending == "result" and isinstance(self.result, dict):
-            entry["status"] = "passed" if "node_done" in self.result else self.result.get("status")
+            entry["status"] = Status.PASSED if "node_done" in self.result else self.result.get("status")
         else:
             entry.update(exitcode=self.exitcode, signal=procs.signal_name(self.exitcode))
         return entry
@@ -186,6 +186,18 @@ def measure_nodes(job: CellJob) -> Outcome:
     return _outcome(nodes, job, node_stacks if timed_out else None)
 
 
+def _failure_order(node: _Node) -> tuple[int, float, float]:
+    """Which node's failure is the cause: a rank that died without raising, then the earliest raise, then arrival."""
+    evidence = node.result.get("evidence") if isinstance(node.result, dict) else None
+    evidence = evidence if isinstance(evidence, dict) else {}
+    raised_at = evidence.get("raised_at")
+    return (
+        0 if evidence.get("type") == "RankCrashed" else 1,
+        float(raised_at) if isinstance(raised_at, int | float) else float("inf"),
+        node.at,
+    )
+
+
 def _ranks_of(launcher: int, job: CellJob) -> list[tuple[int, int]]:
     """(rank, pid) of the ranks that ``launcher`` started, from the lines they write into the cell's log."""
     log = procs.log_since(job.log, 0, LOG_SCAN_BYTES)
@@ -225,8 +237,7 @@ def _outcome(nodes: list[_Node], job: CellJob, timed_out_stacks: str | None) -> 
         )
     failed = sorted((n for n in nodes if _bad(n)), key=lambda n: n.at)
     if failed:
-        crashed = [n for n in failed if (n.result.get("evidence") or {}).get("type") == "RankCrashed"]
-        cause = (crashed or failed)[0]
+        cause = min(failed, key=_failure_order)
         result = checked(cause.result, job.log)
         evidence = dict(result.get("evidence") or {})
         evidence.setdefault("node", cause.rank)

@@ -6,8 +6,8 @@ Cell ids. A cell on one node names its world size: ``/xN`` (N processes; none
 for one process, so those ids never change). A cell spanning M > 1 nodes names
 both factors as torchrun users write them, nodes first: ``/nMxN`` (M nodes x N
 processes per node, world size M x N), so ``toy/fp32/n2x1/bs8`` and
-``toy/fp32/x2/bs8`` -- both two processes -- stay distinct, and ``-k x2``
-still picks the two-process cells of one node only.
+``toy/fp32/x2/bs8`` -- both two processes -- stay distinct; ``-k x2`` (a
+substring) picks every cell of two processes per node, ``-k n2x1`` one layout.
 """
 
 from __future__ import annotations

@@ -233,3 +233,27 @@ def test_a_killed_node_crashes_the_cell_with_its_ranks_and_nothing_hangs(nodes_r
 
 def test_the_run_stays_short(nodes_run) -> None:
     assert nodes_run["seconds"] < 120
+
+
+@pytest.mark.slow
+def test_a_hanging_rank_times_out_and_every_node_group_is_killed(tmp_path) -> None:
+    suite_path = tmp_path / "hang.toml"
+    suite_path.write_text(
+        RUN_SUITE.replace("timeout = 60", "timeout = 12")
+        .replace('rank1-raises = ["fault-raise"]', 'hang = ["fault-hang"]')
+        .replace("[techniques.fault-raise]", "[techniques.fault-hang]"),
+        encoding="utf-8",
+    )
+    out = tmp_path / "r.json"
+    argv = ["run", str(suite_path), "-o", str(out), "-k", "hang", "--no-report", "--no-peaks"]
+    assert cli.main([*argv, "--data-dir", str(tmp_path / "data")]) == ExitCode.CELLS_FAILED
+    (rec,) = json.loads(out.read_text(encoding="utf-8"))["cells"]
+    ev = rec["evidence"]
+    assert rec["status"] == "timeout" and ev["timeout_seconds"] == 12
+    assert re.search(r"^node 0 \(pid \d+\):", ev["stacks"], re.M) and re.search(
+        r"^node 1 \(pid \d+\):", ev["stacks"], re.M
+    )
+    assert all(n["ended"] == "stopped" for n in ev["nodes"])
+    ranks = [r["pid"] for n in ev["nodes"] for r in n["ranks"]]
+    assert sorted(r["rank"] for n in ev["nodes"] for r in n["ranks"]) == [0, 1]
+    assert _all_dead([n["pid"] for n in ev["nodes"]] + ranks)

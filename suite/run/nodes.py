@@ -28,6 +28,10 @@ counts against the same timeout). The cell's outcome:
   (``RankCrashed``) before one that raised, else the first report;
 * the timeout: ``timeout``, with every still-running node's thread stacks.
 
+Evidence of a failure adds ``nodes``: each node's label, pid, how it ended
+(``result``, ``died``, ``stopped`` by the runner) and the ranks it started
+(rank, pid: from the start line each rank writes into the cell's log).
+
 In every case each node's process group (the node and its ranks) is killed
 before the outcome is returned.
 """
@@ -212,7 +216,8 @@ def _stacks(nodes: list[_Node], job: CellJob) -> str:
 
 
 def _outcome(nodes: list[_Node], job: CellJob, timed_out_stacks: str | None) -> Outcome:
-    summary = [n.summary() for n in nodes]
+    # Each node with the ranks it started (pids from their start lines: the ranks of a node that died left no file).
+    summary = [{**n.summary(), "ranks": [{"rank": r, "pid": p} for r, p in _ranks_of(n.proc.pid, job)]} for n in nodes]
     tail = procs.log_tail(job.log)
     facts = {"world_size": job.cell.world_size, "nodes": summary}
     dead = sorted((n for n in nodes if n.ending == "died"), key=lambda n: n.at)

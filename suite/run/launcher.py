@@ -90,6 +90,27 @@ cell's log (the worker's and every rank's output, faulthandler's stacks
 included). A cell's status is one a worker may report (passed, skipped,
 failed, oom); ``crashed`` stays the runner's word for the worker itself.
 
+Several nodes. A workload's ``nodes = M`` (with ``gpus = N`` per node: torchrun's
+``--nnodes M --nproc-per-node N``) makes cells of world size M x N, id
+``WORKLOAD/COMBINATION/nMxN/bsB``. Each node is one call of :func:`run_node`
+-- from a node process of this machine (:mod:`suite.run.nodes`, the built-in
+stand-in) or from a cluster executor's task on each host -- which calls
+``elastic_launch`` with ``min_nodes = max_nodes = M``, ``nproc_per_node = N``
+and a c10d rendezvous at the endpoint node 0 hosts (not standalone), so that
+torch's rendezvous joins the nodes and numbers the ranks. The ranks run as
+above, with one addition: the launcher of a node sees only its own ranks'
+return values, and the nodes need not share a filesystem, so every rank's
+result is gathered to rank 0 through torch.distributed
+(:func:`suite.run.rank.gather_results`) before the process group ends. The
+node that holds rank 0 combines them (:func:`combine`, plus
+``notes.distributed``'s ``nodes``, ``nproc_per_node`` and ``rendezvous``);
+the other nodes return ``{"node_done": {"node_rank", "pid", "ranks"}}``. A
+failing rank's evidence is gathered per node, as in a one-node cell, from that
+node's own files, with ``node`` (the failing node's label) and ``raised_at``
+(when the rank raised: the stand-in orders nodes' failures by it). The CPU
+threads of a node's ranks are ``cpu_count // N`` unless the payload sets them
+(the stand-in shares one host among all M x N ranks).
+
 Memory limit (CPU): each rank caps its own address space at what it maps
 plus ``suite.memory_limit_gb`` (the worker sets no limit its ranks could
 inherit). Threads (CPU): ``suite.cpu_threads`` per rank; when 0, the host's

@@ -95,6 +95,43 @@ def test_each_local_node_sees_its_own_gpus(monkeypatch: pytest.MonkeyPatch) -> N
     assert [nodes.visible_devices(k, 2) for k in range(2)] == ["3,5", "6,7"]
 
 
+def _record(cid: str, world: int, nodes_: int, throughput: float, combination: str = "fp32") -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "id": cid,
+        "status": "passed",
+        "device": "cpu",
+        "batch_size": 8,
+        "world_size": world,
+        "combination": combination,
+        "baseline": "fp32",
+        "workload": {"id": "toy", "options": {}},
+        "techniques": [] if combination == "fp32" else [{"name": "noop", "options": {}}],
+        "metrics": {"throughput": throughput, "step_time": {"median": 8 * world / throughput}},
+    }
+    if nodes_ > 1:
+        record["nodes"] = nodes_
+    return record
+
+
+def test_analysis_keeps_layouts_of_one_world_size_apart() -> None:
+    from suite import analysis
+
+    doc = {
+        "run": {},
+        "cells": [
+            _record("toy/fp32/bs8", 1, 1, 100.0),
+            _record("toy/fp32/x2/bs8", 2, 1, 190.0),
+            _record("toy/fp32/n2x1/bs8", 2, 2, 160.0),
+            _record("toy/noop/n2x1/bs8", 2, 2, 180.0, combination="noop"),
+        ],
+    }
+    derived = analysis.derive(doc)
+    assert derived["toy/noop/n2x1/bs8"].fp32_id == "toy/fp32/n2x1/bs8"  # not the one-node x2 cell
+    assert derived["toy/fp32/n2x1/bs8"].single_id == "toy/fp32/bs8"
+    assert derived["toy/fp32/n2x1/bs8"].scaling_efficiency == pytest.approx(0.8)
+    assert derived["toy/fp32/x2/bs8"].scaling_efficiency == pytest.approx(0.95)
+
+
 def test_run_node_refuses_a_payload_of_another_layout() -> None:
     payload: dict[str, Any] = {"cell": {"id": "toy/fp32/n2x1/bs8", "world_size": 2, "nodes": 2}}
     with pytest.raises(ValueError, match="spans 2 node"):
@@ -180,7 +217,7 @@ def test_statuses_and_the_exit_code(nodes_run) -> None:
 def test_two_nodes_pass_with_every_rank_combined_on_node_zero(nodes_run) -> None:
     rec = _by_id(nodes_run)["toy/fp32/n2x1/bs8"]
     m = rec["metrics"]
-    assert rec["evidence"] is None
+    assert rec["evidence"] is None and rec["nodes"] == 2
     assert m["world_size"] == 2 and m["samples_per_step"] == 16 and m["samples_per_step_per_gpu"] == 8
     assert [r["rank"] for r in m["ranks"]] == [0, 1]
     assert m["ranks"][0]["n"] == m["ranks"][1]["n"] == m["step_time"]["n"]  # the step agreement held across nodes

@@ -239,7 +239,7 @@ def _groups(doc: AnyDocument) -> dict[GroupKey, list[Record]]:
 
 def _single_key(record: Record) -> tuple[Any, ...]:
     """What a data-parallel cell shares with its one-process cell: the configuration but the world size."""
-    return (*group_key(record)[:-1], precision_value(record), record.get("combination"), techniques_key(record))
+    return (*group_key(record)[:-2], precision_value(record), record.get("combination"), techniques_key(record))
 
 
 def _scaling(singles: Mapping[tuple[Any, ...], Record], record: Record) -> tuple[float | None, str | None]:
@@ -273,7 +273,7 @@ def _fp32_cell(members: list[Record], groups: Mapping[GroupKey, list[Record]], k
     fp32 = _first(members, lambda r: reference_names(r) == () and _reference(r))
     if fp32 is not None or not key[4]:
         return fp32
-    base = _base_names(groups.get((*key[:4], False, key[5]), []))
+    base = _base_names(groups.get((*key[:4], False, *key[5:]), []))
     if not base:
         return None
     return _first(members, lambda r: frozenset(reference_names(r)) == base and _reference(r))

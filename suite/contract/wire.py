@@ -367,6 +367,8 @@ class Record(TypedDict):
     batch_size: int
     world_size: NotRequired[int]
     """Absent in files written before data-parallel cells existed (read as 1)."""
+    nodes: NotRequired[int]
+    """The nodes of a multi-node cell (suite-file ``nodes``); written only when > 1, absent means 1."""
     combination: str
     baseline: str
     workload: WorkloadInfo

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from conftest import FAST_MEASURE
 
 from suite import cli
 from suite.contract.errors import ExitCode, SuiteFileError
-from suite.contract.wire import Cell
+from suite.contract.wire import Cell, Status, outcome
 from suite.run import launcher, nodes
 from suite.spec import matrix, parallel, suitefile
 from suite.spec.keyword import select
@@ -138,6 +139,56 @@ def test_run_node_refuses_a_payload_of_another_layout() -> None:
         launcher.run_node(payload, {}, node_rank=0, nnodes=3, endpoint="127.0.0.1:0", run_id="r")
     with pytest.raises(ValueError, match="only node 0 may be given port 0"):
         launcher.run_node(payload, {}, node_rank=1, nnodes=2, endpoint="127.0.0.1:0", run_id="r")
+
+
+# ---------------------------------------------------------------------------
+# which node's failure is the cell's (pure: nodes as they ended, no processes)
+# ---------------------------------------------------------------------------
+
+
+def _ended(rank: int, at: float, ending: str, result: Any = None, exitcode: int | None = None) -> Any:
+    return nodes._Node(rank, SimpleNamespace(pid=1000 + rank), None, result, ending, exitcode, at)
+
+
+def _failed(kind: str, rank: int, raised_at: float | None = None) -> dict[str, Any]:
+    evidence: dict[str, Any] = {"type": kind, "message": kind, "rank": rank, "world_size": 2}
+    if raised_at is not None:
+        evidence["raised_at"] = raised_at
+    return dict(outcome(Status.FAILED, evidence, metrics={}, numerics=None, diagnostics={}, notes={}, warnings=[]))
+
+
+def _job(tmp_path: Any) -> Any:
+    return SimpleNamespace(log=tmp_path / "cell.log", timeout=30.0, cell=SimpleNamespace(world_size=2, nodes=2))
+
+
+def test_the_earliest_raise_is_the_cause_whichever_node_reported_first(tmp_path) -> None:
+    first = _ended(0, 1.0, "result", _failed("RuntimeError", 0, raised_at=50.0))  # lost its peer
+    second = _ended(1, 2.0, "result", _failed("InjectedFault", 1, raised_at=49.0))
+    out = nodes._outcome([first, second], _job(tmp_path), None)
+    assert out["status"] == "failed"
+    assert (out["evidence"]["type"], out["evidence"]["node"]) == ("InjectedFault", 1)
+    assert [n["node"] for n in out["evidence"]["nodes"]] == [0, 1]
+
+
+def test_a_rank_that_died_without_raising_comes_before_any_raise(tmp_path) -> None:
+    raised = _ended(0, 1.0, "result", _failed("RuntimeError", 0, raised_at=1.0))
+    crashed = _ended(1, 2.0, "result", _failed("RankCrashed", 1))
+    out = nodes._outcome([raised, crashed], _job(tmp_path), None)
+    assert (out["evidence"]["type"], out["evidence"]["node"]) == ("RankCrashed", 1)
+
+
+def test_a_dead_node_comes_before_reported_failures_and_a_timeout(tmp_path) -> None:
+    raised = _ended(0, 1.0, "result", _failed("RuntimeError", 0, raised_at=1.0))
+    dead = _ended(1, 2.0, "died", exitcode=-9)
+    out = nodes._outcome([raised, dead], _job(tmp_path), "stacks")
+    assert out["status"] == "crashed"
+    assert out["evidence"]["message"] == "node 1 of 2 (pid 1001) was killed by SIGKILL before its result"
+
+
+def test_every_node_done_but_none_with_rank_zero_is_malformed(tmp_path) -> None:
+    done = [_ended(k, 1.0, "result", {"node_done": {"node_rank": k, "pid": 1, "ranks": [k]}}) for k in (0, 1)]
+    out = nodes._outcome(done, _job(tmp_path), None)
+    assert (out["status"], out["evidence"]["type"]) == ("failed", "MalformedResult")
 
 
 # ---------------------------------------------------------------------------

@@ -168,7 +168,7 @@ def measure_nodes(job: CellJob) -> Outcome:
         endpoint = _endpoint(nodes[0], deadline)
         if endpoint is not None:
             nodes += [_start(ctx, data, node(k, endpoint)) for k in range(1, cell.nodes)]
-        until = deadline
+        until, bad = deadline, []
         while any(n.ending is None for n in nodes) and time.monotonic() < until:
             _wait(nodes, until)
             bad = [n for n in nodes if _bad(n)]
@@ -176,7 +176,8 @@ def measure_nodes(job: CellJob) -> Outcome:
                 break  # a dead node is the cause: the others' ranks fail because of it
             if bad:
                 until = min(deadline, min(n.at for n in bad) + GRACE_SECONDS)
-        timed_out = time.monotonic() >= deadline and any(n.ending is None for n in nodes)
+        # A reported failure is the cause even when the others then sat out the timeout.
+        timed_out = time.monotonic() >= deadline and any(n.ending is None for n in nodes) and not bad
         node_stacks = _stacks(nodes, job) if timed_out else ""
     finally:
         for n in nodes:

@@ -133,6 +133,16 @@ def test_analysis_keeps_layouts_of_one_world_size_apart() -> None:
     assert derived["toy/fp32/x2/bs8"].scaling_efficiency == pytest.approx(0.95)
 
 
+def test_report_labels_tell_the_layouts_apart() -> None:
+    from suite.report import views
+
+    labels = {
+        views.setup_label(_record("toy/fp32/x2/bs8", 2, 1, 1.0)),
+        views.setup_label(_record("toy/fp32/n2x1/bs8", 2, 2, 1.0)),
+    }
+    assert labels == {"fp32 \u00b7 2 GPUs", "fp32 \u00b7 2 nodes \u00d7 1 GPUs"}
+
+
 def test_run_node_refuses_a_payload_of_another_layout() -> None:
     payload: dict[str, Any] = {"cell": {"id": "toy/fp32/n2x1/bs8", "world_size": 2, "nodes": 2}}
     with pytest.raises(ValueError, match="spans 2 node"):

@@ -81,6 +81,10 @@ def fire(kind: str, step: TrainStep, options: FaultOptions | KindOptions) -> Non
         os.kill(os.getpid(), signal.SIGSEGV)
     if kind == "exit":
         os._exit(3)
+    if kind == "kill-launcher":
+        # A rank's parent is its launcher; without RANK this is the worker, whose parent (the fork server) is spared.
+        os.kill(os.getppid() if "RANK" in os.environ else os.getpid(), signal.SIGKILL)
+        time.sleep(60)  # the rank itself dies with its launcher (PR_SET_PDEATHSIG)
     if kind == "hang":
         while True:
             time.sleep(1)

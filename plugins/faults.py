@@ -24,6 +24,7 @@ What each kind should end as (the contract the tests check):
     raise           failed (InjectedFault, with traceback)
     abort, segfault crashed (SIGABRT, SIGSEGV)
     exit            crashed (exit code 3, no result)
+    kill-launcher   crashed (the rank's launcher SIGKILLed: the worker, or one node of a multi-node cell)
     hang            timeout
     oom             oom (allocates 256 MiB chunks at once until it runs out)
     leak            oom (leaks 64 MiB in the first faulty step, twice as much in each next one)
@@ -61,6 +62,7 @@ Fault = Literal[
     "abort",
     "segfault",
     "exit",
+    "kill-launcher",
     "hang",
     "launch-hang",
     "oom",
@@ -79,6 +81,10 @@ KINDS: dict[str, str] = {
     "abort": "the worker aborts (SIGABRT)",
     "segfault": "the worker gets SIGSEGV",
     "exit": "the worker exits with code 3 without a result",
+    "kill-launcher": (
+        "a data-parallel rank SIGKILLs the process that launched it (the worker, or its node's process in a "
+        "multi-node cell); in a one-process cell the worker SIGKILLs itself"
+    ),
     "hang": "the step sleeps forever",
     "launch-hang": "the step launches small kernels forever, syncing now and then (a hang inside a launch loop)",
     "oom": "allocates memory at once until it runs out",

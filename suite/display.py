@@ -101,6 +101,8 @@ def line_for(record: Mapping[str, Any], target: float | None = None) -> str:
         return f"{ev['type']}: {ev.get('message', '')}"[:200]
     if status == Status.TIMEOUT:
         return f"no result after {ev.get('timeout_seconds')} s"
+    if status == Status.CRASHED and isinstance(ev.get("node"), int):
+        return f"node {ev['node']} died (exit code {ev.get('exitcode')}, {ev.get('signal') or 'no signal'})"
     if status == Status.CRASHED:
         return f"worker died (exit code {ev.get('exitcode')}, {ev.get('signal') or 'no signal'})"
     return ""

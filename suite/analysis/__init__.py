@@ -20,6 +20,7 @@ from suite.analysis.access import group_key as group_key
 from suite.analysis.access import instability_warnings as instability_warnings
 from suite.analysis.access import is_inference as is_inference
 from suite.analysis.access import median_seconds as median_seconds
+from suite.analysis.access import nodes as nodes
 from suite.analysis.access import noise as noise
 from suite.analysis.access import noise_target as noise_target
 from suite.analysis.access import numerics_tolerance as numerics_tolerance
@@ -78,6 +79,7 @@ __all__ = [
     "is_inference",
     "is_nonfinite",
     "median_seconds",
+    "nodes",
     "noise",
     "noise_target",
     "numerics_tolerance",

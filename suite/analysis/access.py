@@ -43,6 +43,7 @@ __all__ = [
     "instability_warnings",
     "is_inference",
     "median_seconds",
+    "nodes",
     "noise",
     "noise_target",
     "numerics_tolerance",
@@ -156,6 +157,12 @@ def world_size(record: Record) -> int:
     return value if isinstance(value, int) and value >= 1 else 1
 
 
+def nodes(record: Record) -> int:
+    """The nodes a data-parallel cell spanned (suite-file ``nodes``); 1 where the record has no ``nodes``."""
+    value = record.get("nodes")
+    return value if isinstance(value, int) and value >= 1 else 1
+
+
 def data_parallel(doc: AnyDocument) -> bool:
     """Whether the run holds a data-parallel cell (world size > 1): reports then show scaling figures."""
     return any(world_size(record) > 1 for record in doc["cells"])
@@ -182,7 +189,7 @@ def comparable_options(record: Record) -> dict[str, Any]:
     return {k: v for k, v in record["workload"].get("options", {}).items() if k != name}
 
 
-GroupKey = tuple[str, str, int, str, bool, int]
+GroupKey = tuple[str, str, int, str, bool, int, int]
 
 
 def is_inference(record: Record) -> bool:
@@ -198,13 +205,15 @@ def reference_names(record: Record) -> tuple[str, ...]:
 
 def group_key(record: Record) -> GroupKey:
     """The comparable configuration of a cell: workload id, workload options but the precision
-    option, batch size, device, training or inference (:func:`is_inference`), world size."""
+    option, batch size, device, training or inference (:func:`is_inference`), nodes, world size
+    (world size last: a data-parallel cell's one-process counterpart differs in the last two)."""
     return (
         workload_id(record),
         canonical(comparable_options(record)),
         record.get("batch_size", 0),
         record.get("device", ""),
         is_inference(record),
+        nodes(record),
         world_size(record),
     )
 

@@ -243,7 +243,7 @@ def _groups(doc: AnyDocument) -> dict[GroupKey, list[Record]]:
 
 def _single_key(record: Record) -> tuple[Any, ...]:
     """What a data-parallel cell shares with its one-process cell: the configuration but the world size."""
-    return (*group_key(record)[:-1], precision_value(record), record.get("combination"), techniques_key(record))
+    return (*group_key(record)[:-2], precision_value(record), record.get("combination"), techniques_key(record))
 
 
 def _scaling(singles: Mapping[tuple[Any, ...], Record], record: Record) -> tuple[float | None, str | None]:
@@ -275,7 +275,7 @@ def _fp32_cell(members: list[Record], groups: Mapping[GroupKey, list[Record]], k
     """The group's FP32 cell: the one whose techniques are the suite's base techniques (read off the training
     baseline cell, :func:`_base_names`), failing that the one with none (in an inference group the inference
     technique does not count either way)."""
-    base = _base_names(groups.get((*key[:4], False, key[5]), []))
+    base = _base_names(groups.get((*key[:4], False, *key[5:]), []))
     if base:
         tuned = _first(members, lambda r: frozenset(reference_names(r)) == base and _reference(r))
         if tuned is not None:
@@ -285,7 +285,7 @@ def _fp32_cell(members: list[Record], groups: Mapping[GroupKey, list[Record]], k
 
 def _tf32_cell(members: list[Record], groups: Mapping[GroupKey, list[Record]], key: GroupKey) -> Record | None:
     """The group's TF32 cell: the base techniques and ``tf32``, failing that ``tf32`` alone."""
-    base = _base_names(groups.get((*key[:4], False, key[5]), []))
+    base = _base_names(groups.get((*key[:4], False, *key[5:]), []))
     if base:
         tuned = _first(members, lambda r: frozenset(reference_names(r)) == base | {"tf32"} and _reference(r))
         if tuned is not None:

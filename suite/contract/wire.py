@@ -91,7 +91,7 @@ class Cell:
     (``cells[i] = cell.skipped("why")`` or ``dataclasses.replace``).
 
     Attributes:
-        id: unique and stable, ``WORKLOAD[axis=value,...]/COMBINATION[/xN]/bsN``.
+        id: unique and stable, ``WORKLOAD[axis=value,...]/COMBINATION[/xN or /nMxN]/bsN``.
         workload_id: the suite file's name for the workload entry.
         workload: the workload plugin's registered name.
         options: the workload's options, every field filled in.
@@ -102,7 +102,10 @@ class Cell:
         device: ``cpu`` or ``cuda``.
         baseline: the combination this cell is compared with.
         skip_reason: why the cell will not run, or None.
-        world_size: processes the cell runs data-parallel on (1 = one process).
+        world_size: processes the cell runs data-parallel on (1 = one process); with ``nodes`` > 1,
+            ``nodes`` x the processes per node.
+        nodes: the nodes (hosts) those processes are spread over, each running ``world_size // nodes``
+            (suite-file ``nodes``; 1 = every process on this host, the usual case).
     """
 
     id: str
@@ -117,6 +120,7 @@ class Cell:
     baseline: str
     skip_reason: str | None = None
     world_size: int = 1
+    nodes: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
     """Free-form data a plugin attaches in ``ampsuite_modify_cells``; travels to the worker."""
 
@@ -148,6 +152,7 @@ class Cell:
             "skip_reason": self.skip_reason,
             "extra": self.extra,
             "world_size": self.world_size,
+            "nodes": self.nodes,
         }
 
     @classmethod
@@ -167,6 +172,7 @@ class Cell:
             skip_reason=data.get("skip_reason"),
             extra=dict(data.get("extra") or {}),
             world_size=int(data.get("world_size", 1)),
+            nodes=int(data.get("nodes", 1)),
         )
 
 
@@ -289,6 +295,8 @@ class Evidence(TypedDict, total=False):
     rank: int | None
     world_size: int
     ranks: list[dict[str, Any]]
+    node: int
+    nodes: list[dict[str, Any]]
     result_status: str | None
     stacks: str
 
@@ -359,6 +367,8 @@ class Record(TypedDict):
     batch_size: int
     world_size: NotRequired[int]
     """Absent in files written before data-parallel cells existed (read as 1)."""
+    nodes: NotRequired[int]
+    """The nodes of a multi-node cell (suite-file ``nodes``); written only when > 1, absent means 1."""
     combination: str
     baseline: str
     workload: WorkloadInfo

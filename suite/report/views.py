@@ -91,12 +91,15 @@ def load_runs(docs: Sequence[Doc]) -> list[Run]:
 
 def setup_label(record: Record) -> str:
     """The combination's label, with the precision option's value where the workload has one and the
-    GPU count of a data-parallel cell: ``fp32 \u00b7 dtype=bfloat16``, ``amp-bf16 \u00b7 2 GPUs``.
+    GPU count of a data-parallel cell: ``fp32 \u00b7 dtype=bfloat16``, ``amp-bf16 \u00b7 2 GPUs``,
+    ``fp32 \u00b7 2 nodes \u00d7 1 GPUs`` (a multi-node cell).
 
     Cells of one combination and batch size but different precisions or world
     sizes stay apart wherever the report keys or labels cells by combination.
     """
-    label, n = analysis.cell_label(record), analysis.world_size(record)
+    label, n, nodes = analysis.cell_label(record), analysis.world_size(record), analysis.nodes(record)
+    if nodes > 1:
+        return f"{label} \u00b7 {nodes} nodes \u00d7 {n // nodes} GPUs"
     return label if n == 1 else f"{label} \u00b7 {n} GPUs"
 
 

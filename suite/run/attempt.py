@@ -29,7 +29,18 @@ from suite.spec.suitefile import SuiteSpec
 if TYPE_CHECKING:
     from suite.run.runner import RunConfig
 
-__all__ = ["KILL_GRACE_SECONDS", "CellJob", "in_worker", "interrupted_outcome", "measure_once", "payload"]
+__all__ = [
+    "KILL_GRACE_SECONDS",
+    "CellJob",
+    "checked",
+    "ended",
+    "in_worker",
+    "interrupted_outcome",
+    "kill_group",
+    "measure_once",
+    "payload",
+    "stacks",
+]
 
 KILL_GRACE_SECONDS = 5.0
 STACKS_WAIT_SECONDS = 1.0
@@ -85,7 +96,7 @@ def kill_group(proc: Any) -> None:
     proc.join(KILL_GRACE_SECONDS)
 
 
-def _stacks(proc: Any, log: Path) -> str:
+def stacks(proc: Any, log: Path) -> str:
     """Ask a stuck worker for every thread's Python stack (faulthandler, :data:`procs.STACKS_SIGNAL`)."""
     start = procs.log_size(log)
     try:
@@ -128,9 +139,9 @@ def in_worker(
             if proc.is_alive():
                 kill_group(proc)
             return "result", value
-        stacks = _stacks(proc, log)
+        dump = stacks(proc, log)
         kill_group(proc)
-        return "timed out", stacks
+        return "timed out", dump
     except BaseException:
         kill_group(proc)
         raise
@@ -146,7 +157,8 @@ def checked(result: Any, log: Path) -> Outcome:
     return refused(problem, procs.log_tail(log))
 
 
-def _ended(exitcode: int | None) -> str:
+def ended(exitcode: int | None) -> str:
+    """How a process with ``exitcode`` ended, as evidence words it ("was killed by SIGKILL")."""
     name = procs.signal_name(exitcode)
     if name is not None:
         return f"was killed by {name}"
@@ -176,7 +188,7 @@ def measure_once(job: CellJob) -> Outcome:
     return outcome(
         Status.CRASHED,
         {
-            "message": f"worker {_ended(value)} {what}",
+            "message": f"worker {ended(value)} {what}",
             "exitcode": value,
             "signal": procs.signal_name(value),
             "stderr_tail": tail,

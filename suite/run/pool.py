@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from suite.contract.wire import Cell, Outcome, Status
-from suite.run import attempt, measure
+from suite.run import attempt, measure, nodes
 from suite.run.attempt import CellJob
 from suite.spec.suitefile import SuiteSpec
 
@@ -21,7 +21,8 @@ __all__ = ["measure_processes", "pool_outcomes", "process_count"]
 def process_count(spec: SuiteSpec, cell: Cell) -> int:
     """How many processes measure ``cell``: ``[measure] processes``, or 1 for a data-parallel cell.
 
-    A data-parallel cell's record combines its ranks (:mod:`suite.run.launcher`);
+    A data-parallel cell's record combines its ranks (:mod:`suite.run.launcher`; a multi-node
+    cell's node processes are run by :mod:`suite.run.nodes`);
     pooling several such runs is not done, so ``processes`` does not apply to it.
     """
     return spec.measure.processes if cell.world_size <= 1 else 1
@@ -34,6 +35,8 @@ def measure_processes(job: CellJob) -> Outcome:
     ``process``, 1-based, when there is more than one); when all pass, their
     samples are pooled by :func:`pool_outcomes`.
     """
+    if job.cell.nodes > 1:
+        return nodes.measure_nodes(job)  # one run of every node process (suite.run.nodes)
     n = process_count(job.spec, job.cell)
     if n == 1:
         return attempt.measure_once(job)

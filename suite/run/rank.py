@@ -5,6 +5,11 @@ single-process cell (:func:`suite.run.cell.measure_cell`), with the model
 wrapped in DistributedDataParallel after the techniques (:func:`wrap_ddp`) and
 a stopping rule every rank agrees on (:func:`agreed_time_steps`). A rank that
 raises writes its evidence for the launcher before it dies.
+
+In a cell spanning several nodes each node's launcher sees only its own
+ranks, and the nodes need not share a filesystem: every rank's result is
+gathered to rank 0 through torch.distributed (:func:`gather_results`), and
+rank 0 returns them all to its node's launcher, which combines them.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from suite.run import procs
 from suite.run.cell import classify, limit_memory, measure_cell
 from suite.spec.parallel import UNSUPPORTED_TECHNIQUES
 
-__all__ = ["NVLS_ENV", "START_METHOD", "agreed_time_steps", "exchange", "rank_main", "wrap_ddp"]
+__all__ = ["NVLS_ENV", "START_METHOD", "agreed_time_steps", "exchange", "gather_results", "rank_main", "wrap_ddp"]
 
 NVLS_ENV: dict[str, str] = {
     "NCCL_NVLS_ENABLE": "0",
@@ -43,6 +48,15 @@ def exchange(value: Any) -> list[Any]:
 
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, value)
+    return gathered
+
+
+def gather_results(value: Any) -> list[Any] | None:
+    """Every rank's ``value`` in rank order on rank 0, None on the others (a collective: every rank must call it)."""
+    import torch.distributed as dist
+
+    gathered: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(value, gathered, dst=0)
     return gathered
 
 
@@ -93,7 +107,9 @@ def rank_main(payload: dict[str, Any]) -> dict[str, Any]:
     # the runner kills; the rank's output already goes to the cell's log through it.
     procs.start_child(None, new_session=False, parent_pid=int(payload["launcher_pid"]))
     (rank_dir / f"rank-{rank}.pid").write_text(str(os.getpid()))
-    print(f"ampsuite: rank {rank} (local {local_rank}) pid {os.getpid()}", file=sys.stderr, flush=True)
+    launcher = int(payload["launcher_pid"])
+    print(f"ampsuite: rank {rank} (local {local_rank}) pid {os.getpid()} launcher {launcher}", file=sys.stderr)
+    sys.stderr.flush()
     state: dict[str, Any] = {"phase": "start"}
     try:
         return _run_rank(payload, rank, local_rank, state)
@@ -118,8 +134,6 @@ def _run_rank(payload: dict[str, Any], rank: int, local_rank: int, state: dict[s
     state["phase"] = f"init_process_group ({backend})"
     dist.init_process_group(backend, device_id=torch.device(cell["device"]) if cuda else None)
     result = measure_cell({**payload, "cell": cell}, state, prepare=wrap_ddp, timer=agreed_time_steps)
-    state["phase"] = "destroy_process_group"
-    dist.destroy_process_group()
     result["rank_info"] = {
         "rank": rank,
         "local_rank": local_rank,
@@ -130,4 +144,11 @@ def _run_rank(payload: dict[str, Any], rank: int, local_rank: int, state: dict[s
         "backend": backend,
         "env": {name: os.environ.get(name) for name in NVLS_ENV},
     }
+    if int(cell.get("nodes", 1)) > 1:
+        # The node's label (its launcher's node_rank) and the rendezvous' own (GROUP_RANK, which orders the ranks).
+        result["rank_info"].update(node=payload.get("node_rank"), group_rank=int(os.environ.get("GROUP_RANK", "0")))
+        state["phase"] = "gather results"
+        result["gathered"] = gather_results(result)
+    state["phase"] = "destroy_process_group"
+    dist.destroy_process_group()
     return result

@@ -139,6 +139,7 @@ def base_record(cell: Cell, registry: Registry) -> dict[str, Any]:
         "device": cell.device,
         "batch_size": cell.batch_size,
         "world_size": cell.world_size,
+        **({"nodes": cell.nodes} if cell.nodes > 1 else {}),
         "combination": cell.combination,
         "baseline": cell.baseline,
         "workload": {

@@ -28,6 +28,7 @@ __all__ = [
     "main",
     "mapped_bytes",
     "measure_cell",
+    "node_main",
     "peaks_main",
     "run_cell",
     "unsendable",
@@ -91,6 +92,42 @@ def main(payload: dict[str, Any], conn: Any) -> None:
         result: Any = run_cell(payload, state)
     except BaseException as exc:  # everything becomes evidence; nothing escapes unreported
         result = classify(exc, state)
+    try:
+        _send(conn, result, payload["log_path"])
+        conn.close()
+    finally:
+        _exit()
+
+
+def node_main(payload: dict[str, Any], node: dict[str, Any], conn: Any) -> None:
+    """Entry point of one node process of a multi-node cell run on this machine (:mod:`suite.run.nodes`).
+
+    ``node`` holds :func:`suite.run.launcher.run_node`'s keywords (``node_rank``,
+    ``nnodes``, ``endpoint``, ``run_id``) and ``env``, variables set before the
+    ranks start (the stand-in's ``CUDA_VISIBLE_DEVICES`` share). Sends node 0's
+    rendezvous endpoint as ``("endpoint", "host:port")`` as soon as it listens, then
+    exactly one result: the cell's, ``{"node_done": ...}``, or the evidence of a failure.
+    """
+    procs.start_child(payload["log_path"])
+    os.environ.update(node.get("env") or {})
+    node_rank = int(node["node_rank"])
+    print(f"ampsuite: node {node_rank} of {node['nnodes']} pid {os.getpid()}", file=sys.stderr, flush=True)
+    state: dict[str, Any] = {}
+    try:
+        result: Any = launcher.run_node(
+            payload,
+            state,
+            node_rank=node_rank,
+            nnodes=int(node["nnodes"]),
+            endpoint=str(node["endpoint"]),
+            run_id=str(node["run_id"]),
+            local_addr=node.get("local_addr"),
+            on_endpoint=lambda endpoint: conn.send(("endpoint", endpoint)),
+        )
+    except BaseException as exc:
+        result = classify(exc, state)
+        if isinstance(result.get("evidence"), dict):
+            result["evidence"]["node"] = node_rank
     try:
         _send(conn, result, payload["log_path"])
         conn.close()

@@ -4,7 +4,8 @@
 readable: ``WORKLOAD[axis=value,...]/COMBINATION/bsN``, where only options
 that are axes in the suite file appear in brackets; a data-parallel cell
 (suite-file ``gpus`` > 1) reads ``WORKLOAD/COMBINATION/xN/bsN`` (N processes,
-batch size per process), so ids of single-process cells never change and
+batch size per process), one spanning M > 1 nodes (suite-file ``nodes``)
+``WORKLOAD/COMBINATION/nMxN/bsN`` (:func:`suite.spec.parallel.id_part`), so ids of single-process cells never change and
 ``ampsuite max-batch`` still finds the batch size last.
 """
 
@@ -88,7 +89,7 @@ def matrix_size(spec: SuiteSpec, registry: Catalog) -> int:
     for entry in spec.workloads:
         _lookup(spec, f"workloads.{entry.id}.plugin", registry.workloads, "workload", entry.plugin)
         axes, _ = _split_axes(entry, registry.workloads[entry.plugin])
-        total += math.prod(len(v) for v in axes.values()) * len(entry.batch_sizes) * len(entry.gpus)
+        total += math.prod(len(v) for v in axes.values()) * len(entry.batch_sizes) * len(entry.gpus) * len(entry.nodes)
     return total * len(spec.combinations)
 
 
@@ -224,7 +225,7 @@ def expand(
     """Every cell of the suite on ``device`` with ``gpu_count`` GPUs, in run order, with skip reasons set.
 
     Order: workloads and their option points as declared, then batch sizes,
-    then world sizes (``gpus``), then combinations with the baseline first (so
+    then world sizes (``gpus``, then ``nodes``), then combinations with the baseline first (so
     that comparisons against it, and against the one-process cell, are
     available as soon as possible).
 
@@ -240,12 +241,13 @@ def expand(
     for entry, record, options, axis_values in _workload_configs(spec, registry):
         opts_obj = build_options(record.options, options)
         suffix = "[" + ",".join(f"{k}={_fmt(v)}" for k, v in axis_values.items()) + "]" if axis_values else ""
-        for bs, world in itertools.product(entry.batch_sizes, entry.gpus):
+        for bs, per_node, nodes in itertools.product(entry.batch_sizes, entry.gpus, entry.nodes):
+            world = per_node * nodes
             for cid, names in combos:
                 techs = sorted((registry.techniques[n] for n in names), key=lambda t: (t.order, t.name))
                 # Every cell owns its dicts: ampsuite_modify_cells may change one cell without touching others.
                 cell = Cell(
-                    id=f"{entry.id}{suffix}/{cid}{parallel.id_part(world)}/bs{bs}",
+                    id=f"{entry.id}{suffix}/{cid}{parallel.id_part(world, nodes)}/bs{bs}",
                     workload_id=entry.id,
                     workload=record.name,
                     options=copy.deepcopy(options),
@@ -256,6 +258,7 @@ def expand(
                     device=device,
                     baseline=spec.baseline,
                     world_size=world,
+                    nodes=nodes,
                 )
                 if spec.include and not any(_matches(r, cell, entry.plugin) for r in spec.include):
                     continue
@@ -263,7 +266,7 @@ def expand(
                     continue
                 reason = _skip_reason(spec, registry, record, opts_obj, techs, device, bs, tech_options)
                 if reason is None and world > 1:
-                    reason = parallel.skip_reason(world, device, [t.name for t in techs], gpu_count)
+                    reason = parallel.skip_reason(world, device, [t.name for t in techs], gpu_count, nodes)
                 if reason is not None:
                     cell = cell.skipped(reason)
                 cells.append(cell)

@@ -35,7 +35,13 @@ Keys of a ``[workloads.ID]`` table that are not workload options:
 ``gpus``
     how many processes run each cell data-parallel (DistributedDataParallel): one
     per GPU on CUDA, gloo processes on a CPU; an integer >= 1 or a list of them (an
-    axis); default 1. See :mod:`suite.run.launcher`.
+    axis); default 1. With ``nodes`` it is the processes *per node* (torchrun's
+    ``--nproc-per-node``). See :mod:`suite.run.launcher`.
+``nodes``
+    how many nodes (hosts) each data-parallel cell spans (torchrun's ``--nnodes``):
+    the world size is ``nodes x gpus``; an integer >= 1 or a list of them (an axis);
+    default 1. The built-in executor runs every node on this machine
+    (:mod:`suite.run.nodes`, a stand-in for a cluster). See :mod:`suite.run.launcher`.
 """
 
 from __future__ import annotations
@@ -85,7 +91,9 @@ class WorkloadEntry:
     batch_sizes: tuple[int, ...]
     options: Mapping[str, Any]
     gpus: tuple[int, ...] = (1,)
-    """World sizes (processes, one per GPU) each cell runs on; 1 is the usual single-process cell."""
+    """Processes (one per GPU) per node each cell runs on; 1 is the usual single-process cell."""
+    nodes: tuple[int, ...] = (1,)
+    """Nodes each cell spans (world size = nodes x gpus); 1: every process on one host."""
 
 
 @dataclass(frozen=True)
@@ -221,6 +229,18 @@ def _gpus(path: str, key: str, value: Any) -> tuple[int, ...]:
     return values
 
 
+def _nodes(path: str, key: str, value: Any, gpus: tuple[int, ...]) -> tuple[int, ...]:
+    values = _counts(path, key, value, 1, limits.MAX_GPUS, ">= 1")
+    if len(set(values)) != len(values):
+        raise SuiteFileError(path, key, f"node counts repeat: {list(values)!r}")
+    world = max(values) * max(gpus)
+    if world > limits.MAX_GPUS:
+        raise SuiteFileError(
+            path, key, f"nodes x gpus makes a world of {world:,} processes, more than {limits.MAX_GPUS:,}"
+        )
+    return values
+
+
 def _rules(path: str, key: str, value: Any) -> tuple[Rule, ...]:
     if value is None:
         return ()
@@ -322,10 +342,11 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
             raise SuiteFileError(path, f"{key}.batch_size", "missing; expected an integer > 0 or a list of them")
         batch_sizes = _batch_sizes(path, f"{key}.batch_size", r.table.pop("batch_size"))
         gpus = _gpus(path, f"{key}.gpus", r.table.pop("gpus")) if "gpus" in r.table else (1,)
+        nodes = _nodes(path, f"{key}.nodes", r.table.pop("nodes"), gpus) if "nodes" in r.table else (1,)
         for opt, value in r.table.items():
             if isinstance(value, list) and not value:
                 raise SuiteFileError(path, f"{key}.{opt}", "empty list: an axis needs at least one value")
-        workloads.append(WorkloadEntry(wid, plugin, batch_sizes, dict(r.table), gpus))
+        workloads.append(WorkloadEntry(wid, plugin, batch_sizes, dict(r.table), gpus, nodes))
 
     c_table = top.get("combinations", dict, {"fp32": []}, "a table of combination = [technique, ...]")
     if not c_table:

@@ -1,0 +1,357 @@
+"""Multi-node data-parallel cells (suite-file ``nodes``): ids, validation, and real runs of two "nodes" on this machine.
+
+The real run is one ``ampsuite run`` of a toy cell on two nodes x one gloo
+process, healthy, with rank 1 raising, and with rank 1 killing its node's
+process (``fault-kill-launcher``); the tests share it. Each cell starts two node
+processes that each spawn a rank, so the run takes about 40 seconds on two cores.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from conftest import FAST_MEASURE
+
+from suite import cli
+from suite.contract.errors import ExitCode, SuiteFileError
+from suite.contract.wire import Cell, Status, outcome
+from suite.run import launcher, nodes
+from suite.spec import matrix, parallel, suitefile
+from suite.spec.keyword import select
+
+TOY = """
+[workloads.toy]
+batch_size = 8
+hidden = 16
+{layout}
+[combinations]
+fp32 = []
+"""
+
+
+def _cells(registry: Any, layout: str, device: str = "cpu", gpu_count: int = 0) -> list[Cell]:
+    return matrix.expand(suitefile.loads(TOY.format(layout=layout)), registry, device, gpu_count)
+
+
+# ---------------------------------------------------------------------------
+# the suite file and the matrix
+# ---------------------------------------------------------------------------
+
+
+def test_nodes_times_gpus_is_the_world_size_and_ids_name_both(registry) -> None:
+    cells = _cells(registry, "gpus = [1, 2]\nnodes = [1, 2]")
+    assert [(c.id, c.world_size, c.nodes) for c in cells] == [
+        ("toy/fp32/bs8", 1, 1),
+        ("toy/fp32/n2x1/bs8", 2, 2),
+        ("toy/fp32/x2/bs8", 2, 1),
+        ("toy/fp32/n2x2/bs8", 4, 2),
+    ]
+    assert cells[1].as_dict()["nodes"] == 2 and Cell.from_dict(cells[1].as_dict()) == cells[1]
+    assert "nodes" not in cells[1].options  # not a workload option
+    assert select(cells, "x2") == [cells[2], cells[3]]  # two processes per node, on one node or two
+    assert [c.id for c in select(cells, "n2x1 or n2x2")] == ["toy/fp32/n2x1/bs8", "toy/fp32/n2x2/bs8"]
+
+
+def test_nodes_default_to_one_and_a_single_value_is_one_layout(registry) -> None:
+    assert suitefile.loads(TOY.format(layout="")).workloads[0].nodes == (1,)
+    (cell,) = _cells(registry, "nodes = 3")
+    assert (cell.id, cell.world_size, cell.nodes) == ("toy/fp32/n3x1/bs8", 3, 3)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("0", r"expected an integer >= 1 or a list of them, got 0"),
+        ("'2'", r"expected an integer >= 1 or a list of them, got '2'"),
+        ("true", r"expected an integer >= 1 or a list of them, got True"),
+        ("2.0", r"expected an integer >= 1 or a list of them, got 2.0"),
+        ("[]", r"expected an integer >= 1 or a non-empty list of them, got an empty list"),
+        ("[2, 1, 2]", r"node counts repeat: \[2, 1, 2\]"),
+        ("[1, 64]\ngpus = 32", r"nodes x gpus makes a world of 2,048 processes, more than 1,024"),
+    ],
+)
+def test_bad_nodes_values_are_refused_in_one_line(value: str, message: str) -> None:
+    with pytest.raises(SuiteFileError) as info:
+        suitefile.loads(TOY.format(layout=f"nodes = {value}"), "s.toml")
+    assert re.fullmatch(r"s\.toml: workloads\.toy\.nodes: " + message, str(info.value)), str(info.value)
+
+
+def test_cuda_multi_node_cells_need_every_nodes_gpus_here(registry) -> None:
+    cells = {c.id: c.skip_reason for c in _cells(registry, "gpus = 2\nnodes = [1, 2]", "cuda", gpu_count=2)}
+    assert cells["toy/fp32/x2/bs8"] is None
+    assert cells["toy/fp32/n2x2/bs8"] == "needs 4 GPUs (nodes = 2 x gpus = 2, all here); this machine has 2"
+    assert parallel.skip_reason(4, "cuda", [], 4, nodes=2) is None
+    assert parallel.skip_reason(2, "cpu", [], 0, nodes=2) is None
+
+
+def test_each_local_node_sees_its_own_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert [nodes.visible_devices(k, 2) for k in range(3)] == ["0,1", "2,3", "4,5"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5,6,7")
+    assert [nodes.visible_devices(k, 2) for k in range(2)] == ["3,5", "6,7"]
+
+
+def _record(cid: str, world: int, nodes_: int, throughput: float, combination: str = "fp32") -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "id": cid,
+        "status": "passed",
+        "device": "cpu",
+        "batch_size": 8,
+        "world_size": world,
+        "combination": combination,
+        "baseline": "fp32",
+        "workload": {"id": "toy", "options": {}},
+        "techniques": [] if combination == "fp32" else [{"name": "noop", "options": {}}],
+        "metrics": {"throughput": throughput, "step_time": {"median": 8 * world / throughput}},
+    }
+    if nodes_ > 1:
+        record["nodes"] = nodes_
+    return record
+
+
+def test_analysis_keeps_layouts_of_one_world_size_apart() -> None:
+    from suite import analysis
+
+    doc = {
+        "run": {},
+        "cells": [
+            _record("toy/fp32/bs8", 1, 1, 100.0),
+            _record("toy/fp32/x2/bs8", 2, 1, 190.0),
+            _record("toy/fp32/n2x1/bs8", 2, 2, 160.0),
+            _record("toy/noop/n2x1/bs8", 2, 2, 180.0, combination="noop"),
+        ],
+    }
+    derived = analysis.derive(doc)
+    assert derived["toy/noop/n2x1/bs8"].fp32_id == "toy/fp32/n2x1/bs8"  # not the one-node x2 cell
+    assert derived["toy/fp32/n2x1/bs8"].single_id == "toy/fp32/bs8"
+    assert derived["toy/fp32/n2x1/bs8"].scaling_efficiency == pytest.approx(0.8)
+    assert derived["toy/fp32/x2/bs8"].scaling_efficiency == pytest.approx(0.95)
+
+
+def test_report_labels_tell_the_layouts_apart() -> None:
+    from suite.report import views
+
+    labels = {
+        views.setup_label(_record("toy/fp32/x2/bs8", 2, 1, 1.0)),
+        views.setup_label(_record("toy/fp32/n2x1/bs8", 2, 2, 1.0)),
+    }
+    assert labels == {"fp32 \u00b7 2 GPUs", "fp32 \u00b7 2 nodes \u00d7 1 GPUs"}
+
+
+def test_run_node_refuses_a_payload_of_another_layout() -> None:
+    payload: dict[str, Any] = {"cell": {"id": "toy/fp32/n2x1/bs8", "world_size": 2, "nodes": 2}}
+    with pytest.raises(ValueError, match="spans 2 node"):
+        launcher.run_node(payload, {}, node_rank=0, nnodes=3, endpoint="127.0.0.1:0", run_id="r")
+    with pytest.raises(ValueError, match="only node 0 may be given port 0"):
+        launcher.run_node(payload, {}, node_rank=1, nnodes=2, endpoint="127.0.0.1:0", run_id="r")
+
+
+# ---------------------------------------------------------------------------
+# which node's failure is the cell's (pure: nodes as they ended, no processes)
+# ---------------------------------------------------------------------------
+
+
+def _ended(rank: int, at: float, ending: str, result: Any = None, exitcode: int | None = None) -> Any:
+    return nodes._Node(rank, SimpleNamespace(pid=1000 + rank), None, result, ending, exitcode, at)
+
+
+def _failed(kind: str, rank: int, raised_at: float | None = None) -> dict[str, Any]:
+    evidence: dict[str, Any] = {"type": kind, "message": kind, "rank": rank, "world_size": 2}
+    if raised_at is not None:
+        evidence["raised_at"] = raised_at
+    return dict(outcome(Status.FAILED, evidence, metrics={}, numerics=None, diagnostics={}, notes={}, warnings=[]))
+
+
+def _job(tmp_path: Any) -> Any:
+    return SimpleNamespace(log=tmp_path / "cell.log", timeout=30.0, cell=SimpleNamespace(world_size=2, nodes=2))
+
+
+def test_the_earliest_raise_is_the_cause_whichever_node_reported_first(tmp_path) -> None:
+    first = _ended(0, 1.0, "result", _failed("RuntimeError", 0, raised_at=50.0))  # lost its peer
+    second = _ended(1, 2.0, "result", _failed("InjectedFault", 1, raised_at=49.0))
+    out = nodes._outcome([first, second], _job(tmp_path), None)
+    assert out["status"] == "failed"
+    assert (out["evidence"]["type"], out["evidence"]["node"]) == ("InjectedFault", 1)
+    assert [n["node"] for n in out["evidence"]["nodes"]] == [0, 1]
+
+
+def test_a_rank_that_died_without_raising_comes_before_any_raise(tmp_path) -> None:
+    raised = _ended(0, 1.0, "result", _failed("RuntimeError", 0, raised_at=1.0))
+    crashed = _ended(1, 2.0, "result", _failed("RankCrashed", 1))
+    out = nodes._outcome([raised, crashed], _job(tmp_path), None)
+    assert (out["evidence"]["type"], out["evidence"]["node"]) == ("RankCrashed", 1)
+
+
+def test_a_dead_node_comes_before_reported_failures_and_a_timeout(tmp_path) -> None:
+    raised = _ended(0, 1.0, "result", _failed("RuntimeError", 0, raised_at=1.0))
+    dead = _ended(1, 2.0, "died", exitcode=-9)
+    out = nodes._outcome([raised, dead], _job(tmp_path), "stacks")
+    assert out["status"] == "crashed"
+    assert out["evidence"]["message"] == "node 1 of 2 (pid 1001) was killed by SIGKILL before its result"
+
+
+def test_every_node_done_but_none_with_rank_zero_is_malformed(tmp_path) -> None:
+    done = [_ended(k, 1.0, "result", {"node_done": {"node_rank": k, "pid": 1, "ranks": [k]}}) for k in (0, 1)]
+    out = nodes._outcome(done, _job(tmp_path), None)
+    assert (out["status"], out["evidence"]["type"]) == ("failed", "MalformedResult")
+
+
+# ---------------------------------------------------------------------------
+# a real run through `ampsuite run`: two nodes x one gloo process per cell
+# ---------------------------------------------------------------------------
+
+RUN_SUITE = (
+    """\
+[suite]
+name = "nodes"
+device = "cpu"
+timeout = 60
+
+"""
+    + FAST_MEASURE
+    + """
+[workloads.toy]
+batch_size = 8
+hidden = 16
+nodes = 2
+
+[combinations]
+fp32 = []
+rank1-raises = ["fault-raise"]
+node-killed = ["fault-kill-launcher"]
+
+[techniques.fault-raise]
+rank = 1
+
+[techniques.fault-kill-launcher]
+rank = 1
+"""
+)
+
+
+@pytest.fixture(scope="module")
+def nodes_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("nodes")
+    suite_path = root / "nodes.toml"
+    suite_path.write_text(RUN_SUITE, encoding="utf-8")
+    out = root / "results.json"
+    argv = ["run", str(suite_path), "-o", str(out), "--no-report", "--no-peaks", "--data-dir", str(root / "data")]
+    t0 = time.monotonic()
+    code = cli.main(argv)
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    return {"code": code, "doc": doc, "seconds": time.monotonic() - t0}
+
+
+def _by_id(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {r["id"]: r for r in run["doc"]["cells"]}
+
+
+def _dead(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def _all_dead(pids: list[int], seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while not all(_dead(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return all(_dead(p) for p in pids)
+
+
+def test_statuses_and_the_exit_code(nodes_run) -> None:
+    assert {i: (r["status"], r["world_size"]) for i, r in _by_id(nodes_run).items()} == {
+        "toy/fp32/n2x1/bs8": ("passed", 2),
+        "toy/rank1-raises/n2x1/bs8": ("failed", 2),
+        "toy/node-killed/n2x1/bs8": ("crashed", 2),
+    }
+    assert nodes_run["code"] == ExitCode.CELLS_FAILED
+
+
+def test_two_nodes_pass_with_every_rank_combined_on_node_zero(nodes_run) -> None:
+    rec = _by_id(nodes_run)["toy/fp32/n2x1/bs8"]
+    m = rec["metrics"]
+    assert rec["evidence"] is None and rec["nodes"] == 2
+    assert m["world_size"] == 2 and m["samples_per_step"] == 16 and m["samples_per_step_per_gpu"] == 8
+    assert [r["rank"] for r in m["ranks"]] == [0, 1]
+    assert m["ranks"][0]["n"] == m["ranks"][1]["n"] == m["step_time"]["n"]  # the step agreement held across nodes
+    assert m["throughput"] == pytest.approx(16 / m["step_time"]["median"])
+    # Same seed, same batches, gradients averaged across the nodes: both ranks end at the same loss.
+    assert m["ranks"][0]["final_loss"] == m["ranks"][1]["final_loss"]
+
+
+def test_notes_show_two_nodes_each_its_own_process_group(nodes_run) -> None:
+    dist = _by_id(nodes_run)["toy/fp32/n2x1/bs8"]["notes"]["distributed"]
+    assert (dist["nodes"], dist["nproc_per_node"], dist["world_size"], dist["backend"]) == (2, 1, 2, "gloo")
+    assert dist["rendezvous"]["backend"] == "c10d"
+    assert re.fullmatch(r"127\.0\.0\.1:\d+", dist["rendezvous"]["endpoint"]) and not dist["rendezvous"][
+        "endpoint"
+    ].endswith(":0")
+    ranks = dist["ranks"]
+    assert sorted(r["node"] for r in ranks) == [0, 1]
+    procs = {p["node"]: p for p in dist["node_processes"]}
+    assert set(procs) == {0, 1} and all(p["ended"] == "result" for p in procs.values())
+    # Each node is a process group of its own (it called setsid), holding its ranks.
+    assert procs[0]["pid"] != procs[1]["pid"]
+    for r in ranks:
+        assert r["launcher_pid"] == procs[r["node"]]["pid"] == r["pgid"]
+        assert r["rank"] in procs[r["node"]]["ranks"]
+    assert _all_dead([r["pid"] for r in ranks] + [p["pid"] for p in procs.values()])
+
+
+def test_a_raising_rank_on_one_node_is_the_cells_evidence(nodes_run) -> None:
+    ev = _by_id(nodes_run)["toy/rank1-raises/n2x1/bs8"]["evidence"]
+    assert (ev["type"], ev["message"], ev["rank"], ev["world_size"]) == ("InjectedFault", "injected fault", 1, 2)
+    assert ev["node"] in (0, 1) and {n["node"] for n in ev["nodes"]} == {0, 1}
+    assert [r["rank"] for r in ev["ranks"]] == [1]  # the ranks of the node that reported it
+    assert _all_dead([n["pid"] for n in ev["nodes"]])
+
+
+def test_a_killed_node_crashes_the_cell_with_its_ranks_and_nothing_hangs(nodes_run) -> None:
+    rec = _by_id(nodes_run)["toy/node-killed/n2x1/bs8"]
+    ev = rec["evidence"]
+    node = ev["node"]
+    assert ev["signal"] == "SIGKILL" and ev["exitcode"] == -9
+    assert re.fullmatch(rf"node {node} of 2 \(pid \d+\) was killed by SIGKILL before its result", ev["message"])
+    assert [r["rank"] for r in ev["ranks"]] == [1]  # the rank that lived on the dead node
+    by_node = {n["node"]: n for n in ev["nodes"]}
+    assert by_node[node]["ended"] == "died"
+    assert by_node[1 - node]["ended"] in ("stopped", "result")  # the survivor was stopped (or ended) at once
+    assert rec["wall_seconds"] < 40  # far from the 60 s timeout: no node waited for its lost peer
+    assert _all_dead([n["pid"] for n in ev["nodes"]] + [r["pid"] for r in ev["ranks"]])
+    assert f"ampsuite: node {node} of 2 pid" in ev["stderr_tail"]
+
+
+def test_the_run_stays_short(nodes_run) -> None:
+    assert nodes_run["seconds"] < 120
+
+
+@pytest.mark.slow
+def test_a_hanging_rank_times_out_and_every_node_group_is_killed(tmp_path) -> None:
+    suite_path = tmp_path / "hang.toml"
+    suite_path.write_text(
+        RUN_SUITE.replace("timeout = 60", "timeout = 12")
+        .replace('rank1-raises = ["fault-raise"]', 'hang = ["fault-hang"]')
+        .replace("[techniques.fault-raise]", "[techniques.fault-hang]"),
+        encoding="utf-8",
+    )
+    out = tmp_path / "r.json"
+    argv = ["run", str(suite_path), "-o", str(out), "-k", "hang", "--no-report", "--no-peaks"]
+    assert cli.main([*argv, "--data-dir", str(tmp_path / "data")]) == ExitCode.CELLS_FAILED
+    (rec,) = json.loads(out.read_text(encoding="utf-8"))["cells"]
+    ev = rec["evidence"]
+    assert rec["status"] == "timeout" and ev["timeout_seconds"] == 12
+    assert re.search(r"^node 0 \(pid \d+\):", ev["stacks"], re.M) and re.search(
+        r"^node 1 \(pid \d+\):", ev["stacks"], re.M
+    )
+    assert all(n["ended"] == "stopped" for n in ev["nodes"])
+    ranks = [r["pid"] for n in ev["nodes"] for r in n["ranks"]]
+    assert sorted(r["rank"] for n in ev["nodes"] for r in n["ranks"]) == [0, 1]
+    assert _all_dead([n["pid"] for n in ev["nodes"]] + ranks)

@@ -60,7 +60,11 @@ def test_machines_are_named_by_gpu_and_host_and_by_file_when_alike(h200: dict[st
     tricky["environment"]["hostname"] = None
     tricky["environment"]["gpu"]["name"] = "NVIDIA H200 on vm"  # reads like the first machine's name
     machines = analysis.group_machines([h200, nameless, tricky], ["a/one.json", "b/two.json", "c/three.json"])
-    assert [m.label for m in machines] == ["NVIDIA H200 on vm (one.json)", "NVIDIA H200", "NVIDIA H200 on vm (three.json)"]
+    assert [m.label for m in machines] == [
+        "NVIDIA H200 on vm (one.json)",
+        "NVIDIA H200",
+        "NVIDIA H200 on vm (three.json)",
+    ]
 
 
 def test_cells_side_by_side_with_the_analysis_figures(h200: dict[str, Any], h100_file: Path) -> None:

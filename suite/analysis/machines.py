@@ -13,11 +13,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
+
 from suite.analysis.access import AnyDocument, as_mapping, throughput, workload_id
 from suite.analysis.derived import Derived, derive
 from suite.contract.wire import Record
 
-__all__ = ["Across", "CellAcross", "Machine", "MachineCell", "across_machines", "group_machines", "machine_key", "machine_name"]
+__all__ = [
+    "Across",
+    "CellAcross",
+    "Machine",
+    "MachineCell",
+    "across_machines",
+    "group_machines",
+    "machine_key",
+    "machine_name",
+]
 
 
 def machine_key(doc: AnyDocument) -> tuple[str, str]:

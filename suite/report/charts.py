@@ -300,7 +300,9 @@ def grouped_bar_chart(
                 f'<rect x="{left}" y="{y + 1}" width="{max(x(value) - left, 1.0):.1f}" height="{bar - 2}" rx="2" '
                 f'fill="{color}">{_title(tip)}</rect>'
             )
-            out.append(f'<text x="{x(value) + 6:.1f}" y="{y + bar - 3}" font-size="10" fill="#374151">{_e(fmt(value))}</text>')
+            out.append(
+                f'<text x="{x(value) + 6:.1f}" y="{y + bar - 3}" font-size="10" fill="#374151">{_e(fmt(value))}</text>'
+            )
     legend_top = bottom + 48
     for k, s in enumerate(series):
         color = PALETTE[k % len(PALETTE)]

@@ -19,8 +19,8 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from suite import analysis
-from suite.analysis import AnyDocument as Doc
 from suite.analysis import Across, as_mapping
+from suite.analysis import AnyDocument as Doc
 from suite.contract.wire import Status
 from suite.report.views import techniques_text
 
@@ -172,9 +172,7 @@ def write_csv(docs: Doc | Sequence[Doc], path: str | Path) -> Path:
     return target
 
 
-def machine_csv_rows(
-    across: Across, docs: Sequence[Doc], files: Sequence[str | PurePath] = ()
-) -> list[dict[str, str]]:
+def machine_csv_rows(across: Across, docs: Sequence[Doc], files: Sequence[str | PurePath] = ()) -> list[dict[str, str]]:
     rows = []
     for cell in across.cells:
         for machine, entry in zip(across.machines, cell.entries, strict=True):

@@ -150,6 +150,7 @@ def render_site(
     workloads = workload_contexts(runs)
     across = analysis.across_machines(items, results_files) if len(items) > 1 else None
     several = across is not None and len(across.machines) > 1
+    json_names = _results_json(out, items, results_files)
     nav = {
         "workloads": [{"name": w, "file": page["file"]} for w, page in workloads.items()],
         "history": history is not None,
@@ -157,7 +158,7 @@ def render_site(
         "machines": several,
         "csv": CSV_NAME,
         "markdown": MARKDOWN_NAME,
-        "json": _results_json(out, items, results_files),
+        "json": json_names,
     }
     base = {"site_title": title or _default_title(items), "nav": nav}
 
@@ -172,7 +173,7 @@ def render_site(
         compared = {"reference": run_label(compare_with), "runs": compare_summary(runs, compare_with)}
     machines = None
     if across is not None and several:
-        machines = machines_context(items, results_files, nav["json"], across)
+        machines = machines_context(items, results_files, json_names, across)
     index = write(
         "index.html",
         "index.html",

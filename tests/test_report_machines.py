@@ -107,6 +107,10 @@ def test_site_of_two_machines_has_the_machines_page_linked_everywhere(
     assert row["status"] == "skipped" and row["throughput"] == "" and "node-b" in row["evidence"]
     fp32 = next(r for r in rows if r["cell_id"] == "resnet50/fp32/bs32" and r["file"] == "h100.json")
     assert float(fp32["ratio_to_first"]) == pytest.approx(0.6) and fp32["speedup_vs_baseline"] == "1.0"
+    summary = (tmp_path / "summary.md").read_text()
+    assert "### Machines: NVIDIA H200 on vm, NVIDIA H100 80GB HBM3 on node-b" in summary
+    assert "| resnet50/fp32/bs32 | NVIDIA H100 80GB HBM3 on node-b | passed |" in summary
+    assert "| 1.00\u00d7 | 0.60\u00d7 |" in summary
 
 
 def test_one_site_is_not_a_machines_page(tmp_path: Path, h200: dict[str, Any]) -> None:

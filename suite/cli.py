@@ -157,12 +157,19 @@ def cmd_report(args: argparse.Namespace) -> ExitCode:
     for path, doc in zip(args.results, docs, strict=True):  # docs/architecture.md: such reports are refused
         if compare_with is not None:
             results.check_comparable(path, compare_with["environment"], doc["environment"], action="compare")
+    from suite import analysis
+
+    # Files of one machine (GPU, else CPU, and host) are its history; files of several machines
+    # are also compared side by side on machines.html (render_site decides that from the same rule).
+    machines = analysis.group_machines(docs, args.results)
+    if len(machines) > 1:
+        print("machines: " + "; ".join(f"{m.label} ({len(m.docs)} file{'s' * (len(m.docs) > 1)})" for m in machines))
+    own_history = [docs[i] for m in machines if len(m.docs) > 1 for i in m.docs]
     history = None
-    if args.asv_results or len(docs) > 1:
-        from suite import analysis
+    if args.asv_results or own_history:
         from suite.report.history import git_commit_order, in_commit_order
 
-        history = analysis.history(docs if not args.asv_results else Path(args.asv_results))
+        history = analysis.history(own_history if not args.asv_results else Path(args.asv_results))
         if args.asv_results:  # asv tracks whatever suite it was given: keep the cells of these results
             ids = {str(r["id"]) for doc in docs for r in doc["cells"]}
             tracked = len(history)
@@ -268,7 +275,12 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("results", nargs="+")
 
     report = command("report", cmd_report, "render the HTML report of results files")
-    report.add_argument("results", nargs="+")
+    report.add_argument(
+        "results",
+        nargs="+",
+        help="results files: several of one machine (GPU and host) are its history; "
+        "of several machines, also compared side by side (machines.html)",
+    )
     report.add_argument("-o", "--output", required=True, help="output directory")
     report.add_argument("--compare", metavar="RESULTS", help="compare against this earlier results file")
     report.add_argument("--asv-results", metavar="DIR", help="asv results directory for the history page")

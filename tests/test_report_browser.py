@@ -112,6 +112,38 @@ def test_no_page_overflows_horizontally_at_1280_px(site: Path) -> None:
         assert report.values["overflow"] == [], f"{page.name}: {report.values['overflow']}"
 
 
+@pytest.fixture(scope="module")
+def machines_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three machines: the committed H200 run, a copy as if from another GPU and host, and the fixture's run
+    (another H200 host, whose cells are on that machine only)."""
+    import copy
+
+    from suite import results
+
+    h200 = json.loads((Path(__file__).parent.parent / "reports/h200/session3/baseline-cudnn.json").read_text())
+    other = copy.deepcopy(h200)
+    other["environment"].update(hostname="a-rather-long-host-name.cluster.example.org")
+    other["environment"]["gpu"]["name"] = "NVIDIA H100 80GB HBM3"
+    other["cells"][2].update(status="failed", evidence={"type": "RuntimeError", "message": "x" * 300}, metrics={})
+    other["integrity"] = {"sha256": results.checksum(other)}
+    out = tmp_path_factory.mktemp("machines")
+    a = json.loads((FIXTURES / "results_a.json").read_text())
+    render_site([h200, other, a], out)
+    return out
+
+
+def test_machines_page_loads_cleanly_and_fits_1280_px(machines_site: Path) -> None:
+    for name in ("machines.html", "index.html"):
+        page = machines_site / name
+        report = load_page(page.as_uri(), expressions={**PAGE_FACTS, "overflow": OVERFLOW}, settle=0.2, width=1280)
+        assert report.errors() == [], f"{name}: {report.errors()}"
+        assert report.values["css"] == "1" and report.values["scripts"] == 0, name
+        assert report.values["overflow"] == [], f"{name}: {report.values['overflow']}"
+        assert "Machines" in report.values["text"], name
+    charts = load_page((machines_site / "machines.html").as_uri(), expressions=PAGE_FACTS, settle=0.2).values["charts"]
+    assert charts and all(c["marks"] > 0 and c["titled"] == c["marks"] and c["width"] > 100 for c in charts), charts
+
+
 def test_every_page_links_to_the_results_json(site: Path) -> None:
     for page in sorted(site.glob("*.html")):
         links = load_page(

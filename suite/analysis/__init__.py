@@ -3,7 +3,8 @@
 - :mod:`.access`: reading one record (median, throughput, noise), comparable configurations;
 - :mod:`.derived`: speedups against FP32/TF32, MFU, memory saving, numerics verdict;
 - :mod:`.best`: the best trustworthy cell per workload, and why faster ones were passed over;
-- :mod:`.compare`: one run against another; :mod:`.history`: a cell across commits.
+- :mod:`.compare`: one run against another; :mod:`.history`: a cell across commits;
+- :mod:`.machines`: the same cells on several machines.
 """
 
 from suite.analysis.access import DEFAULT_NOISE_TARGET as DEFAULT_NOISE_TARGET
@@ -48,6 +49,14 @@ from suite.analysis.derived import derive as derive
 from suite.analysis.derived import is_nonfinite as is_nonfinite
 from suite.analysis.history import HistoryPoint as HistoryPoint
 from suite.analysis.history import history as history
+from suite.analysis.machines import Across as Across
+from suite.analysis.machines import CellAcross as CellAcross
+from suite.analysis.machines import Machine as Machine
+from suite.analysis.machines import MachineCell as MachineCell
+from suite.analysis.machines import across_machines as across_machines
+from suite.analysis.machines import group_machines as group_machines
+from suite.analysis.machines import machine_key as machine_key
+from suite.analysis.machines import machine_name as machine_name
 
 # `passed` is exported (imported above as itself) but not listed: its name is a status's
 # spelling, which appears as a string literal in suite/contract/wire.py only.
@@ -57,12 +66,17 @@ __all__ = [
     "FAILURE_STATUSES",
     "MIN_RELATIVE_CHANGE",
     "STATUSES",
+    "Across",
     "AnyDocument",
     "Best",
+    "CellAcross",
     "Comparison",
     "Derived",
     "HistoryPoint",
+    "Machine",
+    "MachineCell",
     "PassedOver",
+    "across_machines",
     "as_mapping",
     "baseline_lines",
     "best_per_workload",
@@ -74,10 +88,13 @@ __all__ = [
     "data_parallel",
     "derive",
     "group_key",
+    "group_machines",
     "history",
     "instability_warnings",
     "is_inference",
     "is_nonfinite",
+    "machine_key",
+    "machine_name",
     "median_seconds",
     "nodes",
     "noise",

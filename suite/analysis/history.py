@@ -12,7 +12,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from suite.analysis.access import AnyDocument, as_mapping, finite, gpu_name, noise, throughput
+from suite.analysis.access import AnyDocument, as_mapping, finite, noise, throughput
+from suite.analysis.machines import machine_name
 
 __all__ = ["HistoryPoint", "HistorySource", "history"]
 
@@ -56,7 +57,7 @@ def _doc_points(doc: AnyDocument) -> Iterable[tuple[str, str, HistoryPoint]]:
     run, env = doc["run"], as_mapping(doc["environment"])
     commit = env.get("workdir_commit")
     label = str(commit)[:12] if commit else str(run["id"])
-    source = gpu_name(doc) or str(env.get("cpu") or env.get("hostname") or "cpu")
+    source = machine_name(doc)
     for record in doc["cells"]:
         value = throughput(record)
         if value is not None:
@@ -173,9 +174,11 @@ def history(sources: HistorySource | Iterable[HistorySource]) -> dict[str, list[
     Failed entries (null, NaN) and parameter combinations that are no cell
     (n/a) are left out.
 
-    Keys are cell ids. When the points come from more than one machine (asv
-    machine name, or GPU name for results files), each key is suffixed with
-    ``" @ <machine>"`` so that no line mixes hardware.
+    Keys are cell ids. When the points come from more than one machine (the
+    asv machine name; for results files :func:`suite.analysis.machine_name`,
+    the GPU's name, else the CPU's, and the host), each key is suffixed with
+    ``" @ <machine>"`` so that no line mixes hardware: two hosts with the same
+    GPU are two lines.
     """
     items: list[HistorySource] = [sources] if isinstance(sources, Mapping | str | os.PathLike) else list(sources)
     found: list[tuple[str, str, HistoryPoint]] = []

@@ -18,7 +18,17 @@ from markupsafe import Markup
 
 from suite.report.fmt import exact, num
 
-__all__ = ["PALETTE", "Bar", "Series", "bar_chart", "line_chart", "nice_ticks", "sparkline", "tick"]
+__all__ = [
+    "PALETTE",
+    "Bar",
+    "Series",
+    "bar_chart",
+    "grouped_bar_chart",
+    "line_chart",
+    "nice_ticks",
+    "sparkline",
+    "tick",
+]
 
 PALETTE = ("#0b6bcb", "#e08a00", "#1a9e6f", "#d1495b", "#8e5cc4", "#3fa7d6", "#8c564b", "#6b7280")
 """Distinguishable on white and for the common colour-vision deficiencies (after Okabe-Ito)."""
@@ -230,6 +240,79 @@ def bar_chart(
             f'<path d="M{rx:.1f},{top - 4} L{rx:.1f},{bottom + 2}" stroke="#111827" stroke-width="1.5" '
             f'stroke-dasharray="4 3" class="reference">{_title(f"{reference_label}: {exact(reference)}")}'
             "</path>"
+        )
+    out.append("</svg>")
+    return Markup("".join(out))
+
+
+def grouped_bar_chart(
+    categories: Sequence[str],
+    series: Sequence[Series],
+    *,
+    title: str,
+    unit: str = "",
+    fmt: Formatter = num,
+    tick_fmt: Formatter = tick,
+) -> Markup:
+    """Horizontal bars grouped by category, one bar per series in the series' colour (the same cell on
+    several machines); a series without a point in a category leaves a gap, and a legend names the colours."""
+    values = {(s.name, c): v for s in series for c, v in s.points if math.isfinite(v)}
+    shown = [c for c in categories if any((s.name, c) in values for s in series)]
+    if not shown or not series:
+        return _empty(title, "no data")
+    width, left, right, top, bar, gap, legend_row = 720, 230, 90, 12, 14, 10, 18
+    plot_w = width - left - right
+    band = bar * len(series) + gap
+    bottom = top + band * len(shown)
+    legend_rows = math.ceil(len(series) / 2)
+    height = bottom + 34 + legend_rows * legend_row + 8
+    ticks = nice_ticks(0.0, max(values.values()))
+    span = ticks[-1] or 1.0
+
+    def x(v: float) -> float:
+        return left + plot_w * v / span
+
+    out = [_svg_open(width, height, title)]
+    out.append('<g class="axis" font-size="11" fill="#4b5563">')
+    for t in ticks:
+        out.append(f'<line x1="{x(t):.1f}" x2="{x(t):.1f}" y1="{top}" y2="{bottom}" class="grid"/>')
+        out.append(f'<text x="{x(t):.1f}" y="{bottom + 14}" text-anchor="middle">{_e(tick_fmt(t))}</text>')
+    if unit:
+        out.append(
+            f'<text x="{left + plot_w / 2:.1f}" y="{bottom + 30}" text-anchor="middle" class="label">{_e(unit)}</text>'
+        )
+    out.append("</g>")
+    for i, category in enumerate(shown):
+        y0 = top + i * band
+        label = category if len(category) <= 32 else category[:31] + "\u2026"
+        out.append(
+            f'<text x="{left - 8}" y="{y0 + (band - gap) / 2 + 4:.1f}" text-anchor="end" font-size="12">'
+            f"{_e(label)}{_title(category)}</text>"
+        )
+        for k, s in enumerate(series):
+            value = values.get((s.name, category))
+            if value is None:
+                continue
+            y = y0 + k * bar
+            color = PALETTE[k % len(PALETTE)]
+            tip = f"{category} \u00b7 {s.name}: {exact(value)} {unit}".rstrip()
+            out.append(
+                f'<rect x="{left}" y="{y + 1}" width="{max(x(value) - left, 1.0):.1f}" height="{bar - 2}" rx="2" '
+                f'fill="{color}">{_title(tip)}</rect>'
+            )
+            out.append(
+                f'<text x="{x(value) + 6:.1f}" y="{y + bar - 3}" font-size="10" fill="#374151">{_e(fmt(value))}</text>'
+            )
+    legend_top = bottom + 48
+    for k, s in enumerate(series):
+        color = PALETTE[k % len(PALETTE)]
+        lx = 16 + (k % 2) * ((width - 32) / 2)
+        ly = legend_top + (k // 2) * legend_row
+        name = s.name if len(s.name) <= 40 else s.name[:39] + "\u2026"
+        out.append(
+            f'<g class="legend"><rect x="{lx:.1f}" y="{ly - 9}" width="12" height="12" rx="2" fill="{color}">'
+            f"{_title(s.name)}</rect>"
+            f'<text x="{lx + 18:.1f}" y="{ly + 1}" font-size="12">{_e(name)}</text></g>'
         )
     out.append("</svg>")
     return Markup("".join(out))

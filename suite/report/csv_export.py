@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Mapping, Sequence
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from suite import analysis
+from suite.analysis import Across, as_mapping
 from suite.analysis import AnyDocument as Doc
-from suite.analysis import as_mapping
 from suite.contract.wire import Status
 from suite.report.views import techniques_text
 
-__all__ = ["COLUMNS", "csv_rows", "write_csv"]
+__all__ = ["COLUMNS", "MACHINE_COLUMNS", "csv_rows", "machine_csv_rows", "write_csv", "write_machines_csv"]
 
 COLUMNS = (
     "run_id",
@@ -61,6 +61,27 @@ COLUMNS = (
     "warnings",
     "evidence",
 )
+
+MACHINE_COLUMNS = (
+    "cell_id",
+    "workload",
+    "unit",
+    "machine",
+    "file",
+    "run_id",
+    "status",
+    "throughput",
+    "speedup_vs_baseline",
+    "baseline_cell",
+    "peak_memory_bytes",
+    "memory_kind",
+    "mfu",
+    "ratio_to_first",
+    "evidence",
+)
+"""machines.csv (written when the documents come from several machines): a row per cell and machine
+that ran it, for each cell on at least two machines; ``ratio_to_first`` is the throughput over the first
+machine's for the same cell."""
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
@@ -148,4 +169,47 @@ def write_csv(docs: Doc | Sequence[Doc], path: str | Path) -> Path:
         writer = csv.DictWriter(fh, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows(csv_rows(items))
+    return target
+
+
+def machine_csv_rows(across: Across, docs: Sequence[Doc], files: Sequence[str | PurePath] = ()) -> list[dict[str, str]]:
+    rows = []
+    for cell in across.cells:
+        for machine, entry in zip(across.machines, cell.entries, strict=True):
+            if entry is None:
+                continue
+            doc = docs[machine.compared]
+            metrics = as_mapping(entry.record.get("metrics"))
+            source = PurePath(files[machine.compared]).name if machine.compared < len(files) else ""
+            rows.append(
+                {
+                    "cell_id": _text(cell.id),
+                    "workload": _text(cell.workload),
+                    "unit": _text(cell.unit),
+                    "machine": _text(machine.label),
+                    "file": _text(source),
+                    "run_id": _text((doc.get("run") or {}).get("id")),
+                    "status": _text(entry.status),
+                    "throughput": _number(entry.throughput),
+                    "speedup_vs_baseline": _number(entry.derived.speedup_vs_baseline),
+                    "baseline_cell": _text(entry.derived.baseline_id),
+                    "peak_memory_bytes": _number(entry.peak_memory_bytes),
+                    "memory_kind": _text(metrics.get("memory_kind")),
+                    "mfu": _number(entry.derived.mfu),
+                    "ratio_to_first": _number(entry.ratio_to_first),
+                    "evidence": _text(_evidence(entry.record)),
+                }
+            )
+    return rows
+
+
+def write_machines_csv(
+    across: Across, docs: Sequence[Doc], path: str | Path, files: Sequence[str | PurePath] = ()
+) -> Path:
+    """Write :data:`MACHINE_COLUMNS` rows of a machines comparison to ``path``."""
+    target = Path(path)
+    with target.open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=MACHINE_COLUMNS)
+        writer.writeheader()
+        writer.writerows(machine_csv_rows(across, docs, files))
     return target

@@ -1,8 +1,9 @@
 """The Markdown summary: what a pull-request comment needs from a run.
 
 Best combination per workload with both speedup ratios, status counts, the
-regressions against a reference run when one is given, and the plugins'
-Markdown sections. Every piece of text from the results is escaped, since
+regressions against a reference run when one is given, the same cells side
+by side when the runs come from several machines, and the plugins' Markdown
+sections. Every piece of text from the results is escaped, since
 cell and plugin names are arbitrary and the comment is rendered as HTML.
 """
 
@@ -96,6 +97,30 @@ def _run_part(doc: Doc, compare_with: Doc | None) -> list[str]:
     return lines
 
 
+def _machines_part(items: Sequence[Doc]) -> list[str]:
+    """The same cells on several machines (as machines.html): throughput, x baseline, x first machine."""
+    across = analysis.across_machines(items)
+    if len(across.machines) < 2 or not across.cells:
+        return []
+    first = across.machines[0].label
+    lines = [
+        f"### Machines: {', '.join(escape_md(m.label) for m in across.machines)}",
+        "",
+        f"| cell | machine | status | throughput | \u00d7baseline | \u00d7{escape_md(first)} |",
+        "|---|---|---|---:|---:|---:|",
+    ]
+    for cell in across.cells:
+        for machine, entry in zip(across.machines, cell.entries, strict=True):
+            if entry is None:
+                continue
+            figure = f"{num(entry.throughput)} {escape_md(cell.unit)}/s" if entry.throughput is not None else DASH
+            lines.append(
+                f"| {escape_md(cell.id)} | {escape_md(machine.label)} | {escape_md(entry.status)} | {figure} "
+                f"| {ratio(entry.derived.speedup_vs_baseline)} | {ratio(entry.ratio_to_first)} |"
+            )
+    return [*lines, ""]
+
+
 def markdown_summary(
     docs: Doc | Sequence[Doc],
     compare_with: Doc | None = None,
@@ -104,8 +129,11 @@ def markdown_summary(
 ) -> str:
     """A Markdown summary of one or more runs (for a pull-request comment)."""
     lines = ["## ampsuite results", ""]
-    for doc in _as_docs(docs):
+    items = _as_docs(docs)
+    for doc in items:
         lines += _run_part(doc, compare_with)
+    if len(items) > 1:
+        lines += _machines_part(items)
     for section in extra_sections:
         if section.markdown:
             lines += [f"### {escape_md(section.title)}", "", section.markdown.rstrip(), ""]

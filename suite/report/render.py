@@ -1,4 +1,4 @@
-"""Render the static report site with Jinja2: overview, workload pages, history, compare, CSV, Markdown.
+"""Render the static report site with Jinja2: overview, workload pages, history, compare, machines, CSV, Markdown.
 
 Templates and the stylesheet ship inside this package (``templates/``,
 ``static/``); the environment autoescapes everything and uses
@@ -22,21 +22,23 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from suite import ReportSection, __version__
+from suite import ReportSection, __version__, analysis
 from suite.analysis import AnyDocument as Doc
 from suite.analysis import HistoryPoint
 from suite.report import fmt
 from suite.report.compare import compare_context
 from suite.report.compare import summary as compare_summary
-from suite.report.csv_export import write_csv
+from suite.report.csv_export import write_csv, write_machines_csv
 from suite.report.history import history_context
+from suite.report.machines import machines_context
 from suite.report.markdown import markdown_summary
 from suite.report.pages import index_context, speedup_summary, workload_contexts
 from suite.report.views import load_runs, run_label
 
-__all__ = ["CSV_NAME", "JSON_NAME", "MARKDOWN_NAME", "environment", "render_site"]
+__all__ = ["CSV_NAME", "JSON_NAME", "MACHINES_CSV_NAME", "MARKDOWN_NAME", "environment", "render_site"]
 
 CSV_NAME = "results.csv"
+MACHINES_CSV_NAME = "machines.csv"
 JSON_NAME = "results.json"
 MARKDOWN_NAME = "summary.md"
 STATIC_DIR = "static"
@@ -125,14 +127,16 @@ def render_site(
     :param compare_with: a reference run; adds compare.html (each doc against it).
     :param history: :func:`suite.analysis.history` output; adds history.html.
     :param results_files: the files ``docs`` were loaded from, copied into the site as
-        results.json (results-2.json, ...) and linked from every page.
+        results.json (results-2.json, ...) and linked from every page; their names tell
+        machines apart on machines.html where GPU and host do not.
     :param extra_sections: plugin sections (``ampsuite_report_sections``), shown on
         the index after the built-in ones and in summary.md when they carry Markdown.
     :return: the path of index.html.
 
     Files written: index.html, one workload-*.html per workload id, history.html
-    and compare.html when asked, results.json (one per run), results.csv, summary.md
-    and static/style.css.
+    and compare.html when asked, machines.html and machines.csv when ``docs`` come from
+    more than one machine (:func:`suite.analysis.group_machines`: GPU, else CPU, and
+    host), results.json (one per run), results.csv, summary.md and static/style.css.
     Other files in ``out_dir`` are left alone.
     """
     items = [docs] if isinstance(docs, Mapping) else list(docs)
@@ -144,13 +148,17 @@ def render_site(
     runs = load_runs(items)
     env = environment()
     workloads = workload_contexts(runs)
+    across = analysis.across_machines(items, results_files) if len(items) > 1 else None
+    several = across is not None and len(across.machines) > 1
+    json_names = _results_json(out, items, results_files)
     nav = {
         "workloads": [{"name": w, "file": page["file"]} for w, page in workloads.items()],
         "history": history is not None,
         "compare": compare_with is not None,
+        "machines": several,
         "csv": CSV_NAME,
         "markdown": MARKDOWN_NAME,
-        "json": _results_json(out, items, results_files),
+        "json": json_names,
     }
     base = {"site_title": title or _default_title(items), "nav": nav}
 
@@ -163,8 +171,16 @@ def render_site(
     compared = None
     if compare_with is not None:
         compared = {"reference": run_label(compare_with), "runs": compare_summary(runs, compare_with)}
+    machines = None
+    if across is not None and several:
+        machines = machines_context(items, results_files, json_names, across)
     index = write(
-        "index.html", "index.html", sections=_section_views(sections), compared=compared, **index_context(runs)
+        "index.html",
+        "index.html",
+        sections=_section_views(sections),
+        compared=compared,
+        machines=machines,
+        **index_context(runs),
     )
     for page in workloads.values():
         write(page["file"], "workload.html", **page)
@@ -172,6 +188,9 @@ def render_site(
         write("history.html", "history.html", **history_context(history))
     if compare_with is not None:
         write("compare.html", "compare.html", **compare_context(runs, compare_with))
+    if machines is not None and across is not None:
+        write("machines.html", "machines.html", csv_name=MACHINES_CSV_NAME, **machines)
+        write_machines_csv(across, items, out / MACHINES_CSV_NAME, results_files)
     write_csv(items, out / CSV_NAME)
     (out / MARKDOWN_NAME).write_text(markdown_summary(items, compare_with, extra_sections=sections), encoding="utf-8")
     _copy_static(out)

@@ -1,0 +1,154 @@
+"""The same cells on several machines: which documents come from which machine, and each cell side by side.
+
+A *machine* is what a results document's ``environment`` names: the device
+(the GPU's name, else the CPU's model) and the host name. Documents of one
+machine are that machine's history (:func:`suite.analysis.history`); documents
+of different machines are compared here, one document per machine: the last
+one given for it. Figures come from :func:`suite.analysis.derive`, so a speedup
+means what it means everywhere else (against the cell's own run's baseline).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import PurePath
+
+from suite.analysis.access import AnyDocument, as_mapping, throughput, workload_id
+from suite.analysis.derived import Derived, derive
+from suite.contract.wire import Record
+
+__all__ = [
+    "Across",
+    "CellAcross",
+    "Machine",
+    "MachineCell",
+    "across_machines",
+    "group_machines",
+    "machine_key",
+    "machine_name",
+]
+
+
+def machine_key(doc: AnyDocument) -> tuple[str, str]:
+    """(device, host) of a document: the GPU's name, else the CPU's model (else "CPU"), and the host name."""
+    env = as_mapping(doc.get("environment"))
+    gpu = as_mapping(env.get("gpu"))
+    device = gpu.get("name") or env.get("cpu") or "CPU"
+    return str(device), str(env.get("hostname") or "")
+
+
+def machine_name(doc: AnyDocument) -> str:
+    """``NVIDIA H200 on gpu-node-07``; the device alone where the host name is unknown."""
+    device, host = machine_key(doc)
+    return f"{device} on {host}" if host else device
+
+
+@dataclass(frozen=True)
+class Machine:
+    """One machine of the documents given: its name and which documents (indices, in the order given) it ran."""
+
+    key: tuple[str, str]
+    label: str
+    """:func:`machine_name`, with the file name added where two machines would read alike."""
+    docs: tuple[int, ...]
+
+    @property
+    def compared(self) -> int:
+        """The document compared with the other machines: the last one given for this machine."""
+        return self.docs[-1]
+
+
+def group_machines(docs: Sequence[AnyDocument], files: Sequence[str | PurePath] = ()) -> list[Machine]:
+    """The machines of ``docs`` in order of first appearance (so the first document's machine comes first)."""
+    order: dict[tuple[str, str], list[int]] = {}
+    for i, doc in enumerate(docs):
+        order.setdefault(machine_key(doc), []).append(i)
+    names = {key: machine_name(docs[ids[0]]) for key, ids in order.items()}
+    clash = {n for n in names.values() if list(names.values()).count(n) > 1}
+    out = []
+    for key, ids in order.items():
+        label = names[key]
+        if label in clash:
+            last = ids[-1]
+            label += f" ({PurePath(files[last]).name})" if last < len(files) else f" (file {last + 1})"
+        out.append(Machine(key, label, tuple(ids)))
+    return out
+
+
+@dataclass(frozen=True)
+class MachineCell:
+    """One cell on one machine, with the derived figures of its own run (None where there is no figure)."""
+
+    record: Record
+    derived: Derived
+    throughput: float | None
+    ratio_to_first: float | None
+    """This machine's throughput over the first machine's for the same cell."""
+
+    @property
+    def status(self) -> str:
+        return str(self.record.get("status"))
+
+    @property
+    def peak_memory_bytes(self) -> int | float | None:
+        value = as_mapping(self.record.get("metrics")).get("peak_memory_bytes")
+        return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class CellAcross:
+    """One cell id on every machine: an entry per machine, None where that machine's run has no such cell."""
+
+    id: str
+    workload: str
+    unit: str
+    entries: list[MachineCell | None]
+
+
+@dataclass(frozen=True)
+class Across:
+    """The comparison: machines, and each cell present on at least two of them."""
+
+    machines: list[Machine]
+    cells: list[CellAcross]
+    only_one: list[tuple[str, int]]
+    """Cells on one machine only: (cell id, machine index)."""
+
+
+def across_machines(docs: Sequence[AnyDocument], files: Sequence[str | PurePath] = ()) -> Across:
+    """Each cell id found on at least two machines, per machine, in the order cells first appear.
+
+    Each machine contributes its last document (:attr:`Machine.compared`). A cell
+    that did not pass is still an entry (its status and evidence are the point);
+    its throughput is None, and so is a ratio whose either side has none.
+    """
+    machines = group_machines(docs, files)
+    compared = [docs[m.compared] for m in machines]
+    records: list[dict[str, Record]] = [{str(r["id"]): r for r in doc["cells"]} for doc in compared]
+    derived: list[Mapping[str, Derived]] = [derive(doc) for doc in compared]
+    ids: dict[str, list[int]] = {}
+    for index, by_id in enumerate(records):
+        for cell_id in by_id:
+            ids.setdefault(cell_id, []).append(index)
+    cells: list[CellAcross] = []
+    only_one: list[tuple[str, int]] = []
+    for cell_id, present in ids.items():
+        if len(present) < 2:
+            only_one.append((cell_id, present[0]))
+            continue
+        first = records[0].get(cell_id)
+        first_value = throughput(first) if first is not None else None
+        entries: list[MachineCell | None] = []
+        for index, by_id in enumerate(records):
+            record = by_id.get(cell_id)
+            if record is None:
+                entries.append(None)
+                continue
+            value = throughput(record)
+            ratio = value / first_value if value is not None and first_value else None
+            entries.append(MachineCell(record, derived[index][cell_id], value, ratio))
+        some = records[present[0]][cell_id]
+        unit = str(as_mapping(some.get("workload")).get("unit") or "samples")
+        cells.append(CellAcross(cell_id, workload_id(some), unit, entries))
+    return Across(machines, cells, only_one)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -163,4 +165,13 @@ def run(ctx: ExecutorContext) -> Iterator[tuple[CellTask, dict[str, Any]]]:
     finally:
         for job in pending:  # interrupted, or the runner stopped early: nothing of this run keeps running
             with contextlib.suppress(Exception):
-                job.cancel(check=False)
+                _cancel(job, options.cluster)
+
+
+def _cancel(job: Any, cluster: str) -> None:
+    if cluster == "local":
+        # submitit cancels a local job with SIGINT, and its controller dies printing a traceback to the
+        # terminal; SIGTERM is forwarded to the job's process, whose cell ends as on a cluster's scancel.
+        os.kill(int(job.job_id), signal.SIGTERM)
+    else:
+        job.cancel(check=False)

@@ -322,15 +322,15 @@ class Task:
             record = run_record(job)
             self.interrupted_here = record["status"] == Status.INTERRUPTED
             return record
-        registry = load_registry(self.config.plugins)
-        ctx = None if self.config.in_process else worker_context()
-        logdir = Path(tempfile.mkdtemp(prefix="ampsuite-logs-"))
-        try:
-            with sigterm_interrupts():  # a scheduler's SIGTERM ends the cell's worker like Ctrl-C
+        with sigterm_interrupts():  # a scheduler's SIGTERM (scancel, a time limit) ends the cell like Ctrl-C
+            registry = load_registry(self.config.plugins)
+            ctx = None if self.config.in_process else worker_context()
+            logdir = Path(tempfile.mkdtemp(prefix="ampsuite-logs-"))
+            try:
                 log = logdir / "cell.log"
                 return run_record(CellJob(ctx, self.spec, self.cell, self.config, log, self.timeout, registry))
-        finally:
-            shutil.rmtree(logdir, ignore_errors=True)
+            finally:
+                shutil.rmtree(logdir, ignore_errors=True)
 
     def record(self, status: Status, evidence: Mapping[str, Any]) -> dict[str, Any]:
         """A record of this cell that was not measured (the executor's evidence of why)."""

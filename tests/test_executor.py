@@ -311,3 +311,49 @@ def test_missing_submitit_is_one_line_with_the_install_hint(tmp_path: Path, writ
     assert code == ExitCode.USAGE_ERROR
     assert len(err.splitlines()) == 1 and "pip install 'ampsuite[slurm]'" in err
     assert not (tmp_path / "r.json").exists()
+
+
+# ---------------------------------------------------------------------------
+# a third-party executor
+# ---------------------------------------------------------------------------
+
+
+class _HalfDone:
+    """An executor plugin that runs the first cell here and then fails (a scheduler that went away)."""
+
+    @staticmethod
+    def ampsuite_executors() -> list[Any]:
+        from suite import Executor
+
+        def run(ctx: Any) -> Iterator[Any]:
+            tasks = iter(ctx.tasks)
+            first = next(tasks)
+            yield first, first()
+            raise RuntimeError("the scheduler went away")
+
+        return [Executor(name="half", summary="runs one cell, then fails", run=run)]
+
+
+def test_an_executor_that_fails_leaves_a_complete_file_and_one_line(tmp_path: Path, write_suite) -> None:
+    from conftest import QuietObserver
+
+    from suite.contract.errors import PluginError
+    from suite.host import session
+    from suite.run import runner
+
+    plan = session.plan(
+        write_suite(_suite('fp32 = []\nnoop = ["noop"]', 'name = "half"')), objects=[("half", _HalfDone)]
+    )
+    out = tmp_path / "results.json"
+    config = runner.RunConfig(output=out, in_process=True, measure_peaks=False, data_dir=tmp_path / "data")
+    with pytest.raises(
+        PluginError, match=r"^plugin 'half': executor 'half' raised RuntimeError: the scheduler went away$"
+    ):
+        runner.run_plan(plan, config, QuietObserver())
+    doc = results.load(out)
+    assert [(r["id"], r["status"]) for r in doc["cells"]] == [
+        ("toy/fp32/bs8", "passed"),
+        ("toy/noop/bs8", "interrupted"),
+    ]
+    assert "the scheduler went away" in doc["cells"][1]["evidence"]["reason"]
+    assert doc["run"]["finished"] is not None

@@ -313,6 +313,37 @@ def test_missing_submitit_is_one_line_with_the_install_hint(tmp_path: Path, writ
     assert not (tmp_path / "r.json").exists()
 
 
+def test_slurm_without_a_cluster_is_one_line(tmp_path: Path, write_suite, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no sbatch, no srun
+    suite_path = write_suite(_suite("fp32 = []", 'name = "slurm"'))
+    code = run_cli(str(suite_path), "-o", str(tmp_path / "r.json"))
+    err = capsys.readouterr().err.strip()
+    assert code == ExitCode.USAGE_ERROR
+    assert err.startswith("ampsuite: error: plugin 'slurm': no sbatch/srun on this machine") and "\n" not in err
+
+
+def test_the_executor_table_becomes_the_sbatch_script(tmp_path: Path, monkeypatch) -> None:
+    from plugins.executors import _slurm
+    from plugins.executors.slurm import SlurmOptions
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for tool in ("srun", "sbatch"):
+        (fake / tool).write_text("#!/bin/sh\nexit 1\n")
+        (fake / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    options = SlurmOptions(
+        partition="gpu", account="me", setup=["module load cuda"], array_parallelism=4, folder=f"{tmp_path}/%j"
+    )
+    script = _slurm._executor(options, 30, 2, "h100")._executor._make_submission_file_text("CMD", "uid")
+    for line in ("--partition=gpu", "--account=me", "--constraint=h100", "--gpus-per-node=2", "--time=30"):
+        assert f"#SBATCH {line}\n" in script, script
+    assert "module load cuda\n" in script and "--job-name=ampsuite" in script
+    cpu = _slurm._executor(SlurmOptions(folder=f"{tmp_path}/%j"), 11, 0, "")._executor
+    script = cpu._make_submission_file_text("CMD", "uid")
+    assert "gpus" not in script and "--constraint" not in script and "--partition" not in script
+
+
 # ---------------------------------------------------------------------------
 # a third-party executor
 # ---------------------------------------------------------------------------

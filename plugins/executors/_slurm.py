@@ -114,7 +114,7 @@ def _executor(options: Any, minutes: int, gpus: int, constraint: str) -> Any:
         "timeout_min": minutes,
         "nodes": 1,
         "tasks_per_node": 1,
-        "gpus_per_node": gpus,
+        "gpus_per_node": gpus or None,  # None: not asked for (no --gpus-per-node=0 in the sbatch script)
         "cpus_per_task": options.cpus_per_task or None,
     }
     slurm = {

@@ -10,6 +10,7 @@ tried, and tested, without a cluster.
 from __future__ import annotations
 
 import importlib.util
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -57,7 +58,13 @@ class SlurmOptions:
 
 
 def check(options: SlurmOptions) -> str | None:
-    return None if importlib.util.find_spec("submitit") is not None else INSTALL_HINT
+    if importlib.util.find_spec("submitit") is None:
+        return INSTALL_HINT
+    if options.cluster == "slurm" and (shutil.which("sbatch") is None or shutil.which("srun") is None):
+        return (
+            "no sbatch/srun on this machine: run from a Slurm login node, or try the jobs here with cluster = 'local'"
+        )
+    return None
 
 
 def run(ctx: ExecutorContext) -> Iterator[tuple[CellTask, dict[str, Any]]]:

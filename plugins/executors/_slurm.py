@@ -156,10 +156,15 @@ def run(ctx: ExecutorContext) -> Iterator[tuple[CellTask, dict[str, Any]]]:
                 f"slurm executor ({options.cluster}): {len(group)} cells submitted{where}, "
                 f"{gpus} GPU(s) and {minutes} min each (jobs {ids}; files in {Path(options.folder).parent})"
             )
+        running: set[Any] = set()
         while pending:
             for job in [j for j in pending if j.done()]:
                 task = pending.pop(job)
                 yield task, _record(task, job, options.cluster)
+            for job, task in pending.items():  # the display names the cell whose job started last
+                if job not in running and _state(job) == "RUNNING":
+                    running.add(job)
+                    ctx.started(task)
             if pending:
                 time.sleep(options.poll_seconds)
     finally:

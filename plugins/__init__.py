@@ -35,6 +35,8 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "plugins.probes.flops",
     "plugins.probes.tensorcores",
     "plugins.probes.clocks",
+    "plugins.executors.local",
+    "plugins.executors.slurm",
 )
 
 BUILTIN_IMPLEMENTATIONS: tuple[str, ...] = (

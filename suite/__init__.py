@@ -10,7 +10,10 @@ import pluggy
 from suite.contract.errors import CaptureFailed, ExitCode, PluginError, SkipCell, SuiteFileError
 from suite.contract.plugin import (
     BuildContext,
+    CellTask,
     CheckContext,
+    Executor,
+    ExecutorContext,
     NoOptions,
     Probe,
     ProbeContext,
@@ -36,7 +39,10 @@ __all__ = [
     "BuildContext",
     "CaptureFailed",
     "Cell",
+    "CellTask",
     "CheckContext",
+    "Executor",
+    "ExecutorContext",
     "ExitCode",
     "NoOptions",
     "PluginError",

@@ -32,8 +32,10 @@ def _registry(args: argparse.Namespace) -> Any:
 def cmd_run(args: argparse.Namespace) -> ExitCode:
     from suite import results
     from suite.display import Display, print_summary
-    from suite.host import session
+    from suite.host import executors, session
     from suite.run import runner
+
+    executor_options = dict(executors.parse_option(o) for o in args.executor_option or [])
 
     p = session.plan(
         args.suite,
@@ -42,7 +44,9 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
         settings=_plugin_settings(args),
         allow_large=args.allow_large,
     )
-    peaks = not args.no_peaks and not args.in_process
+    chosen = executors.resolve(p.spec, p.registry.executors, args.executor, executor_options)
+    # The device's peaks are measured where the cells run: by the local executor only.
+    peaks = not args.no_peaks and not args.in_process and chosen.executor.name == executors.DEFAULT
     display = Display(noise_target=p.spec.measure.noise_target, measures_peaks=peaks)
     if not p.cells:
         display.console.print(f"{p.spec.path}: no cells selected", markup=False)
@@ -61,6 +65,8 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
         measure_peaks=not args.no_peaks,
         refresh_peaks=args.refresh_peaks,
         argv=sys.argv,
+        executor=args.executor,
+        executor_options=executor_options,
     )
     try:
         with results.locked(output, wait=args.wait_lock):  # one run per results file (--resume included)
@@ -119,7 +125,12 @@ def cmd_list(args: argparse.Namespace) -> ExitCode:
     for p in registry.plugins:
         plugins.add_row(p.name, p.version, p.source, p.module)
     console.print(plugins)
-    kinds = (("workload", registry.workloads), ("technique", registry.techniques), ("probe", registry.probes))
+    kinds = (
+        ("workload", registry.workloads),
+        ("technique", registry.techniques),
+        ("probe", registry.probes),
+        ("executor", registry.executors),
+    )
     for kind, records in kinds:
         for name in sorted(records):
             rec = records[name]
@@ -269,7 +280,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--allow-large", action="store_true", help="run a matrix of more than 5,000 cells")
 
-    command("list", cmd_list, "show plugins, workloads, techniques and probes with their options")
+    run.add_argument(
+        "--executor",
+        metavar="NAME",
+        help="where the cells run: local (default), slurm, or a plugin's (overrides the suite's [executor] name)",
+    )
+    run.add_argument(
+        "--executor-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="an executor option, overriding the suite's [executor] table (repeatable; VALUE is read as TOML)",
+    )
+
+    command("list", cmd_list, "show plugins, workloads, techniques, probes and executors with their options")
 
     show = command("show", cmd_show, "print the table of a results file")
     show.add_argument("results", nargs="+")

@@ -1,21 +1,24 @@
-"""The typed records that plugins register: workloads, techniques, probes, report sections."""
+"""The typed records that plugins register: workloads, techniques, probes, executors, report sections."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import torch
 
     from suite.contract.step import TrainStep
-    from suite.contract.wire import Cell
+    from suite.contract.wire import Cell, Status
 
 __all__ = [
     "BuildContext",
+    "CellTask",
     "CheckContext",
+    "Executor",
+    "ExecutorContext",
     "NoOptions",
     "Probe",
     "ProbeContext",
@@ -187,3 +190,83 @@ class ReportSection:
     html: str
     markdown: str | None = None
     anchor: str | None = None
+
+
+class CellTask(Protocol):
+    """One cell an executor is handed to run (made by the runner; executors never build one).
+
+    Calling it runs the cell in the calling process's machine, through the same
+    isolated path as ``ampsuite run`` (a fresh worker process with the suite's
+    timeout), and returns the cell's complete record. A task is picklable, so
+    an executor may call it in another process or on another node; there it
+    loads the run's plugins itself.
+    """
+
+    @property
+    def index(self) -> int:
+        """The cell's position in the run."""
+        ...
+
+    @property
+    def cell(self) -> Cell:
+        """The cell."""
+        ...
+
+    def __call__(self) -> dict[str, Any]:
+        """Run the cell here; its complete record."""
+        ...
+
+    def record(self, status: Status, evidence: Mapping[str, Any]) -> dict[str, Any]:
+        """A record of this cell that was not measured: ``status`` with ``evidence`` (parent only)."""
+        ...
+
+
+@dataclass(frozen=True)
+class ExecutorContext:
+    """What an executor's ``run`` receives (in the parent).
+
+    Attributes:
+        tasks: the cells to run, in run order; an iterable to consume once (a
+            sequential executor takes one task at a time, a batch executor
+            lists them all first). Skipped cells and cells kept by ``--resume``
+            are not among them.
+        options: the validated options instance of the executor.
+        device: ``"cpu"`` or ``"cuda"``.
+        cell_seconds: the most one cell may take inside its job (the suite's
+            timeout times ``[measure] processes``), for a scheduler's time limit.
+        started: ``started(task)`` tells the display that a task's cell began.
+        message: ``message(text)`` prints one line to the user.
+    """
+
+    tasks: Iterable[CellTask]
+    options: Any
+    device: str
+    cell_seconds: float
+    started: Callable[[CellTask], None]
+    message: Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Executor:
+    """Where and how the cells of a run execute, registered by a plugin (``ampsuite run --executor NAME``).
+
+    Attributes:
+        name: unique across all plugins; what ``--executor`` and the suite
+            file's ``[executor] name`` refer to.
+        summary: one line for ``ampsuite list``.
+        run: ``run(ctx) -> iterator of (task, record)``: runs every task of
+            ``ctx.tasks`` somewhere and yields each task with its record as soon
+            as it exists (in any order); the runner writes each record the
+            moment it is yielded. The runner closes the iterator early when the
+            run is interrupted: release what was submitted in a ``finally``.
+        options: a dataclass type, as for workloads; set in the suite file's
+            ``[executor]`` table and by ``--executor-option KEY=VALUE``.
+        check: optional ``check(options) -> reason or None``: why the executor
+            cannot run here (a missing package), asked before any cell runs.
+    """
+
+    name: str
+    summary: str
+    run: Callable[[ExecutorContext], Iterator[tuple[CellTask, Mapping[str, Any]]]]
+    options: type = NoOptions
+    check: Callable[[Any], str | None] | None = None

@@ -299,6 +299,14 @@ class Evidence(TypedDict, total=False):
     nodes: list[dict[str, Any]]
     result_status: str | None
     stacks: str
+    executor: str
+    """The executor whose job ended without a record (``slurm``); with ``cluster``, ``job_id`` and ``state``."""
+    cluster: str
+    job_id: str
+    state: str
+    """The scheduler's state of that job (``TIMEOUT``, ``PREEMPTED``, ``NODE_FAIL``, ...)."""
+    cell_evidence: dict[str, Any] | None
+    """The cell's own evidence when the scheduler stopped a cell that was still running."""
 
 
 class TensorCoreOp(TypedDict, total=False):

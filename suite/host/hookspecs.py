@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from suite.contract.plugin import Probe, ReportSection, Technique, Workload
+    from suite.contract.plugin import Executor, Probe, ReportSection, Technique, Workload
     from suite.contract.wire import Cell
 
 hookspec = pluggy.HookspecMarker("ampsuite")
@@ -54,6 +54,20 @@ def ampsuite_probes() -> Iterable[Probe]:
 
     :return: probe records; every registered probe runs in every cell that
         executes, in ``Probe.order``.
+
+    Called once per process (parent and worker); all results are collected.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def ampsuite_executors() -> Iterable[Executor]:
+    """Return the executors this plugin provides.
+
+    :return: executor records; names unique across all plugins. ``ampsuite run
+        --executor NAME`` (or the suite file's ``[executor] name``) picks one;
+        ``local``, the built-in default, runs the cells one after another on
+        this machine.
 
     Called once per process (parent and worker); all results are collected.
     """

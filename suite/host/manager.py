@@ -22,7 +22,7 @@ import pluggy
 
 from suite import PLUGIN_API, __version__
 from suite.contract.errors import PluginError
-from suite.contract.plugin import NoOptions, Probe, Technique, Workload
+from suite.contract.plugin import Executor, NoOptions, Probe, Technique, Workload
 from suite.host import hookspecs
 
 ENTRY_POINT_GROUP = "ampsuite"
@@ -82,7 +82,7 @@ class PluginInfo:
     """``builtin``, ``entry point (DIST)``, ``-p`` or ``$AMPSUITE_PLUGINS``."""
 
 
-_R = TypeVar("_R", Workload, Technique, Probe)
+_R = TypeVar("_R", Workload, Technique, Probe, Executor)
 
 
 @dataclass
@@ -94,6 +94,7 @@ class Registry:
     workloads: dict[str, Workload] = field(default_factory=dict)
     techniques: dict[str, Technique] = field(default_factory=dict)
     probes: dict[str, Probe] = field(default_factory=dict)
+    executors: dict[str, Executor] = field(default_factory=dict)
     owner: dict[tuple[str, str], str] = field(default_factory=dict)
     """(kind, record name) -> plugin name."""
 
@@ -210,6 +211,7 @@ def load_registry(settings: PluginSettings | None = None, objects: Sequence[tupl
     _collect(registry, "workload", pm.hook.ampsuite_workloads, Workload, registry.workloads)
     _collect(registry, "technique", pm.hook.ampsuite_techniques, Technique, registry.techniques)
     _collect(registry, "probe", pm.hook.ampsuite_probes, Probe, registry.probes)
+    _collect(registry, "executor", pm.hook.ampsuite_executors, Executor, registry.executors)
     return registry
 
 
@@ -294,7 +296,7 @@ def _as_list(plugin: str, hook_name: str, returned: object, record_type: type) -
     if returned is None:
         return []
     expected = f"hook {hook_name} must return a list of suite.{record_type.__name__}"
-    if isinstance(returned, Workload | Technique | Probe):
+    if isinstance(returned, Workload | Technique | Probe | Executor):
         raise PluginError(plugin, f"{expected}, got a single {type(returned).__name__}")
     if isinstance(returned, str | bytes | Mapping) or not isinstance(returned, Iterable):
         raise PluginError(plugin, f"{expected}, got {type(returned).__name__}")
@@ -317,7 +319,7 @@ def _check_record(plugin: str, kind: str, record: Any) -> None:
     for f in dataclasses.fields(options or NoOptions):  # a suite may leave out any option, so each needs a default
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise PluginError(plugin, f"{kind} {record.name!r}: option {f.name!r} has no default")
-    for attr in ("build", "apply"):
+    for attr in ("build", "apply", "run"):
         fn: Callable[..., Any] | None = getattr(record, attr, None)
         if attr in type(record).__dataclass_fields__ and not callable(fn):
             raise PluginError(plugin, f"{kind} {record.name!r}: {attr} must be callable, got {fn!r}")

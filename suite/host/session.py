@@ -8,7 +8,7 @@ from pathlib import Path
 
 from suite.contract.errors import UsageError
 from suite.contract.wire import Cell
-from suite.host import environment
+from suite.host import environment, executors
 from suite.host.manager import PluginSettings, Registry, load_registry
 from suite.spec import limits, matrix, suitefile
 from suite.spec.keyword import select
@@ -58,6 +58,7 @@ def plan(
         spec = suite if isinstance(suite, SuiteSpec) else suitefile.load(suite)
     dev = resolve_device(spec.device, device)
     registry = load_registry(settings, objects)
+    executors.resolve(spec, registry.executors)  # a bad [executor] table is refused before anything runs
     gpus = environment.gpu_count() if dev == "cuda" else 0
     max_cells = None if allow_large else limits.MAX_CELLS
     cells = select(matrix.expand(spec, registry, dev, gpus, max_cells=max_cells), keyword)

@@ -9,6 +9,13 @@ the record atomically and moves on. A worker runs in its own process group, so
 a timed-out or interrupted cell is killed together with its DataLoader workers.
 This module holds the loop over the cells, the run's signal handling and the
 results file.
+
+Where a cell's :func:`run_record` happens is the executor's choice (a plugin
+record, :class:`suite.Executor`): ``local`` calls each :class:`Task` here, one
+after another; ``slurm`` submits them as jobs. Whatever the executor, this
+module writes every record into the one results file the moment the executor
+yields it, records skipped cells, keeps finished ones under ``--resume``, and
+ends an interrupted run the same way.
 """
 
 from __future__ import annotations
@@ -21,16 +28,18 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any, Protocol
 
 from suite import results
+from suite.contract.errors import AmpsuiteError, PluginError
+from suite.contract.plugin import ExecutorContext
 from suite.contract.wire import Cell, Outcome, Status
-from suite.host import environment
-from suite.host.manager import PluginSettings, Registry
+from suite.host import environment, executors
+from suite.host.manager import PluginSettings, Registry, load_registry
 from suite.host.session import Plan
 from suite.run import attempt
 from suite.run.attempt import CellJob, in_worker
@@ -41,6 +50,7 @@ __all__ = [
     "CellJob",
     "Observer",
     "RunConfig",
+    "Task",
     "base_record",
     "backup_path",
     "now",
@@ -79,6 +89,10 @@ class RunConfig:
     measure_peaks: bool = True
     refresh_peaks: bool = False
     argv: Sequence[str] = ()
+    executor: str | None = None
+    """The executor's name (``--executor``); None: the suite file's ``[executor] name``, else ``local``."""
+    executor_options: Mapping[str, Any] = field(default_factory=dict)
+    """Executor options that override the suite file's (``--executor-option KEY=VALUE``)."""
 
 
 def now() -> str:
@@ -263,6 +277,7 @@ def run_record(job: CellJob) -> dict[str, Any]:
 
 
 NOT_STARTED = "not started: the run was interrupted before this cell"
+NOT_FINISHED = "not finished: the run was interrupted while the executor had this cell"
 
 
 def _not_run(cell: Cell, registry: Registry, status: Status, reason: str) -> dict[str, Any]:
@@ -270,6 +285,60 @@ def _not_run(cell: Cell, registry: Registry, status: Status, reason: str) -> dic
     record["status"] = status
     record["evidence"] = {"reason": reason}
     return record
+
+
+@dataclass
+class Task:
+    """One cell handed to an executor (:class:`suite.CellTask`): call it where the cell should run.
+
+    In the parent it runs the cell with the run's worker context and plugins.
+    Pickled (an executor sending it to another process or node), it leaves
+    both behind, and the process that calls it loads the plugins again from
+    ``config.plugins``, starts its own fork server and keeps the worker's log
+    in a temporary folder of its own.
+    """
+
+    index: int
+    cell: Cell
+    spec: SuiteSpec
+    config: RunConfig
+    log: Path
+    timeout: float
+    ctx: BaseContext | None = field(default=None, repr=False)
+    registry: Registry | None = field(default=None, repr=False)
+    here: bool = True
+    """Whether ``ctx`` and ``registry`` are this process's (False once unpickled)."""
+    interrupted_here: bool = False
+    """Set when Ctrl-C (or SIGTERM) stopped the cell while it ran in this process: the run ends."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.update(ctx=None, registry=None, here=False)
+        return state
+
+    def __call__(self) -> dict[str, Any]:
+        if self.here:
+            assert self.registry is not None
+            job = CellJob(self.ctx, self.spec, self.cell, self.config, self.log, self.timeout, self.registry)
+            record = run_record(job)
+            self.interrupted_here = record["status"] == Status.INTERRUPTED
+            return record
+        with sigterm_interrupts():  # a scheduler's SIGTERM (scancel, a time limit) ends the cell like Ctrl-C
+            registry = load_registry(self.config.plugins)
+            ctx = None if self.config.in_process else worker_context()
+            logdir = Path(tempfile.mkdtemp(prefix="ampsuite-logs-"))
+            try:
+                log = logdir / "cell.log"
+                return run_record(CellJob(ctx, self.spec, self.cell, self.config, log, self.timeout, registry))
+            finally:
+                shutil.rmtree(logdir, ignore_errors=True)
+
+    def record(self, status: Status, evidence: Mapping[str, Any]) -> dict[str, Any]:
+        """A record of this cell that was not measured (the executor's evidence of why)."""
+        record = base_record(self.cell, self.registry or load_registry(self.config.plugins))
+        record["status"] = Status(status)
+        record["evidence"] = dict(evidence)
+        return record
 
 
 def run_cells(
@@ -280,20 +349,29 @@ def run_cells(
     config: RunConfig,
     observer: Observer,
 ) -> tuple[dict[str, Any], bool]:
-    """Run every cell and write its record; returns (document, interrupted).
+    """Run every cell through the run's executor and write its record; returns (document, interrupted).
 
-    Records are written as each cell ends, so a killed run keeps what it
-    finished; ``config.resume`` skips cells that already have a terminal record.
-    Ctrl-C or SIGTERM, wherever it lands (peaks, a cell, between cells), ends
-    the run the same way: the running cell and every cell after it are
-    recorded as ``interrupted``, and the document is returned as usual, so
-    the caller still prints its summary.
+    Records are written as the executor yields them, so a killed run keeps what
+    it finished; ``config.resume`` skips cells that already have a terminal
+    record. Ctrl-C or SIGTERM, wherever it lands (peaks, a cell, between cells),
+    ends the run the same way: the executor is closed (a batch executor cancels
+    its jobs), the running cell and every cell without a record are recorded as
+    ``interrupted``, and the document is returned as usual, so the caller still
+    prints its summary.
     """
+    chosen = executors.resolve(spec, registry.executors, config.executor, config.executor_options)
+    if chosen.executor.check is not None:
+        reason = chosen.executor.check(chosen.options)
+        if reason:
+            raise PluginError(registry.owner[("executor", chosen.executor.name)], reason)
     writer = open_results(spec, config, device, registry, {c.id for c in cells})
     kept = {r["id"]: r for r in writer.doc["cells"]}
+    local = chosen.executor.name == executors.DEFAULT
     ctx = None if config.in_process else worker_context()
     timeout = config.timeout or spec.timeout
     interrupted = False
+    failure: AmpsuiteError | None = None
+    handed: set[int] = set()
     logdir = Path(tempfile.mkdtemp(prefix="ampsuite-logs-"))
     with contextlib.ExitStack() as stack:
         # Run in reverse: the records are put in order and the run's end written
@@ -308,9 +386,33 @@ def run_cells(
             interrupted = True
             signals.defer()
 
+        def write(index: int, record: dict[str, Any]) -> None:
+            writer.add(record)
+            observer.cell_finished(index, record)
+            for err in _notify(registry, record):
+                observer.message(err)
+
+        def tasks() -> Iterator[Task]:
+            # Kept and skipped cells are recorded as the executor reaches them, so a
+            # sequential executor keeps the run's order on screen.
+            for index, cell in enumerate(cells):
+                if interrupted:
+                    return
+                if cell.id in kept:
+                    observer.cell_finished(index, kept[cell.id])
+                elif cell.skip_reason:
+                    write(index, _not_run(cell, registry, Status.SKIPPED, cell.skip_reason))
+                else:
+                    handed.add(index)
+                    log = logdir / f"cell-{index}.log"
+                    yield Task(index, cell, spec, config, log, timeout, ctx, registry)
+
+        def started(task: Any) -> None:
+            observer.cell_started(task.index, task.cell)
+
         try:
             observer.run_started(len(cells), config.output)
-            if config.measure_peaks and writer.doc["environment"].get("peaks") is None and ctx is not None:
+            if config.measure_peaks and writer.doc["environment"].get("peaks") is None and ctx is not None and local:
                 writer.doc["environment"]["peaks"] = _measure_peaks(
                     ctx, device, config.refresh_peaks, logdir / "peaks.log", observer
                 )
@@ -318,34 +420,89 @@ def run_cells(
         except KeyboardInterrupt:
             interrupt()
             observer.message("interrupted before the first cell (while measuring the device's peaks)")
-        for index, cell in enumerate(cells):
+        if not interrupted:
+            seconds = timeout * max(1, spec.measure.processes)
+            context = ExecutorContext(tasks(), chosen.options, device, seconds, started, observer.message)
+            produced = iter(chosen.executor.run(context))
             try:
-                if cell.id in kept:
-                    observer.cell_finished(index, kept[cell.id])
-                    continue
-                if interrupted:
-                    record = _not_run(cell, registry, Status.INTERRUPTED, NOT_STARTED)
-                elif cell.skip_reason:
-                    record = _not_run(cell, registry, Status.SKIPPED, cell.skip_reason)
-                else:
-                    observer.cell_started(index, cell)
-                    log = logdir / f"cell-{index}.log"
-                    record = run_record(CellJob(ctx, spec, cell, config, log, timeout, registry))
-                    if record["status"] == Status.INTERRUPTED:
+                while (item := _next(produced, registry, chosen.executor.name)) is not None:
+                    task, record = item
+                    _check_yield(registry, chosen.executor.name, task, record, cells, handed, writer)
+                    write(task.index, dict(record))
+                    if getattr(task, "interrupted_here", False):  # Ctrl-C while a cell ran in this process
                         interrupt()
-                writer.add(record)
-                observer.cell_finished(index, record)
-                for err in _notify(registry, record):
-                    observer.message(err)
+                        break
             except KeyboardInterrupt:
-                # Outside a worker's wait (the display, a hook, a write): the cell did
-                # not start, or its record is written already.
+                interrupt()
+            except AmpsuiteError as exc:  # recorded below, raised once the document is complete
+                failure = exc
+                interrupt()
+            finally:
+                _close(produced)
+        for index, cell in enumerate(cells):
+            # Every cell the executor did not record: interrupted (resume runs it again).
+            if cell.id in kept or writer.has(cell.id):
+                continue
+            if not interrupted and index not in handed and cell.skip_reason:
+                record = _not_run(cell, registry, Status.SKIPPED, cell.skip_reason)
+            else:
+                if not interrupted:
+                    observer.message(f"executor {chosen.executor.name!r} ended without a record of {cell.id}")
+                    interrupt()
+                reason = NOT_FINISHED if index in handed else NOT_STARTED
+                if failure is not None:
+                    reason = f"not run: {failure}"
+                record = _not_run(cell, registry, Status.INTERRUPTED, reason)
+            try:
+                write(index, record)
+            except KeyboardInterrupt:
                 interrupt()
                 if not writer.has(cell.id):
-                    record = _not_run(cell, registry, Status.INTERRUPTED, NOT_STARTED)
                     writer.add(record)
-                    observer.cell_finished(index, record)
+    if failure is not None:
+        raise failure
     return writer.doc, interrupted
+
+
+def _next(produced: Iterator[Any], registry: Registry, name: str) -> Any:
+    """The executor's next (task, record), None at its end; an exception of the executor is its plugin's error."""
+    try:
+        return next(produced)
+    except StopIteration:
+        return None
+    except (KeyboardInterrupt, AmpsuiteError):
+        raise
+    except Exception as exc:
+        message = " ".join(str(exc).split())[:300]
+        owner = registry.owner[("executor", name)]
+        raise PluginError(owner, f"executor {name!r} raised {type(exc).__name__}: {message}") from exc
+
+
+def _close(produced: Iterator[Any]) -> None:
+    """Close an executor's iterator (its ``finally`` cancels what it submitted); Ctrl-C is deferred by then."""
+    close = getattr(produced, "close", None)
+    if close is not None:
+        close()
+
+
+def _check_yield(
+    registry: Registry,
+    name: str,
+    task: Any,
+    record: Any,
+    cells: Sequence[Cell],
+    handed: set[int],
+    writer: results.ResultsWriter,
+) -> None:
+    """An executor yields (task, record) for a task it was handed, once, with that cell's record."""
+    owner = registry.owner[("executor", name)]
+    index = getattr(task, "index", None)
+    if not isinstance(index, int) or index not in handed or not 0 <= index < len(cells):
+        raise PluginError(owner, f"executor {name!r} yielded {task!r}, not one of the tasks it was handed")
+    if not isinstance(record, Mapping) or record.get("id") != cells[index].id:
+        raise PluginError(owner, f"executor {name!r} yielded a record that is not the one of {cells[index].id}")
+    if writer.has(cells[index].id):
+        raise PluginError(owner, f"executor {name!r} yielded {cells[index].id} twice")
 
 
 def _finish(writer: results.ResultsWriter, ids: list[str]) -> None:

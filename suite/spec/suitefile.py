@@ -42,6 +42,12 @@ Keys of a ``[workloads.ID]`` table that are not workload options:
     the world size is ``nodes x gpus``; an integer >= 1 or a list of them (an axis);
     default 1. The built-in executor runs every node on this machine
     (:mod:`suite.run.nodes`, a stand-in for a cluster). See :mod:`suite.run.launcher`.
+
+The ``[executor]`` table says where the cells run (docs/cluster.md): ``name``
+picks the executor (default ``local``); every other key is an option of that
+executor, checked against its options dataclass when the suite is planned
+(:mod:`suite.host.executors`). ``ampsuite run --executor NAME`` and
+``--executor-option KEY=VALUE`` override it.
 """
 
 from __future__ import annotations
@@ -61,7 +67,16 @@ from suite.spec import limits, names
 from suite.spec.combinations import parse_combinations
 from suite.spec.combinations import show_value as _show
 
-__all__ = ["MeasureSpec", "Rule", "SuiteSpec", "WorkloadEntry", "default_suite_path", "load", "loads"]
+__all__ = [
+    "ExecutorSpec",
+    "MeasureSpec",
+    "Rule",
+    "SuiteSpec",
+    "WorkloadEntry",
+    "default_suite_path",
+    "load",
+    "loads",
+]
 
 DEVICES = ("auto", "cpu", "cuda")
 RULE_KEYS = ("workload", "plugin", "combination", "technique", "batch_size", "options")
@@ -109,6 +124,14 @@ class Rule:
 
 
 @dataclass(frozen=True)
+class ExecutorSpec:
+    """The ``[executor]`` table: the executor's name (None: the default) and its options, still raw values."""
+
+    name: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class SuiteSpec:
     """A validated suite file."""
 
@@ -132,6 +155,8 @@ class SuiteSpec:
     exclude: tuple[Rule, ...] = ()
     base_techniques: tuple[str, ...] = ()
     """Techniques every combination starts from (``[suite] base_techniques``); already in ``combinations``."""
+    executor: ExecutorSpec = field(default_factory=ExecutorSpec)
+    """Where the cells run (the ``[executor]`` table); its options are checked against the executor's."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -264,13 +289,26 @@ def _rules(path: str, key: str, value: Any) -> tuple[Rule, ...]:
     return tuple(rules)
 
 
+def _executor(path: str, table: dict[str, Any]) -> ExecutorSpec:
+    r = _Reader(path, "executor", table)
+    name = r.get("name", str, None, "an executor name (see `ampsuite list`)")
+    if name is not None and (not name or any(c.isspace() for c in name)):
+        raise r.error("name", f"expected an executor name (see `ampsuite list`), got {_show(name)}")
+    return ExecutorSpec(name, dict(r.table))
+
+
 def loads(text: str, path: str = "<suite>") -> SuiteSpec:
     """Parse and validate suite-file text; ``path`` is only used in messages."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SuiteFileError(path, "", f"not valid TOML: {exc}") from exc
-    top = _Reader(path, "", data, ("suite", "measure", "workloads", "combinations", "techniques", "include", "exclude"))
+    top = _Reader(
+        path,
+        "",
+        data,
+        ("suite", "measure", "workloads", "combinations", "techniques", "include", "exclude", "executor"),
+    )
     # A misspelled table ([workload.toy]) must be reported as such, not as the missing table it was meant to be.
     top.refuse_unknown()
 
@@ -366,6 +404,7 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
             raise SuiteFileError(path, f"techniques.{tname}", f"expected a table of options, got {_show(body)}")
         technique_options[tname] = dict(body)
 
+    executor = _executor(path, top.get("executor", dict, {}, "a table"))
     include = _rules(path, "include", top.get("include", list, None, "an array of tables"))
     exclude = _rules(path, "exclude", top.get("exclude", list, None, "an array of tables"))
     top.finish()
@@ -389,6 +428,7 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
         include=include,
         exclude=exclude,
         base_techniques=tuple(base),
+        executor=executor,
     )
 
 

@@ -1,0 +1,1 @@
+"""Built-in executors: where the cells of a run execute (``local``, ``slurm``)."""

@@ -1,0 +1,182 @@
+"""The slurm executor's submitit half: submit the cells as job arrays, yield each record as its job ends.
+
+Each job calls its :class:`suite.CellTask`, which runs the cell through the
+same isolated path as a local run (a fresh worker process on the node, with
+the suite's timeout), so a cell is still alone in its process. Cells that
+need the same resources (GPU count, node constraint) share one array. A job
+that ends without a record (killed, timed out, preempted, out of memory, or
+failed outside the cell) gets one here, with the scheduler's evidence: job id,
+state, and the end of its stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import submitit
+
+from suite import CellTask, ExecutorContext, Status
+
+STDERR_TAIL_CHARS = 4000
+MULTI_NODE = "multi-node cells: not yet through this executor (world size {world} > gpus_per_node {gpus})"
+
+_STATES: dict[str, Status] = {
+    "TIMEOUT": Status.TIMEOUT,
+    "DEADLINE": Status.TIMEOUT,
+    "OUT_OF_MEMORY": Status.OOM,
+    "PREEMPTED": Status.INTERRUPTED,
+    "CANCELLED": Status.INTERRUPTED,
+    "REQUEUED": Status.INTERRUPTED,
+}
+"""Scheduler states with a status of their own; any other end without a record (FAILED, NODE_FAIL, a local
+job killed by a signal, ...) is ``crashed``. Preempted and cancelled cells are ``interrupted``: ``--resume``
+runs them again."""
+
+
+def status_of(state: str) -> Status:
+    """The ampsuite status of a job that ended in scheduler state ``state`` without a record."""
+    word = state.split()[0].upper() if state.split() else ""  # sacct writes "CANCELLED by 1234"
+    return _STATES.get(word, Status.CRASHED)
+
+
+def _one_line(text: object, limit: int = 500) -> str:
+    return " ".join(str(text).split())[:limit]
+
+
+def _state(job: Any) -> str:
+    try:
+        return str(job.state)
+    except Exception as exc:  # a scheduler that cannot be asked is evidence too
+        return f"UNKNOWN ({type(exc).__name__})"
+
+
+def _stderr_tail(job: Any) -> str:
+    try:
+        text = job.stderr() or ""
+    except Exception:
+        return ""
+    return text[-STDERR_TAIL_CHARS:]
+
+
+def _record(task: CellTask, job: Any, cluster: str) -> dict[str, Any]:
+    """The record of ``task`` whose job ``job`` is done: the cell's own, or one with the scheduler's evidence."""
+    state = _state(job)
+    evidence: dict[str, Any] = {"executor": "slurm", "cluster": cluster, "job_id": str(job.job_id), "state": state}
+    try:
+        record = job.result()
+    except Exception as exc:
+        evidence["message"] = _one_line(exc)
+        evidence["reason"] = f"job {job.job_id} ended without a record (scheduler state {state})"
+        evidence["stderr_tail"] = _stderr_tail(job)
+        return task.record(status_of(state), evidence)
+    if not isinstance(record, dict) or record.get("id") != task.cell.id:
+        evidence["reason"] = f"job {job.job_id} returned something that is not the record of {task.cell.id}"
+        evidence["stderr_tail"] = _stderr_tail(job)
+        return task.record(Status.CRASHED, evidence)
+    if record.get("status") == Status.INTERRUPTED and status_of(state) != Status.CRASHED:
+        # The scheduler stopped the cell (SIGTERM at a time limit or a preemption): its state says why.
+        evidence["reason"] = f"job {job.job_id} was stopped by the scheduler (state {state})"
+        evidence["cell_evidence"] = record.get("evidence")
+        evidence["stderr_tail"] = _stderr_tail(job)
+        return task.record(status_of(state), evidence)
+    return record
+
+
+def _minutes(options: Any, ctx: ExecutorContext) -> int:
+    return int(options.time_limit or math.ceil(ctx.cell_seconds / 60) + 10)
+
+
+def _gpus(options: Any, ctx: ExecutorContext, task: CellTask) -> int:
+    if ctx.device != "cuda":
+        return 0
+    return int(options.gpus_per_node or task.cell.world_size)
+
+
+def _constraint(options: Any, task: CellTask) -> str:
+    """The node constraint of a cell: ``cell.extra["slurm"]["constraint"]`` when a plugin set one, else the option."""
+    extra = task.cell.extra.get("slurm")
+    if isinstance(extra, dict) and isinstance(extra.get("constraint"), str):
+        return str(extra["constraint"])
+    return str(options.constraint)
+
+
+def _executor(options: Any, minutes: int, gpus: int, constraint: str) -> Any:
+    executor = submitit.AutoExecutor(folder=options.folder, cluster=options.cluster)
+    params: dict[str, Any] = {
+        "name": "ampsuite",
+        "timeout_min": minutes,
+        "nodes": 1,
+        "tasks_per_node": 1,
+        "gpus_per_node": gpus or None,  # None: not asked for (no --gpus-per-node=0 in the sbatch script)
+        "cpus_per_task": options.cpus_per_task or None,
+    }
+    slurm = {
+        "slurm_partition": options.partition,
+        "slurm_constraint": constraint,
+        "slurm_account": options.account,
+        "slurm_array_parallelism": options.array_parallelism,
+        "slurm_setup": list(options.setup),
+    }
+    params.update({k: v for k, v in slurm.items() if v})
+    if options.cluster == "local" and options.setup:
+        params["local_setup"] = list(options.setup)
+    executor.update_parameters(**params)
+    return executor
+
+
+def run(ctx: ExecutorContext) -> Iterator[tuple[CellTask, dict[str, Any]]]:
+    options = ctx.options
+    groups: dict[tuple[str, int], list[CellTask]] = {}
+    for task in ctx.tasks:
+        gpus = _gpus(options, ctx, task)
+        if options.gpus_per_node and ctx.device == "cuda" and task.cell.world_size > options.gpus_per_node:
+            # The place for multi-node cells (one job of M nodes running suite.run.launcher per node).
+            reason = MULTI_NODE.format(world=task.cell.world_size, gpus=options.gpus_per_node)
+            yield task, task.record(Status.SKIPPED, {"reason": reason})
+            continue
+        groups.setdefault((_constraint(options, task), gpus), []).append(task)
+    pending: dict[Any, CellTask] = {}
+    try:
+        minutes = _minutes(options, ctx)
+        for (constraint, gpus), group in groups.items():
+            executor = _executor(options, minutes, gpus, constraint)
+            with executor.batch():
+                submitted = [executor.submit(task) for task in group]
+            pending.update(zip(submitted, group, strict=True))
+            ids = ", ".join(str(job.job_id) for job in submitted[:3]) + (", ..." if len(submitted) > 3 else "")
+            where = f" on {constraint}" if constraint else ""
+            ctx.message(
+                f"slurm executor ({options.cluster}): {len(group)} cells submitted{where}, "
+                f"{gpus} GPU(s) and {minutes} min each (jobs {ids}; files in {Path(options.folder).parent})"
+            )
+        running: set[Any] = set()
+        while pending:
+            for job in [j for j in pending if j.done()]:
+                task = pending.pop(job)
+                yield task, _record(task, job, options.cluster)
+            for job, task in pending.items():  # the display names the cell whose job started last
+                if job not in running and _state(job) == "RUNNING":
+                    running.add(job)
+                    ctx.started(task)
+            if pending:
+                time.sleep(options.poll_seconds)
+    finally:
+        for job in pending:  # interrupted, or the runner stopped early: nothing of this run keeps running
+            with contextlib.suppress(Exception):
+                _cancel(job, options.cluster)
+
+
+def _cancel(job: Any, cluster: str) -> None:
+    if cluster == "local":
+        # submitit cancels a local job with SIGINT, and its controller dies printing a traceback to the
+        # terminal; SIGTERM is forwarded to the job's process, whose cell ends as on a cluster's scancel.
+        os.kill(int(job.job_id), signal.SIGTERM)
+    else:
+        job.cancel(check=False)

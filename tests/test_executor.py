@@ -1,0 +1,390 @@
+"""Executors: the slurm executor through submitit's LocalExecutor (``cluster = "local"``), end to end on a CPU.
+
+Each cell is a job (a process of its own that starts its own fork server), so
+these runs cost seconds each; the suites are as small as the behaviour allows.
+A killed job, an interrupted parent and ``--resume`` share one run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import FAST_MEASURE
+
+from suite import cli, results
+from suite.contract.errors import ExitCode, SuiteFileError, UsageError
+from suite.contract.wire import Status
+from suite.host import executors
+from suite.spec.suitefile import loads
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _suite(combinations: str, executor: str, techniques: str = "") -> str:
+    return f"""
+[suite]
+name = "executor"
+device = "cpu"
+timeout = 120
+
+{FAST_MEASURE}
+[workloads.toy]
+batch_size = 8
+hidden = 16
+
+[combinations]
+{combinations}
+{techniques}
+[executor]
+{executor}
+"""
+
+
+def _slurm_local(folder: Path) -> str:
+    return f'name = "slurm"\ncluster = "local"\npoll_seconds = 0.2\nfolder = "{folder}/%j"\n'
+
+
+def run_cli(*args: str) -> int:
+    return cli.main(["run", *args, "--no-report", "--no-peaks"])
+
+
+# ---------------------------------------------------------------------------
+# end to end
+# ---------------------------------------------------------------------------
+
+
+def test_slurm_local_cluster_gives_the_records_of_a_local_run(tmp_path: Path, write_suite) -> None:
+    combos = 'fp32 = []\nfault = ["inject-fault"]\ngraphs = ["cuda-graphs"]'
+    text = _suite(combos, _slurm_local(tmp_path / "jobs"), '[techniques.inject-fault]\nkind = "raise"\n')
+    suite_path = write_suite(text)
+    data = str(tmp_path / "data")
+    local, slurm = tmp_path / "local.json", tmp_path / "slurm.json"
+    assert run_cli(str(suite_path), "-o", str(local), "--data-dir", data, "--executor", "local") == 1
+    assert run_cli(str(suite_path), "-o", str(slurm), "--data-dir", data) == 1  # the suite's [executor]
+
+    by_local, by_slurm = results.load(local)["cells"], results.load(slurm)["cells"]
+    assert (
+        [(r["id"], r["status"]) for r in by_slurm]
+        == [(r["id"], r["status"]) for r in by_local]
+        == [
+            ("toy/fp32/bs8", "passed"),
+            ("toy/fault/bs8", "failed"),
+            ("toy/graphs/bs8", "skipped"),
+        ]
+    )
+    passed, failed, _ = by_slurm
+    assert passed["metrics"]["step_time"]["n"] >= 3 and passed["evidence"] is None
+    assert failed["evidence"]["type"] == "InjectedFault"  # the worker's own evidence, from the node
+    jobs = sorted(p.name for p in (tmp_path / "jobs").iterdir() if p.name.isdigit())
+    assert len(jobs) == 2, jobs  # one job per cell that ran; the skipped one was never submitted
+
+
+# ---------------------------------------------------------------------------
+# a killed job, an interrupted parent, --resume
+# ---------------------------------------------------------------------------
+
+
+def _finished(path: Path) -> dict[str, dict[str, Any]]:
+    try:
+        doc = json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+    return {r["id"]: r for r in doc["cells"] if r["status"] in results.TERMINAL}
+
+
+def _wait_for(predicate: Callable[[], Any], seconds: float, what: str) -> Any:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {seconds} s waiting for {what}")
+
+
+def _descendants(pid: int) -> list[int]:
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                if fields[0] not in ("Z", "X"):
+                    parents[int(entry.name)] = int(fields[1])
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        children = [c for c, p in parents.items() if p == parent]
+        found += children
+        todo += children
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def _job_of(jobs: Path, cell_id: str) -> int:
+    """The local job (its controller's pid) that runs ``cell_id``, read from submitit's submission pickle."""
+    for path in jobs.glob("*/*_submitted.pkl"):
+        with contextlib.suppress(Exception), path.open("rb") as f:
+            if pickle.load(f).function.cell.id == cell_id:
+                return int(path.parent.name)
+    return 0
+
+
+@contextlib.contextmanager
+def _parent(*argv: str, cwd: Path) -> Iterator[subprocess.Popen[str]]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "suite", "run", *argv, "--no-report", "--no-peaks"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        cwd=cwd,
+        env=env,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            for pid in [*_descendants(proc.pid), proc.pid]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            proc.wait(30)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _cell_worker_running(job: int) -> bool:
+    """Whether the job's cell has its worker: a child of the fork server the job started."""
+    servers = [p for p in _descendants(job) if "forkserver" in _cmdline(p)]
+    return any(_descendants(s) for s in servers)
+
+
+def test_killed_job_interrupted_parent_and_resume(tmp_path: Path, write_suite, capsys) -> None:
+    jobs = tmp_path / "jobs"
+    combos = 'killed = ["fault-hang"]\nstopped = ["inject-fault"]'
+    suite_path = write_suite(_suite(combos, _slurm_local(jobs), '[techniques.inject-fault]\nkind = "hang"\n'))
+    out = tmp_path / "results.json"
+    with _parent(str(suite_path), "-o", str(out), cwd=tmp_path) as proc:
+        killed = _wait_for(lambda: _job_of(jobs, "toy/killed/bs8"), 60, "the job of the first cell")
+        stopped = _wait_for(lambda: _job_of(jobs, "toy/stopped/bs8"), 10, "the job of the second cell")
+        for pid in [killed, *_descendants(killed)]:  # the scheduler kills a job: node failure, scancel -s KILL
+            os.kill(pid, signal.SIGKILL)
+        _wait_for(lambda: "toy/killed/bs8" in _finished(out), 30, "the killed job's record")
+        _wait_for(lambda: _cell_worker_running(stopped), 60, "the second cell's worker")
+        family = _descendants(proc.pid)
+        os.kill(proc.pid, signal.SIGTERM)  # the parent alone: it must cancel its jobs itself
+        stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == ExitCode.INTERRUPTED, stderr
+    assert "Traceback" not in stderr
+    assert "1 crashed, 1 interrupted" in stdout  # the summary is still printed
+    _wait_for(lambda: not any(_alive(p) for p in family), 30, "the cancelled job to end")
+
+    doc = results.load(out)
+    cells = {r["id"]: r for r in doc["cells"]}
+    assert [(r["id"], r["status"]) for r in doc["cells"]] == [
+        ("toy/killed/bs8", "crashed"),
+        ("toy/stopped/bs8", "interrupted"),
+    ]
+    evidence = cells["toy/killed/bs8"]["evidence"]
+    assert evidence["executor"] == "slurm" and evidence["job_id"] == str(killed)
+    assert evidence["state"] == "INTERRUPTED"  # what submitit says of a local job killed by a signal
+    assert "stderr_tail" in evidence and str(killed) in evidence["reason"]
+    assert cells["toy/stopped/bs8"]["evidence"]["reason"].startswith("not finished: the run was interrupted")
+
+    # --resume submits only the interrupted cell; a short timeout ends its hang inside its job.
+    capsys.readouterr()
+    again = run_cli(str(suite_path), "-o", str(out), "--data-dir", str(tmp_path / "data"), "--resume", "--timeout", "2")
+    assert again == ExitCode.CELLS_FAILED
+    assert "1 cells submitted" in capsys.readouterr().out
+    resumed = {r["id"]: r for r in results.load(out)["cells"]}
+    assert resumed["toy/killed/bs8"] == cells["toy/killed/bs8"]
+    assert resumed["toy/stopped/bs8"]["status"] == "timeout"
+    assert resumed["toy/stopped/bs8"]["evidence"]["timeout_seconds"] == 2
+
+
+# ---------------------------------------------------------------------------
+# scheduler states
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("state", "status"),
+    [
+        ("TIMEOUT", Status.TIMEOUT),
+        ("PREEMPTED", Status.INTERRUPTED),
+        ("CANCELLED by 1234", Status.INTERRUPTED),
+        ("OUT_OF_MEMORY", Status.OOM),
+        ("NODE_FAIL", Status.CRASHED),
+        ("FAILED", Status.CRASHED),
+        ("INTERRUPTED", Status.CRASHED),
+        ("", Status.CRASHED),
+    ],
+)
+def test_scheduler_states_map_to_statuses(state: str, status: Status) -> None:
+    from plugins.executors import _slurm
+
+    assert _slurm.status_of(state) == status
+
+
+# ---------------------------------------------------------------------------
+# the [executor] table and the command line
+# ---------------------------------------------------------------------------
+
+TOY = "[workloads.toy]\nbatch_size = 8\n"
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ('name = "slurm"\npartiton = "gpu"', r"executor\.partiton: unknown option; did you mean 'partition'\?"),
+        ('name = "slurm"\ntime_limit = "30"', r"executor\.time_limit: expected an integer, got '30'"),
+        ('name = "slurm"\ncluster = "pbs"', r"executor\.cluster: expected one of 'slurm', 'local', 'debug'"),
+        ('name = "slurm"\ngpus_per_node = -1', r"executor: gpus_per_node: expected an integer >= 0, got -1"),
+        ('name = "slurmm"', r"executor\.name: unknown executor 'slurmm'; did you mean 'slurm'\?"),
+        ("partition = 3", r"executor\.partition: unknown option; it takes no options"),
+    ],
+)
+def test_bad_executor_tables_are_one_line_errors(registry: Any, table: str, message: str) -> None:
+    spec = loads(f"{TOY}[executor]\n{table}\n", "s.toml")
+    with pytest.raises(SuiteFileError, match=rf"^s\.toml: {message}") as info:
+        executors.resolve(spec, registry.executors)
+    assert "\n" not in str(info.value)
+
+
+def test_executor_name_must_be_a_string() -> None:
+    with pytest.raises(SuiteFileError, match=r"^s\.toml: executor\.name: expected an executor name"):
+        loads(f"{TOY}[executor]\nname = 3\n", "s.toml")
+
+
+def test_command_line_overrides_the_suite_table(registry: Any) -> None:
+    spec = loads(f'{TOY}[executor]\nname = "slurm"\npartition = "a"\ntime_limit = 5\n', "s.toml")
+    key, value = executors.parse_option("time_limit=30")
+    chosen = executors.resolve(spec, registry.executors, None, {key: value, "account": "me"})
+    assert (chosen.options.partition, chosen.options.time_limit, chosen.options.account) == ("a", 30, "me")
+    assert executors.resolve(spec, registry.executors, "local").executor.name == "local"  # suite options not applied
+    assert executors.resolve(loads(TOY, "s.toml"), registry.executors).executor.name == executors.DEFAULT
+    with pytest.raises(UsageError, match=r"^--executor-option time_limit: expected an integer, got 'soon'"):
+        executors.resolve(spec, registry.executors, None, {"time_limit": "soon"})
+    with pytest.raises(UsageError, match=r"^--executor: unknown executor 'pbs'"):
+        executors.resolve(spec, registry.executors, "pbs")
+
+
+def test_bad_executor_option_through_the_command_is_one_line(tmp_path: Path, write_suite, capsys) -> None:
+    suite_path = write_suite(_suite("fp32 = []", _slurm_local(tmp_path / "jobs")))
+    code = run_cli(str(suite_path), "-o", str(tmp_path / "r.json"), "--executor-option", "partiton=gpu")
+    err = capsys.readouterr().err.strip()
+    assert code == ExitCode.USAGE_ERROR
+    assert err == (
+        "ampsuite: error: --executor-option partiton: unknown option; did you mean 'partition'? (executor 'slurm')"
+    )
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_missing_submitit_is_one_line_with_the_install_hint(tmp_path: Path, write_suite, capsys, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "submitit", None)  # import submitit now fails, as when it is not installed
+    suite_path = write_suite(_suite("fp32 = []", _slurm_local(tmp_path / "jobs")))
+    code = run_cli(str(suite_path), "-o", str(tmp_path / "r.json"))
+    err = capsys.readouterr().err.strip()
+    assert code == ExitCode.USAGE_ERROR
+    assert len(err.splitlines()) == 1 and "pip install 'ampsuite[slurm]'" in err
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_slurm_without_a_cluster_is_one_line(tmp_path: Path, write_suite, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no sbatch, no srun
+    suite_path = write_suite(_suite("fp32 = []", 'name = "slurm"'))
+    code = run_cli(str(suite_path), "-o", str(tmp_path / "r.json"))
+    err = capsys.readouterr().err.strip()
+    assert code == ExitCode.USAGE_ERROR
+    assert err.startswith("ampsuite: error: plugin 'slurm': no sbatch/srun on this machine") and "\n" not in err
+
+
+def test_the_executor_table_becomes_the_sbatch_script(tmp_path: Path, monkeypatch) -> None:
+    from plugins.executors import _slurm
+    from plugins.executors.slurm import SlurmOptions
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for tool in ("srun", "sbatch"):
+        (fake / tool).write_text("#!/bin/sh\nexit 1\n")
+        (fake / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    options = SlurmOptions(
+        partition="gpu", account="me", setup=["module load cuda"], array_parallelism=4, folder=f"{tmp_path}/%j"
+    )
+    script = _slurm._executor(options, 30, 2, "h100")._executor._make_submission_file_text("CMD", "uid")
+    for line in ("--partition=gpu", "--account=me", "--constraint=h100", "--gpus-per-node=2", "--time=30"):
+        assert f"#SBATCH {line}\n" in script, script
+    assert "module load cuda\n" in script and "--job-name=ampsuite" in script
+    cpu = _slurm._executor(SlurmOptions(folder=f"{tmp_path}/%j"), 11, 0, "")._executor
+    script = cpu._make_submission_file_text("CMD", "uid")
+    assert "gpus" not in script and "--constraint" not in script and "--partition" not in script
+
+
+# ---------------------------------------------------------------------------
+# a third-party executor
+# ---------------------------------------------------------------------------
+
+
+class _HalfDone:
+    """An executor plugin that runs the first cell here and then fails (a scheduler that went away)."""
+
+    @staticmethod
+    def ampsuite_executors() -> list[Any]:
+        from suite import Executor
+
+        def run(ctx: Any) -> Iterator[Any]:
+            tasks = iter(ctx.tasks)
+            first = next(tasks)
+            yield first, first()
+            raise RuntimeError("the scheduler went away")
+
+        return [Executor(name="half", summary="runs one cell, then fails", run=run)]
+
+
+def test_an_executor_that_fails_leaves_a_complete_file_and_one_line(tmp_path: Path, write_suite) -> None:
+    from conftest import QuietObserver
+
+    from suite.contract.errors import PluginError
+    from suite.host import session
+    from suite.run import runner
+
+    plan = session.plan(
+        write_suite(_suite('fp32 = []\nnoop = ["noop"]', 'name = "half"')), objects=[("half", _HalfDone)]
+    )
+    out = tmp_path / "results.json"
+    config = runner.RunConfig(output=out, in_process=True, measure_peaks=False, data_dir=tmp_path / "data")
+    with pytest.raises(
+        PluginError, match=r"^plugin 'half': executor 'half' raised RuntimeError: the scheduler went away$"
+    ):
+        runner.run_plan(plan, config, QuietObserver())
+    doc = results.load(out)
+    assert [(r["id"], r["status"]) for r in doc["cells"]] == [
+        ("toy/fp32/bs8", "passed"),
+        ("toy/noop/bs8", "interrupted"),
+    ]
+    assert "the scheduler went away" in doc["cells"][1]["evidence"]["reason"]
+    assert doc["run"]["finished"] is not None

@@ -388,3 +388,24 @@ def test_an_executor_that_fails_leaves_a_complete_file_and_one_line(tmp_path: Pa
     ]
     assert "the scheduler went away" in doc["cells"][1]["evidence"]["reason"]
     assert doc["run"]["finished"] is not None
+
+
+# ---------------------------------------------------------------------------
+# a multi-node data-parallel cell through the executor
+# ---------------------------------------------------------------------------
+
+
+def test_a_two_node_gloo_cell_runs_through_the_slurm_executor(tmp_path: Path, write_suite) -> None:
+    """nodes = 2: one job whose two tasks stand in for two nodes (submitit's local cluster has one host);
+    each task runs one node through CellTask.node, torch's c10d rendezvous joins them, and the node that
+    held global rank 0 returns the record."""
+    text = _suite("fp32 = []", _slurm_local(tmp_path / "jobs"))
+    text = text.replace("hidden = 16", "hidden = 16\ngpus = 1\nnodes = 2")
+    out = tmp_path / "nodes.json"
+    assert run_cli(str(write_suite(text)), "-o", str(out), "--data-dir", str(tmp_path / "data")) == 0
+    (record,) = results.load(out)["cells"]
+    assert record["id"] == "toy/fp32/n2x1/bs8" and record["status"] == Status.PASSED, record.get("evidence")
+    assert record["world_size"] == 2 and record["nodes"] == 2
+    assert record["notes"]["distributed"]["nodes"] == 2
+    jobs = [p for p in (tmp_path / "jobs").iterdir() if p.name.isdigit()]
+    assert len(jobs) == 1  # one job of two tasks, not two jobs

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import random
 import signal
 import time
 from collections.abc import Iterator
@@ -25,7 +26,9 @@ import submitit
 from suite import CellTask, ExecutorContext, Status
 
 STDERR_TAIL_CHARS = 4000
-MULTI_NODE = "multi-node cells: not yet through this executor (world size {world} > gpus_per_node {gpus})"
+MULTI_NODE = "{world} processes per node > gpus_per_node {gpus}: declare nodes = M for a cell across nodes"
+PORTS = (20000, 60000)
+"""Where a multi-node cell's rendezvous port is drawn from, by its job id (as submitit's own torch helper does)."""
 
 _STATES: dict[str, Status] = {
     "TIMEOUT": Status.TIMEOUT,
@@ -70,7 +73,7 @@ def _record(task: CellTask, job: Any, cluster: str) -> dict[str, Any]:
     state = _state(job)
     evidence: dict[str, Any] = {"executor": "slurm", "cluster": cluster, "job_id": str(job.job_id), "state": state}
     try:
-        record = job.result()
+        record = _node_results(task, job) if task.cell.nodes > 1 else job.result()
     except Exception as exc:
         evidence["message"] = _one_line(exc)
         evidence["reason"] = f"job {job.job_id} ended without a record (scheduler state {state})"
@@ -89,14 +92,53 @@ def _record(task: CellTask, job: Any, cluster: str) -> dict[str, Any]:
     return record
 
 
+class NodeCall:
+    """What each task of a multi-node cell's job runs: one node, its rank and the rendezvous read from the job.
+
+    On a Slurm cluster the job has ``nodes = M`` and one task per node; on submitit's local
+    cluster (one host) its M tasks stand in for the nodes, each with its share of the GPUs.
+    Node 0's host holds the rendezvous store, on a port drawn from the job id, so every task
+    computes the same endpoint without talking to the others first.
+    """
+
+    def __init__(self, task: CellTask, cluster: str) -> None:
+        self.task, self.cluster = task, cluster
+
+    def __call__(self) -> dict[str, Any]:
+        env = submitit.JobEnvironment()
+        local = self.cluster in ("local", "debug")
+        host = "127.0.0.1" if local else str(env.hostnames[0])
+        port = random.Random(str(env.job_id)).randint(*PORTS)
+        return self.task.node(
+            node_rank=int(env.global_rank),
+            nnodes=int(env.num_tasks),
+            endpoint=f"{host}:{port}",
+            run_id=f"ampsuite-{env.job_id}",
+            local_addr="127.0.0.1" if local else None,
+            share_gpus=local,
+        )
+
+
+def _node_results(task: CellTask, job: Any) -> dict[str, Any]:
+    """The cell's record from its nodes' results: a failure's when a node failed, else rank 0's node's."""
+    records = [r for r in job.results() if isinstance(r, dict) and r.get("id") == task.cell.id]
+    failed = [r for r in records if r.get("status") != Status.PASSED]
+    if failed:
+        return failed[0]
+    if len(records) != 1:
+        raise RuntimeError(f"{len(records)} of the job's nodes returned the cell's record; exactly one must")
+    return records[0]
+
+
 def _minutes(options: Any, ctx: ExecutorContext) -> int:
     return int(options.time_limit or math.ceil(ctx.cell_seconds / 60) + 10)
 
 
 def _gpus(options: Any, ctx: ExecutorContext, task: CellTask) -> int:
+    """GPUs per node: the option, else the cell's processes per node."""
     if ctx.device != "cuda":
         return 0
-    return int(options.gpus_per_node or task.cell.world_size)
+    return int(options.gpus_per_node or task.cell.world_size // max(1, task.cell.nodes))
 
 
 def _constraint(options: Any, task: CellTask) -> str:
@@ -107,14 +149,15 @@ def _constraint(options: Any, task: CellTask) -> str:
     return str(options.constraint)
 
 
-def _executor(options: Any, minutes: int, gpus: int, constraint: str) -> Any:
+def _executor(options: Any, minutes: int, gpus: int, constraint: str, nodes: int = 1) -> Any:
     executor = submitit.AutoExecutor(folder=options.folder, cluster=options.cluster)
+    one_host = options.cluster in ("local", "debug")  # submitit runs these on this host: tasks stand in for nodes
     params: dict[str, Any] = {
         "name": "ampsuite",
         "timeout_min": minutes,
-        "nodes": 1,
-        "tasks_per_node": 1,
-        "gpus_per_node": gpus or None,  # None: not asked for (no --gpus-per-node=0 in the sbatch script)
+        "nodes": 1 if one_host else nodes,
+        "tasks_per_node": nodes if one_host else 1,
+        "gpus_per_node": (gpus * nodes if one_host else gpus) or None,  # None: no --gpus-per-node=0 in sbatch
         "cpus_per_task": options.cpus_per_task or None,
     }
     slurm = {
@@ -133,25 +176,25 @@ def _executor(options: Any, minutes: int, gpus: int, constraint: str) -> Any:
 
 def run(ctx: ExecutorContext) -> Iterator[tuple[CellTask, dict[str, Any]]]:
     options = ctx.options
-    groups: dict[tuple[str, int], list[CellTask]] = {}
+    groups: dict[tuple[str, int, int], list[CellTask]] = {}
     for task in ctx.tasks:
         gpus = _gpus(options, ctx, task)
-        if options.gpus_per_node and ctx.device == "cuda" and task.cell.world_size > options.gpus_per_node:
-            # The place for multi-node cells (one job of M nodes running suite.run.launcher per node).
-            reason = MULTI_NODE.format(world=task.cell.world_size, gpus=options.gpus_per_node)
+        per_node = task.cell.world_size // max(1, task.cell.nodes)
+        if options.gpus_per_node and ctx.device == "cuda" and per_node > options.gpus_per_node:
+            reason = MULTI_NODE.format(world=per_node, gpus=options.gpus_per_node)
             yield task, task.record(Status.SKIPPED, {"reason": reason})
             continue
-        groups.setdefault((_constraint(options, task), gpus), []).append(task)
+        groups.setdefault((_constraint(options, task), gpus, max(1, task.cell.nodes)), []).append(task)
     pending: dict[Any, CellTask] = {}
     try:
         minutes = _minutes(options, ctx)
-        for (constraint, gpus), group in groups.items():
-            executor = _executor(options, minutes, gpus, constraint)
+        for (constraint, gpus, nodes), group in groups.items():
+            executor = _executor(options, minutes, gpus, constraint, nodes)
             with executor.batch():
-                submitted = [executor.submit(task) for task in group]
+                submitted = [executor.submit(NodeCall(t, options.cluster) if nodes > 1 else t) for t in group]
             pending.update(zip(submitted, group, strict=True))
             ids = ", ".join(str(job.job_id) for job in submitted[:3]) + (", ..." if len(submitted) > 3 else "")
-            where = f" on {constraint}" if constraint else ""
+            where = (f" on {constraint}" if constraint else "") + (f", {nodes} nodes each" if nodes > 1 else "")
             ctx.message(
                 f"slurm executor ({options.cluster}): {len(group)} cells submitted{where}, "
                 f"{gpus} GPU(s) and {minutes} min each (jobs {ids}; files in {Path(options.folder).parent})"

@@ -216,6 +216,30 @@ class CellTask(Protocol):
         """Run the cell here; its complete record."""
         ...
 
+    def node(
+        self,
+        *,
+        node_rank: int,
+        nnodes: int,
+        endpoint: str,
+        run_id: str,
+        local_addr: str | None = None,
+        share_gpus: bool = False,
+    ) -> dict[str, Any]:
+        """Run one node of a multi-node cell (``cell.nodes`` > 1) here, isolated, with the cell's timeout.
+
+        Every node of the cell calls it once, on its own host, with the same
+        ``endpoint`` (``host:port`` of the rendezvous store, on node 0's host)
+        and ``run_id`` (one per cell, a job id, say), and its own
+        ``node_rank``. Returns the cell's complete record on the node whose
+        ranks included global rank 0, or a failure's record (with the
+        ``node``), else ``{"node_done": {...}, "node": node_rank}``.
+        ``share_gpus``: several nodes stand in on one host, so each sees only
+        its share of the GPUs; ``local_addr``: this host's address as the
+        other nodes reach it (None: its host name).
+        """
+        ...
+
     def record(self, status: Status, evidence: Mapping[str, Any]) -> dict[str, Any]:
         """A record of this cell that was not measured: ``status`` with ``evidence`` (parent only)."""
         ...

@@ -55,7 +55,7 @@ from suite.run import procs
 from suite.run.attempt import CellJob, checked, ended, kill_group, payload, stacks
 from suite.run.launcher import alive as launcher_alive
 
-__all__ = ["GRACE_SECONDS", "LOCAL_HOST", "measure_nodes", "visible_devices"]
+__all__ = ["GRACE_SECONDS", "LOCAL_HOST", "measure_node", "measure_nodes", "visible_devices"]
 
 GRACE_SECONDS = 5.0
 """After one node reports a failure, how long the others get to report theirs before they are killed."""
@@ -189,6 +189,72 @@ def measure_nodes(job: CellJob) -> Outcome:
                     os.killpg(n.proc.pid, signal.SIGKILL)
             n.conn.close()
     return _outcome(nodes, job, node_stacks if timed_out else None)
+
+
+def measure_node(
+    job: CellJob,
+    *,
+    node_rank: int,
+    nnodes: int,
+    endpoint: str,
+    run_id: str,
+    local_addr: str | None = None,
+    share_gpus: bool = False,
+) -> Outcome | dict[str, Any]:
+    """One node of a multi-node cell whose other nodes run elsewhere (a cluster executor's job, one call per host).
+
+    The node runs as a process group of this host, as each node of :func:`measure_nodes` does, with the
+    cell's timeout. Returns the cell's outcome on the node that held global rank 0 (or a failure's, with
+    ``node``), else ``{"node_done": {...}, "node": node_rank}``. ``share_gpus``: this host stands in for
+    several nodes, so the node sees only its share of the GPUs (:func:`visible_devices`).
+    """
+    ctx = job.ctx or mp.get_context("spawn")
+    cell = job.cell
+    per_node = cell.world_size // max(1, cell.nodes)
+    env = {"CUDA_VISIBLE_DEVICES": visible_devices(node_rank, per_node)} if share_gpus and cell.device == "cuda" else {}
+    spec = {
+        "nnodes": nnodes,
+        "run_id": run_id,
+        "local_addr": local_addr,
+        "node_rank": node_rank,
+        "endpoint": endpoint,
+        "env": env,
+    }
+    deadline = time.monotonic() + job.timeout
+    node = _start(ctx, dict(payload(job)), spec)
+    try:
+        while node.ending is None and time.monotonic() < deadline:
+            _wait([node], deadline)
+            if isinstance(node.result, tuple):  # node 0's endpoint: it listens; wait on for its result
+                node.result = None
+        node_stacks = _stacks([node], job) if node.ending is None else None
+    finally:
+        if node.ending is None:
+            kill_group(node.proc)
+            node.ending, node.exitcode = "stopped", node.proc.exitcode
+        else:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(node.proc.pid, signal.SIGKILL)
+        node.conn.close()
+    facts = {"world_size": cell.world_size, "node": node_rank, "nodes": [node.summary()]}
+    tail = procs.log_tail(job.log)
+    if node_stacks is not None:
+        return outcome(
+            Status.TIMEOUT, {"timeout_seconds": job.timeout, "stderr_tail": tail, "stacks": node_stacks, **facts}
+        )
+    if node.ending == "died":
+        message = f"node {node_rank} of {nnodes} (pid {node.proc.pid}) {ended(node.exitcode)} before its result"
+        evidence = {"message": message, "exitcode": node.exitcode, "signal": procs.signal_name(node.exitcode)}
+        return outcome(Status.CRASHED, {**evidence, "stderr_tail": tail, **facts})
+    if isinstance(node.result, dict) and "node_done" in node.result:
+        return {"node_done": node.result["node_done"], "node": node_rank}
+    result = checked(node.result, job.log)
+    if result.get("status") != Status.PASSED:
+        evidence = dict(result.get("evidence") or {})
+        evidence.setdefault("node", node_rank)
+        evidence.setdefault("world_size", cell.world_size)
+        result = {**result, "evidence": evidence}
+    return result
 
 
 def _failure_order(node: _Node) -> tuple[int, float, float]:

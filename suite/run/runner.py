@@ -333,6 +333,47 @@ class Task:
             finally:
                 shutil.rmtree(logdir, ignore_errors=True)
 
+    def node(
+        self,
+        *,
+        node_rank: int,
+        nnodes: int,
+        endpoint: str,
+        run_id: str,
+        local_addr: str | None = None,
+        share_gpus: bool = False,
+    ) -> dict[str, Any]:
+        """Run one node of this multi-node cell here (a cluster job's task); see :meth:`suite.CellTask.node`."""
+        from suite.run import nodes
+
+        with sigterm_interrupts():
+            registry = self.registry if self.here and self.registry is not None else load_registry(self.config.plugins)
+            ctx = self.ctx if self.here else (None if self.config.in_process else worker_context())
+            logdir = Path(tempfile.mkdtemp(prefix="ampsuite-logs-"))
+            try:
+                job = CellJob(ctx, self.spec, self.cell, self.config, logdir / "node.log", self.timeout, registry)
+                record = base_record(self.cell, registry)
+                t0 = time.perf_counter()
+                try:
+                    result = nodes.measure_node(
+                        job,
+                        node_rank=node_rank,
+                        nnodes=nnodes,
+                        endpoint=endpoint,
+                        run_id=run_id,
+                        local_addr=local_addr,
+                        share_gpus=share_gpus,
+                    )
+                except KeyboardInterrupt:
+                    result = attempt.interrupted_outcome(job.log)
+                if "node_done" in result:
+                    return dict(result)
+                record.update({k: v for k, v in result.items() if v is not None or k == "evidence"})
+                record["wall_seconds"] = time.perf_counter() - t0
+                return record
+            finally:
+                shutil.rmtree(logdir, ignore_errors=True)
+
     def record(self, status: Status, evidence: Mapping[str, Any]) -> dict[str, Any]:
         """A record of this cell that was not measured (the executor's evidence of why)."""
         record = base_record(self.cell, self.registry or load_registry(self.config.plugins))

@@ -189,10 +189,13 @@ def test_killed_job_interrupted_parent_and_resume(tmp_path: Path, write_suite, c
     out = tmp_path / "results.json"
     with _parent(str(suite_path), "-o", str(out), cwd=tmp_path) as proc:
         killed = _wait_for(lambda: _job_of(jobs, "toy/killed/bs8"), 60, "the job of the first cell")
-        stopped = _wait_for(lambda: _job_of(jobs, "toy/stopped/bs8"), 10, "the job of the second cell")
+        _wait_for(lambda: _cell_worker_running(killed), 60, "the first cell's worker")
+        # One host: one job at a time, so cells are not measured side by side.
+        assert not _job_of(jobs, "toy/stopped/bs8")
         for pid in [killed, *_descendants(killed)]:  # the scheduler kills a job: node failure, scancel -s KILL
             os.kill(pid, signal.SIGKILL)
         _wait_for(lambda: "toy/killed/bs8" in _finished(out), 30, "the killed job's record")
+        stopped = _wait_for(lambda: _job_of(jobs, "toy/stopped/bs8"), 30, "the job of the second cell")
         _wait_for(lambda: _cell_worker_running(stopped), 60, "the second cell's worker")
         family = _descendants(proc.pid)
         os.kill(proc.pid, signal.SIGTERM)  # the parent alone: it must cancel its jobs itself
@@ -218,7 +221,7 @@ def test_killed_job_interrupted_parent_and_resume(tmp_path: Path, write_suite, c
     capsys.readouterr()
     again = run_cli(str(suite_path), "-o", str(out), "--data-dir", str(tmp_path / "data"), "--resume", "--timeout", "2")
     assert again == ExitCode.CELLS_FAILED
-    assert "1 cells submitted" in capsys.readouterr().out
+    assert "slurm executor (local): 1 cells," in capsys.readouterr().out
     resumed = {r["id"]: r for r in results.load(out)["cells"]}
     assert resumed["toy/killed/bs8"] == cells["toy/killed/bs8"]
     assert resumed["toy/stopped/bs8"]["status"] == "timeout"

@@ -186,21 +186,33 @@ def run(ctx: ExecutorContext) -> Iterator[tuple[CellTask, dict[str, Any]]]:
             continue
         groups.setdefault((_constraint(options, task), gpus, max(1, task.cell.nodes)), []).append(task)
     pending: dict[Any, CellTask] = {}
+    # On a one-host cluster (submitit's local and debug) every job would start at once on the same
+    # CPUs and GPUs, and cells measured side by side measure each other: one job at a time there,
+    # unless array_parallelism says otherwise. A real cluster gets each array whole (its own limit).
+    one_host = options.cluster in ("local", "debug")
+    limit = (options.array_parallelism or 1) if one_host else math.inf
+    queue: list[tuple[Any, int, CellTask]] = []
     try:
         minutes = _minutes(options, ctx)
         for (constraint, gpus, nodes), group in groups.items():
             executor = _executor(options, minutes, gpus, constraint, nodes)
-            with executor.batch():
-                submitted = [executor.submit(NodeCall(t, options.cluster) if nodes > 1 else t) for t in group]
-            pending.update(zip(submitted, group, strict=True))
-            ids = ", ".join(str(job.job_id) for job in submitted[:3]) + (", ..." if len(submitted) > 3 else "")
             where = (f" on {constraint}" if constraint else "") + (f", {nodes} nodes each" if nodes > 1 else "")
             ctx.message(
-                f"slurm executor ({options.cluster}): {len(group)} cells submitted{where}, "
-                f"{gpus} GPU(s) and {minutes} min each (jobs {ids}; files in {Path(options.folder).parent})"
+                f"slurm executor ({options.cluster}): {len(group)} cells{where}, {gpus} GPU(s) and {minutes} min "
+                f"each{' (one job at a time on this host)' if one_host and limit == 1 else ''}; "
+                f"files in {Path(options.folder).parent}"
             )
+            if not one_host:
+                with executor.batch():
+                    submitted = [executor.submit(NodeCall(t, options.cluster) if nodes > 1 else t) for t in group]
+                pending.update(zip(submitted, group, strict=True))
+            else:
+                queue += [(executor, nodes, t) for t in group]
         running: set[Any] = set()
-        while pending:
+        while pending or queue:
+            while queue and len(pending) < limit:
+                executor, nodes, task = queue.pop(0)
+                pending[executor.submit(NodeCall(task, options.cluster) if nodes > 1 else task)] = task
             for job in [j for j in pending if j.done()]:
                 task = pending.pop(job)
                 yield task, _record(task, job, options.cluster)
@@ -208,7 +220,7 @@ def run(ctx: ExecutorContext) -> Iterator[tuple[CellTask, dict[str, Any]]]:
                 if job not in running and _state(job) == "RUNNING":
                     running.add(job)
                     ctx.started(task)
-            if pending:
+            if pending and not any(j.done() for j in pending):
                 time.sleep(options.poll_seconds)
     finally:
         for job in pending:  # interrupted, or the runner stopped early: nothing of this run keeps running

@@ -148,7 +148,8 @@ def test_csv_has_world_size_and_scaling_efficiency(tmp_path: Path, ddp_doc: dict
         rows = {r["cell_id"]: r for r in reader}
     assert header.index("batch_size") + 1 == header.index("world_size")
     assert header.index("speedup_vs_baseline") + 1 == header.index("scaling_efficiency")
-    assert rows[DOUBLE]["world_size"] == "2"
+    assert rows[DOUBLE]["world_size"] == "2" and rows[DOUBLE]["nodes"] == "1"
+    assert header.index("world_size") + 1 == header.index("nodes")
     assert float(rows[DOUBLE]["scaling_efficiency"]) == pytest.approx(0.974)
     assert float(rows[DOUBLE]["throughput"]) == 1948.0
     assert (rows[SINGLE]["world_size"], rows[SINGLE]["scaling_efficiency"]) == ("1", "")

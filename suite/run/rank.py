@@ -141,6 +141,8 @@ def _run_rank(payload: dict[str, Any], rank: int, local_rank: int, state: dict[s
         "pgid": os.getpgid(0),
         "launcher_pid": int(payload["launcher_pid"]),
         "device": cell["device"],
+        # Which physical GPUs "cuda:N" is among: nodes stood in on one host each see only their share.
+        "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "backend": backend,
         "env": {name: os.environ.get(name) for name in NVLS_ENV},
     }

@@ -218,7 +218,7 @@ def test_option_variants_come_from_literal_types_and_known_choices(registry: Any
 
 
 class DtypeWorker(FakeWorker):
-    """fp16 is faster eager, but bf16 with fused-optimizer is the fastest of all (ResNet-50 on an H200, in miniature)."""
+    """fp16 is faster eager, but bf16 with fused-optimizer is the fastest (ResNet-50 on an H200, in miniature)."""
 
     @staticmethod
     def speed(names: set[str]) -> float:

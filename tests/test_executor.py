@@ -229,6 +229,101 @@ def test_killed_job_interrupted_parent_and_resume(tmp_path: Path, write_suite, c
 
 
 # ---------------------------------------------------------------------------
+# jobs survive the parent: --resume reattaches
+# ---------------------------------------------------------------------------
+
+
+def _remembered(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+    return dict(doc["run"].get("executor", {}).get("jobs", {}))
+
+
+def test_a_killed_parent_s_job_is_reattached_by_resume(tmp_path: Path, write_suite, capsys) -> None:
+    """SIGKILL of the parent (a login node's reboot) leaves its job running; --resume collects that job's
+    record instead of submitting the cell a second time."""
+    jobs = tmp_path / "jobs"
+    text = _suite('slow = ["fault-delay"]', _slurm_local(jobs), '[techniques.fault-delay]\nat = "apply"\nseconds = 8\n')
+    suite_path = write_suite(text)
+    out = tmp_path / "results.json"
+    cell = "toy/slow/bs8"
+    with _parent(str(suite_path), "-o", str(out), cwd=tmp_path) as proc:
+        job = _wait_for(lambda: _job_of(jobs, cell), 60, "the cell's job")
+        remembered = _wait_for(lambda: _remembered(out).get(cell), 30, "the job in the results file")
+        assert remembered["job_id"] == str(job) and remembered["cluster"] == "local"
+        assert remembered["folder"] == str(jobs / str(job)) and remembered["tasks"] == 1
+        _wait_for(lambda: _cell_worker_running(job), 60, "the cell's worker")
+        os.kill(proc.pid, signal.SIGKILL)  # the parent alone, with no chance to cancel anything
+        proc.wait(30)
+    assert _alive(job) and cell not in _finished(out)  # the job outlives its parent
+
+    capsys.readouterr()
+    assert run_cli(str(suite_path), "-o", str(out), "--data-dir", str(tmp_path / "data"), "--resume") == 0
+    printed = capsys.readouterr().out
+    assert f"slurm executor: reattached job {job} of {cell} (RUNNING)" in printed, printed
+    doc = results.load(out)
+    (record,) = doc["cells"]
+    assert record["id"] == cell and record["status"] == Status.PASSED, record["evidence"]
+    assert "executor" not in doc["run"]  # collected: nothing left to reattach
+    assert [p.name for p in jobs.iterdir() if p.name.isdigit()] == [str(job)]  # no second job
+
+
+class _Cancelled:
+    """A remembered job that the scheduler cancelled (scancel) while no parent was watching."""
+
+    job_id = "4242"
+    state = "CANCELLED by 1000"
+
+    def done(self) -> bool:
+        return True
+
+    def result(self) -> Any:
+        raise RuntimeError("Job 4242 has not produced any output (state: CANCELLED by 1000)")
+
+    def stderr(self) -> str:
+        return "slurmstepd: error: *** JOB 4242 CANCELLED ***"
+
+
+def test_a_remembered_job_that_was_cancelled_is_recorded_then_forgotten(
+    tmp_path: Path, write_suite, capsys, monkeypatch
+) -> None:
+    from plugins.executors import _slurm
+    from suite.host import session
+    from suite.run import runner
+
+    suite_path = write_suite(_suite("fp32 = []", _slurm_local(tmp_path / "jobs")))
+    out = tmp_path / "results.json"
+    plan = session.plan(suite_path)
+    cell = plan.cells[0].id
+    # The file a killed parent leaves: no record yet, the cell's job remembered.
+    config = runner.RunConfig(output=out, measure_peaks=False)
+    writer = runner.open_results(plan.spec, config, plan.device, plan.registry, {cell})
+    job = {"job_id": "4242", "folder": str(tmp_path / "jobs" / "4242"), "cluster": "local", "tasks": 1}
+    writer.doc["run"]["executor"] = {"name": "slurm", "jobs": {cell: job}}
+    writer.flush()
+    asked: list[Any] = []
+
+    def reattach(data: Any, cluster: str) -> Any:
+        asked.append(dict(data))
+        return _Cancelled()
+
+    monkeypatch.setattr(_slurm, "reattach", reattach)
+    capsys.readouterr()
+    assert run_cli(str(suite_path), "-o", str(out), "--resume") == ExitCode.OK  # no cell failed
+    assert asked == [job]
+    assert "slurm executor: reattached job 4242 of toy/fp32/bs8 (CANCELLED by 1000)" in capsys.readouterr().out
+    doc = results.load(out)
+    (record,) = doc["cells"]
+    assert record["status"] == Status.INTERRUPTED  # the next --resume runs it again
+    evidence = record["evidence"]
+    assert (evidence["job_id"], evidence["state"], evidence["cluster"]) == ("4242", "CANCELLED by 1000", "local")
+    assert "CANCELLED" in evidence["stderr_tail"]
+    assert "executor" not in doc["run"]  # used once: forgotten with its record
+
+
+# ---------------------------------------------------------------------------
 # scheduler states
 # ---------------------------------------------------------------------------
 

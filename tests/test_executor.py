@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from conftest import FAST_MEASURE
@@ -486,6 +486,62 @@ def test_an_executor_that_fails_leaves_a_complete_file_and_one_line(tmp_path: Pa
     ]
     assert "the scheduler went away" in doc["cells"][1]["evidence"]["reason"]
     assert doc["run"]["finished"] is not None
+
+
+class _Remembering:
+    """An executor plugin that remembers a job per task before running it here, and notes what it saw."""
+
+    seen: ClassVar[list[Any]] = []
+
+    @staticmethod
+    def ampsuite_executors() -> list[Any]:
+        from suite import Executor
+
+        def run(ctx: Any) -> Iterator[Any]:
+            for task in ctx.tasks:
+                with pytest.raises(ValueError, match=r"data\.job: a set is not JSON data"):
+                    ctx.remember(task, {"job": {1, 2}})
+                _Remembering.seen.append(ctx.remembered(task))
+                ctx.remember(task, {"job_id": f"job-of-{task.cell.id}"})
+                out = Path(_Remembering.out)
+                _Remembering.seen.append(json.loads(out.read_text())["run"]["executor"])  # on disk at once
+                record = task()
+                yield task, record
+                with pytest.raises(ValueError, match="already has its record"):
+                    ctx.remember(task, {"job_id": "late"})
+
+        return [Executor(name="remembering", summary="remembers a job per cell", run=run)]
+
+    out: ClassVar[str] = ""
+
+
+def test_remember_writes_at_once_and_the_record_forgets(tmp_path: Path, write_suite) -> None:
+    from conftest import QuietObserver
+
+    from suite.host import session
+    from suite.run import runner
+
+    plan = session.plan(write_suite(_suite("fp32 = []", 'name = "remembering"')), objects=[("r", _Remembering)])
+    out = tmp_path / "results.json"
+    _Remembering.out, _Remembering.seen = str(out), []
+    # A killed slurm run's file: its jobs are not this executor's, so they are dropped, in one line.
+    config = runner.RunConfig(output=out, in_process=True, measure_peaks=False, data_dir=tmp_path / "data")
+    writer = runner.open_results(plan.spec, config, plan.device, plan.registry, {"toy/fp32/bs8"})
+    writer.doc["run"]["executor"] = {"name": "slurm", "jobs": {"toy/fp32/bs8": {"job_id": "1"}}}
+    writer.flush()
+    config.resume = True
+    observer = QuietObserver()
+    doc, interrupted = runner.run_plan(plan, config, observer)
+    assert not interrupted and [r["status"] for r in doc["cells"]] == ["passed"]
+    assert observer.messages == [
+        "1 job(s) remembered by executor 'slurm' are not reattached by executor 'remembering' "
+        "(they may still be running); their cells run again"
+    ]
+    assert _Remembering.seen == [
+        None,
+        {"name": "remembering", "jobs": {"toy/fp32/bs8": {"job_id": "job-of-toy/fp32/bs8"}}},
+    ]
+    assert "executor" not in results.load(out)["run"]
 
 
 # ---------------------------------------------------------------------------

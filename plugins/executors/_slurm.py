@@ -273,7 +273,7 @@ def reattach(data: Mapping[str, Any], cluster: str) -> Any | None:
     if cluster == "slurm":
         job: submitit.SlurmJob[Any] = submitit.SlurmJob(folder=folder, job_id=job_id, tasks=tuple(range(tasks)))
         known = job.watcher.get_state(job_id, mode="force") != "UNKNOWN"  # sacct forgets old jobs
-        return job if known or job.paths.result_pickle.exists() else None
+        return job if known or job.task(0).paths.result_pickle.exists() else None
     return None  # debug: its jobs ran inside the parent, nothing of them survives it
 
 

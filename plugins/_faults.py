@@ -88,6 +88,8 @@ def fire(kind: str, step: TrainStep, options: FaultOptions | KindOptions) -> Non
     if kind == "hang":
         while True:
             time.sleep(1)
+    if kind == "delay":
+        time.sleep(options.seconds)
     if kind == "launch-hang":
         _launch_forever(step.device)
     if kind == "oom":
@@ -172,6 +174,7 @@ def apply(step: TrainStep, options: FaultOptions | KindOptions) -> TrainStep:
         step.forward_backward = synced
         return step
     leak = _Leak(step.device, options.oom_limit_gb) if kind == "leak" else None
+    slept = {"done": False}  # delay: once
 
     def wrap(fn: StepFn, step: TrainStep) -> StepFn:
         def faulty(batch: Batch) -> torch.Tensor:
@@ -184,6 +187,11 @@ def apply(step: TrainStep, options: FaultOptions | KindOptions) -> TrainStep:
                 return fn(batch) * float("nan")
             if leak is not None:
                 leak.grow()
+                return fn(batch)
+            if kind == "delay":
+                if not slept["done"]:
+                    slept["done"] = True
+                    fire(kind, step, options)
                 return fn(batch)
             fire(kind, step, options)
             return fn(batch)

@@ -26,6 +26,8 @@ What each kind should end as (the contract the tests check):
     exit            crashed (exit code 3, no result)
     kill-launcher   crashed (the rank's launcher SIGKILLed: the worker, or one node of a multi-node cell)
     hang            timeout
+    delay           passed (sleeps ``seconds`` once, then the cell goes on: a slow cell, for a parent
+                    to be killed while the cell runs)
     oom             oom (allocates 256 MiB chunks at once until it runs out)
     leak            oom (leaks 64 MiB in the first faulty step, twice as much in each next one)
     nan             passed; numerics record the step of the non-finite loss
@@ -64,6 +66,7 @@ Fault = Literal[
     "exit",
     "kill-launcher",
     "hang",
+    "delay",
     "launch-hang",
     "oom",
     "leak",
@@ -86,6 +89,7 @@ KINDS: dict[str, str] = {
         "multi-node cell); in a one-process cell the worker SIGKILLs itself"
     ),
     "hang": "the step sleeps forever",
+    "delay": "sleeps `seconds` once (while applying, or in the first faulty step), then the cell passes",
     "launch-hang": "the step launches small kernels forever, syncing now and then (a hang inside a launch loop)",
     "oom": "allocates memory at once until it runs out",
     "leak": "leaks more memory in every step until it runs out",
@@ -123,7 +127,7 @@ CORRUPTION: dict[str, Any] = {"not_json": {1, 2, 3}, "not_finite": float("inf")}
 """What ``corrupt`` puts into the cell's notes: a set (not JSON) and an infinity (not allowed in results)."""
 
 
-def _check(kind: str, at: str, after_steps: int, oom_limit_gb: float) -> None:
+def _check(kind: str, at: str, after_steps: int, oom_limit_gb: float, seconds: float = 0.0) -> None:
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     if at not in ("apply", "step"):
@@ -134,6 +138,8 @@ def _check(kind: str, at: str, after_steps: int, oom_limit_gb: float) -> None:
         raise ValueError(f"after_steps must be >= 0, got {after_steps}")
     if not (math.isfinite(oom_limit_gb) and oom_limit_gb > 0):
         raise ValueError(f"oom_limit_gb must be a number > 0, got {oom_limit_gb!r}")
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ValueError(f"seconds must be a number >= 0, got {seconds!r}")
 
 
 @dataclass(frozen=True)
@@ -146,9 +152,10 @@ class FaultOptions:
     oom_limit_gb: float = field(
         default=64.0, metadata={"help": "with kind='oom' or 'leak': give up (a failed cell) past this many GiB"}
     )
+    seconds: float = field(default=5.0, metadata={"help": "with kind='delay': how long it sleeps, once"})
 
     def __post_init__(self) -> None:
-        _check(self.kind, self.at, self.after_steps, self.oom_limit_gb)
+        _check(self.kind, self.at, self.after_steps, self.oom_limit_gb, self.seconds)
 
 
 @dataclass(frozen=True)
@@ -164,9 +171,10 @@ class KindOptions:
     rank: int = field(
         default=-1, metadata={"help": "data-parallel cells: fire in this rank only (RANK); -1: in every rank"}
     )
+    seconds: float = field(default=5.0, metadata={"help": "for delay: how long it sleeps, once"})
 
     def __post_init__(self) -> None:
-        _check(self.kind, self.at, self.after_steps, self.oom_limit_gb)
+        _check(self.kind, self.at, self.after_steps, self.oom_limit_gb, self.seconds)
         if self.rank < -1:
             raise ValueError(f"rank must be >= 0, or -1 for every rank, got {self.rank!r}")
 

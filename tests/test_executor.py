@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from conftest import FAST_MEASURE
@@ -229,6 +229,101 @@ def test_killed_job_interrupted_parent_and_resume(tmp_path: Path, write_suite, c
 
 
 # ---------------------------------------------------------------------------
+# jobs survive the parent: --resume reattaches
+# ---------------------------------------------------------------------------
+
+
+def _remembered(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+    return dict(doc["run"].get("executor", {}).get("jobs", {}))
+
+
+def test_a_killed_parent_s_job_is_reattached_by_resume(tmp_path: Path, write_suite, capsys) -> None:
+    """SIGKILL of the parent (a login node's reboot) leaves its job running; --resume collects that job's
+    record instead of submitting the cell a second time."""
+    jobs = tmp_path / "jobs"
+    text = _suite('slow = ["fault-delay"]', _slurm_local(jobs), '[techniques.fault-delay]\nat = "apply"\nseconds = 8\n')
+    suite_path = write_suite(text)
+    out = tmp_path / "results.json"
+    cell = "toy/slow/bs8"
+    with _parent(str(suite_path), "-o", str(out), cwd=tmp_path) as proc:
+        job = _wait_for(lambda: _job_of(jobs, cell), 60, "the cell's job")
+        remembered = _wait_for(lambda: _remembered(out).get(cell), 30, "the job in the results file")
+        assert remembered["job_id"] == str(job) and remembered["cluster"] == "local"
+        assert remembered["folder"] == str(jobs / str(job)) and remembered["tasks"] == 1
+        _wait_for(lambda: _cell_worker_running(job), 60, "the cell's worker")
+        os.kill(proc.pid, signal.SIGKILL)  # the parent alone, with no chance to cancel anything
+        proc.wait(30)
+    assert _alive(job) and cell not in _finished(out)  # the job outlives its parent
+
+    capsys.readouterr()
+    assert run_cli(str(suite_path), "-o", str(out), "--data-dir", str(tmp_path / "data"), "--resume") == 0
+    printed = capsys.readouterr().out
+    assert f"slurm executor: reattached job {job} of {cell} (RUNNING)" in printed, printed
+    doc = results.load(out)
+    (record,) = doc["cells"]
+    assert record["id"] == cell and record["status"] == Status.PASSED, record["evidence"]
+    assert "executor" not in doc["run"]  # collected: nothing left to reattach
+    assert [p.name for p in jobs.iterdir() if p.name.isdigit()] == [str(job)]  # no second job
+
+
+class _Cancelled:
+    """A remembered job that the scheduler cancelled (scancel) while no parent was watching."""
+
+    job_id = "4242"
+    state = "CANCELLED by 1000"
+
+    def done(self) -> bool:
+        return True
+
+    def result(self) -> Any:
+        raise RuntimeError("Job 4242 has not produced any output (state: CANCELLED by 1000)")
+
+    def stderr(self) -> str:
+        return "slurmstepd: error: *** JOB 4242 CANCELLED ***"
+
+
+def test_a_remembered_job_that_was_cancelled_is_recorded_then_forgotten(
+    tmp_path: Path, write_suite, capsys, monkeypatch
+) -> None:
+    from plugins.executors import _slurm
+    from suite.host import session
+    from suite.run import runner
+
+    suite_path = write_suite(_suite("fp32 = []", _slurm_local(tmp_path / "jobs")))
+    out = tmp_path / "results.json"
+    plan = session.plan(suite_path)
+    cell = plan.cells[0].id
+    # The file a killed parent leaves: no record yet, the cell's job remembered.
+    config = runner.RunConfig(output=out, measure_peaks=False)
+    writer = runner.open_results(plan.spec, config, plan.device, plan.registry, {cell})
+    job = {"job_id": "4242", "folder": str(tmp_path / "jobs" / "4242"), "cluster": "local", "tasks": 1}
+    writer.doc["run"]["executor"] = {"name": "slurm", "jobs": {cell: job}}
+    writer.flush()
+    asked: list[Any] = []
+
+    def reattach(data: Any, cluster: str) -> Any:
+        asked.append(dict(data))
+        return _Cancelled()
+
+    monkeypatch.setattr(_slurm, "reattach", reattach)
+    capsys.readouterr()
+    assert run_cli(str(suite_path), "-o", str(out), "--resume") == ExitCode.OK  # no cell failed
+    assert asked == [job]
+    assert "slurm executor: reattached job 4242 of toy/fp32/bs8 (CANCELLED by 1000)" in capsys.readouterr().out
+    doc = results.load(out)
+    (record,) = doc["cells"]
+    assert record["status"] == Status.INTERRUPTED  # the next --resume runs it again
+    evidence = record["evidence"]
+    assert (evidence["job_id"], evidence["state"], evidence["cluster"]) == ("4242", "CANCELLED by 1000", "local")
+    assert "CANCELLED" in evidence["stderr_tail"]
+    assert "executor" not in doc["run"]  # used once: forgotten with its record
+
+
+# ---------------------------------------------------------------------------
 # scheduler states
 # ---------------------------------------------------------------------------
 
@@ -391,6 +486,62 @@ def test_an_executor_that_fails_leaves_a_complete_file_and_one_line(tmp_path: Pa
     ]
     assert "the scheduler went away" in doc["cells"][1]["evidence"]["reason"]
     assert doc["run"]["finished"] is not None
+
+
+class _Remembering:
+    """An executor plugin that remembers a job per task before running it here, and notes what it saw."""
+
+    seen: ClassVar[list[Any]] = []
+
+    @staticmethod
+    def ampsuite_executors() -> list[Any]:
+        from suite import Executor
+
+        def run(ctx: Any) -> Iterator[Any]:
+            for task in ctx.tasks:
+                with pytest.raises(ValueError, match=r"data\.job: a set is not JSON data"):
+                    ctx.remember(task, {"job": {1, 2}})
+                _Remembering.seen.append(ctx.remembered(task))
+                ctx.remember(task, {"job_id": f"job-of-{task.cell.id}"})
+                out = Path(_Remembering.out)
+                _Remembering.seen.append(json.loads(out.read_text())["run"]["executor"])  # on disk at once
+                record = task()
+                yield task, record
+                with pytest.raises(ValueError, match="already has its record"):
+                    ctx.remember(task, {"job_id": "late"})
+
+        return [Executor(name="remembering", summary="remembers a job per cell", run=run)]
+
+    out: ClassVar[str] = ""
+
+
+def test_remember_writes_at_once_and_the_record_forgets(tmp_path: Path, write_suite) -> None:
+    from conftest import QuietObserver
+
+    from suite.host import session
+    from suite.run import runner
+
+    plan = session.plan(write_suite(_suite("fp32 = []", 'name = "remembering"')), objects=[("r", _Remembering)])
+    out = tmp_path / "results.json"
+    _Remembering.out, _Remembering.seen = str(out), []
+    # A killed slurm run's file: its jobs are not this executor's, so they are dropped, in one line.
+    config = runner.RunConfig(output=out, in_process=True, measure_peaks=False, data_dir=tmp_path / "data")
+    writer = runner.open_results(plan.spec, config, plan.device, plan.registry, {"toy/fp32/bs8"})
+    writer.doc["run"]["executor"] = {"name": "slurm", "jobs": {"toy/fp32/bs8": {"job_id": "1"}}}
+    writer.flush()
+    config.resume = True
+    observer = QuietObserver()
+    doc, interrupted = runner.run_plan(plan, config, observer)
+    assert not interrupted and [r["status"] for r in doc["cells"]] == ["passed"]
+    assert observer.messages == [
+        "1 job(s) remembered by executor 'slurm' are not reattached by executor 'remembering' "
+        "(they may still be running); their cells run again"
+    ]
+    assert _Remembering.seen == [
+        None,
+        {"name": "remembering", "jobs": {"toy/fp32/bs8": {"job_id": "job-of-toy/fp32/bs8"}}},
+    ]
+    assert "executor" not in results.load(out)["run"]
 
 
 # ---------------------------------------------------------------------------

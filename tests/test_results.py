@@ -178,6 +178,22 @@ def test_load_accepts_a_good_file(tmp_path: Path) -> None:
     assert results.load(_write(tmp_path, GOOD)) == json.loads(GOOD)
 
 
+def test_run_executor_jobs_are_part_of_the_format(tmp_path: Path) -> None:
+    """What an executor remembered (run.executor.jobs) loads; a wrong shape is refused, naming its path."""
+    doc = _doc([])
+    job = {"job_id": "4242", "folder": "/shared/jobs/4242", "cluster": "slurm", "tasks": 2, "nodes": 2}
+    doc["run"]["executor"] = {"name": "slurm", "jobs": {"toy/fp32/bs8": job}}
+    assert results.load(_write(tmp_path, _sealed(doc)))["run"]["executor"]["jobs"]["toy/fp32/bs8"] == job
+    for bad, where in (
+        ({"name": "slurm", "jobs": ["4242"]}, r"run\.executor\.jobs: expected an object"),
+        ({"name": "slurm", "jobs": {"toy/fp32/bs8": "4242"}}, r"run\.executor\.jobs\.toy/fp32/bs8: expected"),
+        ({"jobs": {}}, r"run\.executor: missing 'name'"),
+    ):
+        doc["run"]["executor"] = bad
+        with pytest.raises(ResultsFileError, match=where):
+            results.load(_write(tmp_path, _sealed(doc)))
+
+
 def test_written_files_are_strict_json(tmp_path: Path) -> None:
     metrics = {**_PASSED_METRICS, "x": math.nan, "y": [1.0, math.inf, -math.inf]}
     doc = _doc(cells=[_record("a", metrics=metrics)])

@@ -17,7 +17,7 @@ import os
 import random
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +174,109 @@ def _executor(options: Any, minutes: int, gpus: int, constraint: str, nodes: int
     return executor
 
 
+def _remember(ctx: ExecutorContext, task: CellTask, job: Any, cluster: str, nodes: int) -> None:
+    """Keep the job in the results file (``run.executor.jobs``): a parent killed from now on leaves a job
+    that ``--resume`` reattaches to instead of submitting the cell again."""
+    data: dict[str, Any] = {
+        "job_id": str(job.job_id),
+        "folder": str(job.paths.folder),
+        "cluster": cluster,
+        "tasks": int(job.num_tasks),
+    }
+    if nodes > 1:
+        data["nodes"] = nodes
+    ctx.remember(task, data)
+
+
+CONTROLLER = "submitit.local._local"
+"""What the command line of a job controller of submitit's local cluster holds."""
+
+
+def _proc_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+class Orphan:
+    """A job of submitit's local cluster that an earlier parent started, and was killed since.
+
+    The job is its controller's process (pid = job id), no longer a child of this one, so
+    submitit's :class:`submitit.LocalJob` without its process handle would call it done at
+    once. This one asks ``/proc`` instead: the job runs while its pid is alive and is a
+    submitit controller (a pid that was reused by anything else is not the job), and it has
+    its record when its tasks' result files exist; a controller that is gone without them
+    ended without a result (killed with its old parent's session, or by a reboot).
+    """
+
+    def __init__(self, folder: str, job_id: str, tasks: int) -> None:
+        self.job: submitit.LocalJob[Any] = submitit.LocalJob(folder=folder, job_id=job_id, tasks=tuple(range(tasks)))
+        self.job_id = job_id
+
+    def has_results(self) -> bool:
+        return all(self.job.task(i).paths.result_pickle.exists() for i in range(self.job.num_tasks))
+
+    def alive(self) -> bool:
+        pid = int(self.job_id) if self.job_id.isdigit() else 0
+        return pid > 0 and _proc_alive(pid) and CONTROLLER in _cmdline(pid)
+
+    def done(self) -> bool:
+        return self.has_results() or not self.alive()
+
+    @property
+    def state(self) -> str:
+        if not self.has_results() and self.alive():
+            return "RUNNING"
+        return "FINISHED" if self.has_results() else "NO PROCESS AND NO RESULT"  # submitit's words
+
+    def _check(self) -> None:
+        if not self.has_results():
+            raise RuntimeError(f"job {self.job_id} ended without a result (its controller is gone)")
+
+    def result(self) -> Any:
+        self._check()
+        return self.job.result()
+
+    def results(self) -> list[Any]:
+        self._check()
+        return list(self.job.results())
+
+    def stderr(self) -> str | None:
+        return self.job.stderr()
+
+    def cancel(self) -> None:
+        if self.alive():  # never a pid that is no longer the job's
+            os.kill(int(self.job_id), signal.SIGTERM)
+
+
+def reattach(data: Mapping[str, Any], cluster: str) -> Any | None:
+    """The job an earlier, killed parent submitted (``data``, what :func:`_remember` kept), to collect its
+    record, or None when it cannot be reattached (then the cell is submitted again)."""
+    try:
+        job_id, folder, tasks = str(data["job_id"]), str(data["folder"]), int(data.get("tasks", 1))
+    except (KeyError, TypeError, ValueError):
+        return None
+    if data.get("cluster") != cluster or tasks < 1 or not job_id:
+        return None
+    if cluster == "local":
+        orphan = Orphan(folder, job_id, tasks)
+        return orphan if orphan.has_results() or orphan.alive() else None
+    if cluster == "slurm":
+        job: submitit.SlurmJob[Any] = submitit.SlurmJob(folder=folder, job_id=job_id, tasks=tuple(range(tasks)))
+        known = job.watcher.get_state(job_id, mode="force") != "UNKNOWN"  # sacct forgets old jobs
+        return job if known or job.task(0).paths.result_pickle.exists() else None
+    return None  # debug: its jobs ran inside the parent, nothing of them survives it
+
+
 def run(ctx: ExecutorContext) -> Iterator[tuple[CellTask, dict[str, Any]]]:
     options = ctx.options
     groups: dict[tuple[str, int, int], list[CellTask]] = {}
@@ -202,17 +305,30 @@ def run(ctx: ExecutorContext) -> Iterator[tuple[CellTask, dict[str, Any]]]:
                 f"each{' (one job at a time on this host)' if one_host and limit == 1 else ''}; "
                 f"files in {Path(options.folder).parent}"
             )
+            fresh = []
+            for task in group:
+                job = _reattached(ctx, task)
+                if job is not None:
+                    pending[job] = task
+                else:
+                    fresh.append(task)
+            if not fresh:
+                continue
             if not one_host:
                 with executor.batch():
-                    submitted = [executor.submit(NodeCall(t, options.cluster) if nodes > 1 else t) for t in group]
-                pending.update(zip(submitted, group, strict=True))
+                    submitted = [executor.submit(NodeCall(t, options.cluster) if nodes > 1 else t) for t in fresh]
+                pending.update(zip(submitted, fresh, strict=True))
+                for job, task in zip(submitted, fresh, strict=True):
+                    _remember(ctx, task, job, options.cluster, nodes)
             else:
-                queue += [(executor, nodes, t) for t in group]
+                queue += [(executor, nodes, t) for t in fresh]
         running: set[Any] = set()
         while pending or queue:
             while queue and len(pending) < limit:
                 executor, nodes, task = queue.pop(0)
-                pending[executor.submit(NodeCall(task, options.cluster) if nodes > 1 else task)] = task
+                job = executor.submit(NodeCall(task, options.cluster) if nodes > 1 else task)
+                pending[job] = task
+                _remember(ctx, task, job, options.cluster, nodes)
             for job in [j for j in pending if j.done()]:
                 task = pending.pop(job)
                 yield task, _record(task, job, options.cluster)
@@ -228,8 +344,23 @@ def run(ctx: ExecutorContext) -> Iterator[tuple[CellTask, dict[str, Any]]]:
                 _cancel(job, options.cluster)
 
 
+def _reattached(ctx: ExecutorContext, task: CellTask) -> Any | None:
+    """The job of ``task`` that a killed parent left running (or finished), when there is one to collect."""
+    data = ctx.remembered(task)
+    if not data:
+        return None
+    job = reattach(data, ctx.options.cluster)
+    if job is None:
+        ctx.message(f"slurm executor: job {data.get('job_id')} of {task.cell.id} is gone; submitting the cell again")
+        return None
+    ctx.message(f"slurm executor: reattached job {job.job_id} of {task.cell.id} ({_state(job)})")
+    return job
+
+
 def _cancel(job: Any, cluster: str) -> None:
-    if cluster == "local":
+    if isinstance(job, Orphan):
+        job.cancel()
+    elif cluster == "local":
         # submitit cancels a local job with SIGINT, and its controller dies printing a traceback to the
         # terminal; SIGTERM is forwarded to the job's process, whose cell ends as on a cluster's scancel.
         os.kill(int(job.job_id), signal.SIGTERM)

@@ -260,6 +260,17 @@ class ExecutorContext:
             timeout times ``[measure] processes``), for a scheduler's time limit.
         started: ``started(task)`` tells the display that a task's cell began.
         message: ``message(text)`` prints one line to the user.
+        remember: ``remember(task, data)`` keeps ``data`` (a mapping of JSON data, at most
+            :data:`REMEMBER_BYTES` as JSON) for a task in the results file, under
+            ``run.executor.jobs[cell id]``, and rewrites the file at once (atomically, by the
+            runner), so a run that is killed now still knows it: call it right after
+            submitting a job (its id, its files). A later call for the task replaces the
+            data; the runner forgets it when the cell's record is written.
+        remembered: ``remembered(task)`` gives back what this executor remembered for the
+            task in an earlier, killed run of the same results file (``--resume``), or
+            None: reattach to that job instead of submitting the cell again. Data that
+            is not used is forgotten with the cell's record too, so a job is reattached
+            at most until the cell has a record.
     """
 
     tasks: Iterable[CellTask]
@@ -268,6 +279,12 @@ class ExecutorContext:
     cell_seconds: float
     started: Callable[[CellTask], None]
     message: Callable[[str], None]
+    remember: Callable[[CellTask, Mapping[str, Any]], None] = field(default=lambda task, data: None)
+    remembered: Callable[[CellTask], Mapping[str, Any] | None] = field(default=lambda task: None)
+
+
+REMEMBER_BYTES = 16 * 1024
+"""The most JSON one ``ExecutorContext.remember`` call may keep: a job's id and files, not its output."""
 
 
 @dataclass(frozen=True)

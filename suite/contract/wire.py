@@ -410,6 +410,15 @@ class SuiteInfo(TypedDict):
     numerics_tolerance: float
 
 
+class ExecutorState(TypedDict):
+    """``run.executor``: what the run's executor remembered of cells whose records are not written yet."""
+
+    name: str
+    """The executor that remembered them; another executor under ``--resume`` does not see them."""
+    jobs: dict[str, dict[str, Any]]
+    """Per cell id, the executor's own JSON data (the slurm executor: its job); removed with the record's writing."""
+
+
 class RunInfo(TypedDict):
     id: str
     started: str
@@ -419,6 +428,7 @@ class RunInfo(TypedDict):
     measure: RecordedMeasure
     plugins: list[dict[str, Any]]
     resumed: NotRequired[list[str]]
+    executor: NotRequired[ExecutorState]
 
 
 class Document(TypedDict):

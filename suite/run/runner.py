@@ -21,13 +21,16 @@ ends an interrupted run the same way.
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime as dt
+import json
 import multiprocessing as mp
 import shutil
 import signal
 import sys
 import tempfile
 import time
+import typing
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from multiprocessing.context import BaseContext
@@ -35,8 +38,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from suite import results
+from suite.contract import wire
 from suite.contract.errors import AmpsuiteError, PluginError
-from suite.contract.plugin import ExecutorContext
+from suite.contract.plugin import REMEMBER_BYTES, ExecutorContext
 from suite.contract.wire import Cell, Outcome, Status
 from suite.host import environment, executors
 from suite.host.manager import PluginSettings, Registry, load_registry
@@ -382,6 +386,75 @@ class Task:
         return record
 
 
+class _Memory:
+    """``run.executor``: what the run's executor remembered per cell (:class:`suite.ExecutorContext`'s
+    ``remember``), kept in the results file until the cell's record is written.
+
+    Under ``--resume`` the data of the killed run's executor is given back to the same executor
+    (``remembered``) for the cells that are still without a record; another executor's is dropped,
+    with one line saying so. The runner stays the file's only writer: ``remember`` writes through
+    the run's :class:`results.ResultsWriter`.
+    """
+
+    def __init__(self, writer: results.ResultsWriter, name: str, ids: set[str], observer: Observer) -> None:
+        self.writer, self.name = writer, name
+        run = writer.doc["run"]
+        old = run.pop("executor", None)
+        jobs: dict[str, dict[str, Any]] = {}
+        if isinstance(old, dict) and isinstance(old.get("jobs"), dict):
+            if old.get("name") == name:
+                jobs = {k: dict(v) for k, v in old["jobs"].items() if k in ids and not writer.has(k)}
+            elif old["jobs"]:
+                observer.message(
+                    f"{len(old['jobs'])} job(s) remembered by executor {old.get('name')!r} are not reattached by "
+                    f"executor {name!r} (they may still be running); their cells run again"
+                )
+        if jobs:
+            run["executor"] = {"name": name, "jobs": jobs}
+
+    def _jobs(self) -> dict[str, dict[str, Any]]:
+        state = self.writer.doc["run"].setdefault("executor", {"name": self.name, "jobs": {}})
+        return typing.cast(dict[str, dict[str, Any]], state["jobs"])
+
+    def remembered(self, task: Any) -> Mapping[str, Any] | None:
+        state = self.writer.doc["run"].get("executor")
+        data = state["jobs"].get(task.cell.id) if state else None
+        return copy.deepcopy(data) if data is not None else None
+
+    def remember(self, task: Any, data: Mapping[str, Any], handed: set[int]) -> None:
+        index = getattr(task, "index", None)
+        if not isinstance(index, int) or index not in handed:
+            raise ValueError(f"remember({task!r}, ...): not one of the tasks the executor was handed")
+        if self.writer.has(task.cell.id):
+            raise ValueError(f"remember: {task.cell.id} already has its record")
+        if not isinstance(data, Mapping):
+            raise TypeError(f"remember: expected a mapping of JSON data, got {type(data).__name__}")
+        value = dict(data)
+        problem = wire.json_problem(value, "data")
+        if problem:
+            raise ValueError(f"remember: {problem}")
+        size = len(json.dumps(value))
+        if size > REMEMBER_BYTES:
+            raise ValueError(f"remember: {size:,} bytes of JSON; at most {REMEMBER_BYTES:,}")
+        self._jobs()[task.cell.id] = copy.deepcopy(value)
+        self.writer.flush()
+
+    def forget(self, cell_id: str) -> None:
+        """Drop a cell's data (its record is being written; the caller flushes)."""
+        state = self.writer.doc["run"].get("executor")
+        if state is not None:
+            state["jobs"].pop(cell_id, None)
+            if not state["jobs"]:
+                del self.writer.doc["run"]["executor"]
+
+    def prune(self) -> None:
+        """Forget the data of every cell that has a record (the run's end)."""
+        state = self.writer.doc["run"].get("executor")
+        for cell_id in list(state["jobs"] if state else ()):
+            if self.writer.has(cell_id):
+                self.forget(cell_id)
+
+
 def run_cells(
     spec: SuiteSpec,
     cells: Sequence[Cell],
@@ -421,6 +494,8 @@ def run_cells(
         signals = _RunSignals()
         stack.callback(signals.restore)
         stack.callback(_finish, writer, [c.id for c in cells])
+        memory = _Memory(writer, chosen.executor.name, {c.id for c in cells}, observer)
+        stack.callback(memory.prune)  # before _finish writes the run's end
 
         def interrupt() -> None:
             nonlocal interrupted
@@ -428,6 +503,7 @@ def run_cells(
             signals.defer()
 
         def write(index: int, record: dict[str, Any]) -> None:
+            memory.forget(record["id"])  # a job is collected, or given up, once: its record is written
             writer.add(record)
             observer.cell_finished(index, record)
             for err in _notify(registry, record):
@@ -463,7 +539,16 @@ def run_cells(
             observer.message("interrupted before the first cell (while measuring the device's peaks)")
         if not interrupted:
             seconds = timeout * max(1, spec.measure.processes)
-            context = ExecutorContext(tasks(), chosen.options, device, seconds, started, observer.message)
+            context = ExecutorContext(
+                tasks(),
+                chosen.options,
+                device,
+                seconds,
+                started,
+                observer.message,
+                remember=lambda task, data: memory.remember(task, data, handed),
+                remembered=memory.remembered,
+            )
             produced = iter(chosen.executor.run(context))
             try:
                 while (item := _next(produced, registry, chosen.executor.name)) is not None:

@@ -286,6 +286,7 @@ def test_techniques_are_in_apply_order_with_their_options(reg) -> None:
         "at": "step",
         "after_steps": 0,
         "oom_limit_gb": 64.0,
+        "seconds": 5.0,
     }
     assert (cell.combination, cell.baseline, cell.batch_size, cell.device) == ("mix", "mix", 8, "cpu")
 

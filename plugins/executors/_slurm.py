@@ -27,6 +27,8 @@ from suite import CellTask, ExecutorContext, Status
 
 STDERR_TAIL_CHARS = 4000
 MULTI_NODE = "{world} processes per node > gpus_per_node {gpus}: declare nodes = M for a cell across nodes"
+ONE_HOST = ("local", "debug")
+"""submitit's clusters that run every job on this host."""
 PORTS = (20000, 60000)
 """Where a multi-node cell's rendezvous port is drawn from, by its job id (as submitit's own torch helper does)."""
 
@@ -106,7 +108,7 @@ class NodeCall:
 
     def __call__(self) -> dict[str, Any]:
         env = submitit.JobEnvironment()
-        local = self.cluster in ("local", "debug")
+        local = self.cluster in ONE_HOST
         host = "127.0.0.1" if local else str(env.hostnames[0])
         port = random.Random(str(env.job_id)).randint(*PORTS)
         return self.task.node(
@@ -151,7 +153,7 @@ def _constraint(options: Any, task: CellTask) -> str:
 
 def _executor(options: Any, minutes: int, gpus: int, constraint: str, nodes: int = 1) -> Any:
     executor = submitit.AutoExecutor(folder=options.folder, cluster=options.cluster)
-    one_host = options.cluster in ("local", "debug")  # submitit runs these on this host: tasks stand in for nodes
+    one_host = options.cluster in ONE_HOST  # tasks stand in for nodes
     params: dict[str, Any] = {
         "name": "ampsuite",
         "timeout_min": minutes,
@@ -292,7 +294,7 @@ def run(ctx: ExecutorContext) -> Iterator[tuple[CellTask, dict[str, Any]]]:
     # On a one-host cluster (submitit's local and debug) every job would start at once on the same
     # CPUs and GPUs, and cells measured side by side measure each other: one job at a time there,
     # unless array_parallelism says otherwise. A real cluster gets each array whole (its own limit).
-    one_host = options.cluster in ("local", "debug")
+    one_host = options.cluster in ONE_HOST
     limit = (options.array_parallelism or 1) if one_host else math.inf
     queue: list[tuple[Any, int, CellTask]] = []
     try:
@@ -316,7 +318,7 @@ def run(ctx: ExecutorContext) -> Iterator[tuple[CellTask, dict[str, Any]]]:
                 continue
             if not one_host:
                 with executor.batch():
-                    submitted = [executor.submit(NodeCall(t, options.cluster) if nodes > 1 else t) for t in fresh]
+                    submitted = [_submit(executor, t, nodes, options.cluster) for t in fresh]
                 pending.update(zip(submitted, fresh, strict=True))
                 for job, task in zip(submitted, fresh, strict=True):
                     _remember(ctx, task, job, options.cluster, nodes)
@@ -326,7 +328,7 @@ def run(ctx: ExecutorContext) -> Iterator[tuple[CellTask, dict[str, Any]]]:
         while pending or queue:
             while queue and len(pending) < limit:
                 executor, nodes, task = queue.pop(0)
-                job = executor.submit(NodeCall(task, options.cluster) if nodes > 1 else task)
+                job = _submit(executor, task, nodes, options.cluster)
                 pending[job] = task
                 _remember(ctx, task, job, options.cluster, nodes)
             for job in [j for j in pending if j.done()]:
@@ -342,6 +344,11 @@ def run(ctx: ExecutorContext) -> Iterator[tuple[CellTask, dict[str, Any]]]:
         for job in pending:  # interrupted, or the runner stopped early: nothing of this run keeps running
             with contextlib.suppress(Exception):
                 _cancel(job, options.cluster)
+
+
+def _submit(executor: Any, task: CellTask, nodes: int, cluster: str) -> Any:
+    """Submit ``task``: the cell itself, or for a multi-node cell what each of its job's tasks runs."""
+    return executor.submit(NodeCall(task, cluster) if nodes > 1 else task)
 
 
 def _reattached(ctx: ExecutorContext, task: CellTask) -> Any | None:

@@ -271,26 +271,18 @@ def _base_names(training: Iterable[Record]) -> frozenset[str] | None:
     return frozenset(technique_names(baseline)) - {"tf32"}
 
 
-def _fp32_cell(members: list[Record], groups: Mapping[GroupKey, list[Record]], key: GroupKey) -> Record | None:
-    """The group's FP32 cell: the one whose techniques are the suite's base techniques (read off the training
-    baseline cell, :func:`_base_names`), failing that the one with none (in an inference group the inference
-    technique does not count either way)."""
+def _reference_cell(
+    members: list[Record], groups: Mapping[GroupKey, list[Record]], key: GroupKey, names: frozenset[str]
+) -> Record | None:
+    """The group's cell with the suite's base techniques (read off the training baseline cell,
+    :func:`_base_names`) and ``names``, failing that the one with ``names`` alone (in an inference group
+    the inference technique does not count either way): FP32 with no names, TF32 with ``tf32``."""
     base = _base_names(groups.get((*key[:4], False, *key[5:]), []))
     if base:
-        tuned = _first(members, lambda r: frozenset(reference_names(r)) == base and _reference(r))
+        tuned = _first(members, lambda r: frozenset(reference_names(r)) == base | names and _reference(r))
         if tuned is not None:
             return tuned
-    return _first(members, lambda r: reference_names(r) == () and _reference(r))
-
-
-def _tf32_cell(members: list[Record], groups: Mapping[GroupKey, list[Record]], key: GroupKey) -> Record | None:
-    """The group's TF32 cell: the base techniques and ``tf32``, failing that ``tf32`` alone."""
-    base = _base_names(groups.get((*key[:4], False, *key[5:]), []))
-    if base:
-        tuned = _first(members, lambda r: frozenset(reference_names(r)) == base | {"tf32"} and _reference(r))
-        if tuned is not None:
-            return tuned
-    return _first(members, lambda r: reference_names(r) == ("tf32",) and _reference(r))
+    return _first(members, lambda r: frozenset(reference_names(r)) == names and _reference(r))
 
 
 def derive(doc: AnyDocument) -> dict[str, Derived]:
@@ -303,8 +295,8 @@ def derive(doc: AnyDocument) -> dict[str, Derived]:
             singles.setdefault(_single_key(record), record)
     groups = _groups(doc)
     for key, members in groups.items():
-        fp32 = _fp32_cell(members, groups, key)
-        tf32 = _tf32_cell(members, groups, key)
+        fp32 = _reference_cell(members, groups, key, frozenset())
+        tf32 = _reference_cell(members, groups, key, frozenset({"tf32"}))
         baseline = _first(members, lambda r: r.get("combination") == r.get("baseline") and _reference(r))
         for record in members:
             tflops = _tflops(record) if passed(record) else None

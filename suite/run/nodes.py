@@ -139,6 +139,17 @@ def _wait(nodes: list[_Node], until: float) -> None:
             _read(node)
 
 
+def _stop(node: _Node) -> None:
+    """Kill the node's process group (a running node is marked stopped; an ended one's ranks may have outlived it)."""
+    if node.ending is None:
+        kill_group(node.proc)
+        node.ending, node.exitcode = "stopped", node.proc.exitcode
+    else:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(node.proc.pid, signal.SIGKILL)
+    node.conn.close()
+
+
 def _endpoint(first: _Node, deadline: float) -> str | None:
     """Node 0's rendezvous endpoint, once it listens (None: it ended or the time ran out first)."""
     while first.ending is None and time.monotonic() < deadline:
@@ -181,13 +192,7 @@ def measure_nodes(job: CellJob) -> Outcome:
         node_stacks = _stacks(nodes, job) if timed_out else ""
     finally:
         for n in nodes:
-            if n.ending is None:
-                kill_group(n.proc)
-                n.ending, n.exitcode = "stopped", n.proc.exitcode
-            else:  # its ranks too, should any have outlived it
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(n.proc.pid, signal.SIGKILL)
-            n.conn.close()
+            _stop(n)
     return _outcome(nodes, job, node_stacks if timed_out else None)
 
 
@@ -229,13 +234,7 @@ def measure_node(
                 node.result = None
         node_stacks = _stacks([node], job) if node.ending is None else None
     finally:
-        if node.ending is None:
-            kill_group(node.proc)
-            node.ending, node.exitcode = "stopped", node.proc.exitcode
-        else:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(node.proc.pid, signal.SIGKILL)
-        node.conn.close()
+        _stop(node)
     facts = {"world_size": cell.world_size, "node": node_rank, "nodes": [node.summary()]}
     tail = procs.log_tail(job.log)
     if node_stacks is not None:

@@ -275,6 +275,11 @@ def run_record(job: CellJob) -> dict[str, Any]:
         outcome: Outcome = measure_processes(job)
     except KeyboardInterrupt:
         outcome = attempt.interrupted_outcome(job.log)
+    return _completed(record, outcome, t0)
+
+
+def _completed(record: dict[str, Any], outcome: Mapping[str, Any], t0: float) -> dict[str, Any]:
+    """``record`` with the outcome's keys (``evidence`` even when None) and the wall time since ``t0``."""
     record.update({k: v for k, v in outcome.items() if v is not None or k == "evidence"})
     record["wall_seconds"] = time.perf_counter() - t0
     return record
@@ -320,22 +325,33 @@ class Task:
         state.update(ctx=None, registry=None, here=False)
         return state
 
-    def __call__(self) -> dict[str, Any]:
+    @contextlib.contextmanager
+    def _place(self) -> Iterator[tuple[Registry, BaseContext | None, Path]]:
+        """The registry, worker context and log the cell runs with in this process: the run's own in the
+        parent; where an unpickled task is called, the plugins loaded again, a fork server of its own and a
+        temporary log folder, with a scheduler's SIGTERM (scancel, a time limit) ending the cell like Ctrl-C."""
         if self.here:
             assert self.registry is not None
-            job = CellJob(self.ctx, self.spec, self.cell, self.config, self.log, self.timeout, self.registry)
-            record = run_record(job)
-            self.interrupted_here = record["status"] == Status.INTERRUPTED
-            return record
-        with sigterm_interrupts():  # a scheduler's SIGTERM (scancel, a time limit) ends the cell like Ctrl-C
+            yield self.registry, self.ctx, self.log
+            return
+        with sigterm_interrupts():
             registry = load_registry(self.config.plugins)
             ctx = None if self.config.in_process else worker_context()
             logdir = Path(tempfile.mkdtemp(prefix="ampsuite-logs-"))
             try:
-                log = logdir / "cell.log"
-                return run_record(CellJob(ctx, self.spec, self.cell, self.config, log, self.timeout, registry))
+                yield registry, ctx, logdir / "cell.log"
             finally:
                 shutil.rmtree(logdir, ignore_errors=True)
+
+    def _job(self, registry: Registry, ctx: BaseContext | None, log: Path) -> CellJob:
+        return CellJob(ctx, self.spec, self.cell, self.config, log, self.timeout, registry)
+
+    def __call__(self) -> dict[str, Any]:
+        with self._place() as place:
+            record = run_record(self._job(*place))
+        if self.here:
+            self.interrupted_here = record["status"] == Status.INTERRUPTED
+        return record
 
     def node(
         self,
@@ -350,33 +366,25 @@ class Task:
         """Run one node of this multi-node cell here (a cluster job's task); see :meth:`suite.CellTask.node`."""
         from suite.run import nodes
 
-        with sigterm_interrupts():
-            registry = self.registry if self.here and self.registry is not None else load_registry(self.config.plugins)
-            ctx = self.ctx if self.here else (None if self.config.in_process else worker_context())
-            logdir = Path(tempfile.mkdtemp(prefix="ampsuite-logs-"))
+        with self._place() as place:
+            job = self._job(*place)
+            record = base_record(self.cell, job.registry)
+            t0 = time.perf_counter()
             try:
-                job = CellJob(ctx, self.spec, self.cell, self.config, logdir / "node.log", self.timeout, registry)
-                record = base_record(self.cell, registry)
-                t0 = time.perf_counter()
-                try:
-                    result = nodes.measure_node(
-                        job,
-                        node_rank=node_rank,
-                        nnodes=nnodes,
-                        endpoint=endpoint,
-                        run_id=run_id,
-                        local_addr=local_addr,
-                        share_gpus=share_gpus,
-                    )
-                except KeyboardInterrupt:
-                    result = attempt.interrupted_outcome(job.log)
-                if "node_done" in result:
-                    return dict(result)
-                record.update({k: v for k, v in result.items() if v is not None or k == "evidence"})
-                record["wall_seconds"] = time.perf_counter() - t0
-                return record
-            finally:
-                shutil.rmtree(logdir, ignore_errors=True)
+                result = nodes.measure_node(
+                    job,
+                    node_rank=node_rank,
+                    nnodes=nnodes,
+                    endpoint=endpoint,
+                    run_id=run_id,
+                    local_addr=local_addr,
+                    share_gpus=share_gpus,
+                )
+            except KeyboardInterrupt:
+                result = attempt.interrupted_outcome(job.log)
+        if "node_done" in result:
+            return dict(result)
+        return _completed(record, result, t0)
 
     def record(self, status: Status, evidence: Mapping[str, Any]) -> dict[str, Any]:
         """A record of this cell that was not measured (the executor's evidence of why)."""

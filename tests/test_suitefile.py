@@ -147,6 +147,21 @@ STRUCTURE_ERRORS = [
         GOOD_TOY + "[exclude]\nworkload = 'toy'\n",
         r"exclude: expected an array of tables, got a table",
     ),
+    (
+        "tune-choices-not-a-list",
+        GOOD_TOY + "[tune.torch-compile]\nmode = 'reduce-overhead'\n",
+        r"tune\.torch-compile\.mode: expected a non-empty list of values to try, got 'reduce-overhead'",
+    ),
+    (
+        "tune-choices-empty",
+        GOOD_TOY + "[tune.torch-compile]\nmode = []\n",
+        r"tune\.torch-compile\.mode: expected a non-empty list of values to try, got an empty list",
+    ),
+    (
+        "tune-not-a-table-of-tables",
+        GOOD_TOY + "[tune]\ntorch-compile = 'fast'\n",
+        r"tune\.torch-compile: expected a table of option = \[values\], got 'fast'",
+    ),
 ]
 
 # Errors found when the suite meets the registry (matrix.expand).
@@ -200,6 +215,28 @@ PLUGIN_ERRORS = [
         "technique-option-not-allowed",
         GOOD_TOY + "[combinations]\nfp32 = []\nbad = ['inject-fault']\n[techniques.inject-fault]\nkind = 'explode'\n",
         r"techniques\.inject-fault\.kind: expected one of 'raise', 'abort', 'segfault', .*, got 'explode'",
+    ),
+    (
+        "tune-choices-unknown-technique",
+        GOOD_TOY + "[combinations]\nfp32 = []\nc = ['torch-compile']\n[tune.torch-compiel]\nmode = ['default']\n",
+        r"tune\.torch-compiel: unknown technique 'torch-compiel'; "
+        r"did you mean 'torch-compile'\? \(see `ampsuite list`\)",
+    ),
+    (
+        "tune-choices-unused-technique",
+        GOOD_TOY + "[combinations]\nfp32 = []\n[tune.torch-compile]\nmode = ['default']\n",
+        r"tune\.torch-compile: choices given for a technique no combination uses",
+    ),
+    (
+        "tune-choices-unknown-option",
+        GOOD_TOY + "[combinations]\nfp32 = []\nc = ['torch-compile']\n[tune.torch-compile]\nmdoe = ['default']\n",
+        r"tune\.torch-compile\.mdoe: unknown option; did you mean 'mode'\?",
+    ),
+    (
+        "tune-choices-bad-value",
+        GOOD_TOY
+        + "[combinations]\nfp32 = []\nc = ['torch-compile']\n[tune.torch-compile]\nmode = ['default', 'turbo']\n",
+        r"tune\.torch-compile\.mode\[1\]: mode must be one of .*, got 'turbo'",
     ),
 ]
 

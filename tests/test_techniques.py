@@ -489,8 +489,30 @@ def test_torch_compile_wraps_the_model_and_keeps_the_losses(tmp_path: Any) -> No
         "backend": "aot_eager",
         "fullgraph": False,
         "dynamic": False,
+        "coordinate_descent": False,
     }
     assert losses(step, 3) == pytest.approx(reference, rel=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_torch_compile_coordinate_descent_is_the_mode_as_options_plus_the_tuning(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    import torch._inductor
+
+    calls: list[dict[str, Any]] = []
+
+    def fake_compile(model: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs)
+        return model
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    step = use(toy_step(tmp_path), "torch-compile", mode=mode, coordinate_descent=True)
+    (kwargs,) = calls
+    # torch.compile refuses mode and options together: the mode travels as its own options.
+    assert "mode" not in kwargs
+    assert kwargs["options"] == {**torch._inductor.list_mode_options(mode), "coordinate_descent_tuning": True}
+    assert step.notes["torch_compile"]["coordinate_descent"] is True and step.notes["torch_compile"]["mode"] == mode
 
 
 @pytest.mark.parametrize(
@@ -498,6 +520,7 @@ def test_torch_compile_wraps_the_model_and_keeps_the_losses(tmp_path: Any) -> No
     [
         ({"mode": "fast"}, "mode must be one of .* got 'fast'"),
         ({"mode": "max-autotune", "backend": "eager"}, "applies to the inductor backend only"),
+        ({"coordinate_descent": True, "backend": "aot_eager"}, "coordinate_descent applies to the inductor backend"),
     ],
 )
 def test_torch_compile_rejects_bad_options(options: dict[str, Any], message: str) -> None:
@@ -509,9 +532,10 @@ def test_torch_compile_rejects_bad_options(options: dict[str, Any], message: str
 @pytest.mark.skipif(
     not os.environ.get("AMPSUITE_SLOW_TESTS"), reason="inductor on CPU takes ~20 s; set AMPSUITE_SLOW_TESTS=1"
 )
-def test_torch_compile_with_inductor_matches_eager(tmp_path: Any) -> None:
+@pytest.mark.parametrize("coordinate_descent", [False, True])
+def test_torch_compile_with_inductor_matches_eager(tmp_path: Any, coordinate_descent: bool) -> None:
     reference = losses(toy_step(tmp_path), 3)
-    step = use(toy_step(tmp_path), "torch-compile")
+    step = use(toy_step(tmp_path), "torch-compile", coordinate_descent=coordinate_descent)
     assert losses(step, 3) == pytest.approx(reference, rel=1e-4)
 
 

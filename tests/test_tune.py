@@ -217,6 +217,32 @@ def test_option_variants_come_from_literal_types_and_known_choices(registry: Any
     )
 
 
+def test_the_suite_declares_option_values_to_try(registry: Any) -> None:
+    current = {"mode": "default", "backend": "inductor", "coordinate_descent": False}
+    declared = {"mode": ["max-autotune-no-cudagraphs"], "coordinate_descent": [True]}
+    variants = option_choices(registry, "torch-compile", current, declared)
+    # [tune.torch-compile] replaces the values of the options it names, and a flag is tried when declared.
+    assert variants == [("mode", "max-autotune-no-cudagraphs"), ("coordinate_descent", True)]
+
+
+def test_declared_choices_are_measured_against_the_winner(tmp_path: Path) -> None:
+    extra = 'compiled = ["amp-bf16", "torch-compile"]\n[tune.torch-compile]\ncoordinate_descent = [true]'
+    (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra=extra), encoding="utf-8")
+    plan = session.plan(tmp_path / "s.toml")
+    fake = FakeWorker(plan.registry, 1.0)
+    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
+    summary = tune(plan, config, lambda line: None, measure=fake)
+    (toy,) = summary["workloads"]
+    assert "torch-compile" in toy["winner"]["techniques"]
+    options = [s for s in toy["steps"] if s["phase"] == "option"]
+    tried = [s["combination"] for s in options if "coordinate_descent" in s["combination"]]
+    assert len(tried) == 1 and tried[0].endswith("+torch-compile@torch-compile.coordinate_descent=True")
+    assert tried[0].split("@")[0] == toy["winner"]["combination"].split("@")[0]
+    # FP32 is measured once, in full, and that record is also its starting point.
+    assert [r["combination"] for r in results.load(config.output)["cells"]].count("fp32") == 1
+    assert next(s for s in toy["steps"] if s["phase"] == "start")["combination"] == "fp32"
+
+
 class DtypeWorker(FakeWorker):
     """fp16 is faster eager, but bf16 with fused-optimizer is the fastest (ResNet-50 on an H200, in miniature)."""
 

@@ -14,7 +14,12 @@ from suite import SkipCell, TrainStep
 def apply(step: TrainStep, options: CompileOptions) -> TrainStep:
     if step.model is None:
         raise SkipCell("torch-compile needs a workload with a model (this step has its own phases)")
-    if options.backend == "inductor":
+    if options.backend == "inductor" and options.coordinate_descent:
+        from torch._inductor import list_mode_options  # not imported by `import torch`
+
+        inductor = {**list_mode_options(options.mode), "coordinate_descent_tuning": True}
+        compiled = torch.compile(step.model, options=inductor, fullgraph=options.fullgraph, dynamic=False)
+    elif options.backend == "inductor":
         compiled = torch.compile(step.model, mode=options.mode, fullgraph=options.fullgraph, dynamic=False)
     else:
         compiled = torch.compile(step.model, backend=options.backend, fullgraph=options.fullgraph, dynamic=False)
@@ -24,5 +29,6 @@ def apply(step: TrainStep, options: CompileOptions) -> TrainStep:
         "backend": options.backend,
         "fullgraph": options.fullgraph,
         "dynamic": False,
+        "coordinate_descent": options.coordinate_descent,
     }
     return step

@@ -10,6 +10,13 @@ fixed-size batches, and a recompile would show up as a slow timed step.
 
 ``reduce-overhead`` and ``max-autotune`` also capture CUDA graphs (cudagraph
 trees); the ``cuda-graphs`` technique refuses to stack on them and says so.
+
+``coordinate_descent`` is inductor's ``coordinate_descent_tuning`` on top of the
+mode: the part of max-autotune that tunes inductor's own (Triton) kernels, without
+the template search over matmul and convolution kernels that made max-autotune
+compile ResNet-50 for over 7 minutes on an H200. torch.compile takes either a
+mode or an options dict, so the mode is passed as its options
+(``torch._inductor.list_mode_options``) plus this one.
 """
 
 from __future__ import annotations
@@ -29,6 +36,13 @@ class CompileOptions:
     mode: str = field(default="default", metadata={"help": f"inductor mode: {', '.join(MODES)}"})
     fullgraph: bool = field(default=False, metadata={"help": "fail instead of splitting the graph at a graph break"})
     backend: str = field(default="inductor", metadata={"help": "torch.compile backend ('aot_eager' to test plumbing)"})
+    coordinate_descent: bool = field(
+        default=False,
+        metadata={
+            "help": "inductor tunes each generated kernel's block sizes by coordinate descent (longer compile; "
+            "the max-autotune modes include it)"
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -37,6 +51,8 @@ class CompileOptions:
             raise ValueError("backend must name a torch.compile backend, got ''")
         if self.backend != "inductor" and self.mode != "default":
             raise ValueError(f"mode {self.mode!r} applies to the inductor backend only, got backend {self.backend!r}")
+        if self.backend != "inductor" and self.coordinate_descent:
+            raise ValueError(f"coordinate_descent applies to the inductor backend only, got backend {self.backend!r}")
 
 
 def _impl() -> ModuleType:

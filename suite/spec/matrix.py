@@ -12,6 +12,7 @@ batch size per process), one spanning M > 1 nodes (suite-file ``nodes``)
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import itertools
 import math
@@ -67,7 +68,26 @@ def _technique_options(spec: SuiteSpec, registry: Catalog) -> dict[str, dict[str
         except OptionError as exc:
             key = f"techniques.{name}" + (f".{exc.key}" if exc.key else "")
             raise SuiteFileError(spec.path, key, exc.message) from exc
+    _check_tune_choices(spec, registry, used)
     return out
+
+
+def _check_tune_choices(spec: SuiteSpec, registry: Catalog, used: set[str]) -> None:
+    """Each ``[tune.TECHNIQUE]`` value must be one the technique accepts on top of the suite's own options."""
+    for name, choices in spec.tune_choices.items():
+        _lookup(spec, f"tune.{name}", registry.techniques, "technique", name)
+        if name not in used:
+            raise SuiteFileError(spec.path, f"tune.{name}", "choices given for a technique no combination uses")
+        record = registry.techniques[name]
+        for option, values in choices.items():
+            for i, value in enumerate(values):
+                try:
+                    build_options(record.options, {**spec.technique_options.get(name, {}), option: value})
+                except OptionError as exc:
+                    # An unknown option is the key's fault; a bad value is the list item's.
+                    known = option in {f.name for f in dataclasses.fields(record.options)}
+                    key = f"tune.{name}.{option}" + (f"[{i}]" if known else "")
+                    raise SuiteFileError(spec.path, key, exc.message) from exc
 
 
 def _split_axes(entry: WorkloadEntry, record: Workload) -> tuple[dict[str, list[Any]], dict[str, Any]]:

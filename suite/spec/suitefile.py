@@ -48,6 +48,12 @@ picks the executor (default ``local``); every other key is an option of that
 executor, checked against its options dataclass when the suite is planned
 (:mod:`suite.host.executors`). ``ampsuite run --executor NAME`` and
 ``--executor-option KEY=VALUE`` override it.
+
+A ``[tune.TECHNIQUE]`` table declares option values ``ampsuite tune`` tries for
+that technique when it is in the winning recipe (docs/tune.md): each key is an
+option of the technique, each value a non-empty list of values to try, e.g.
+``[tune.torch-compile] mode = ["reduce-overhead", "max-autotune-no-cudagraphs"]``.
+``ampsuite run`` checks the table like any other and otherwise ignores it.
 """
 
 from __future__ import annotations
@@ -157,6 +163,8 @@ class SuiteSpec:
     """Techniques every combination starts from (``[suite] base_techniques``); already in ``combinations``."""
     executor: ExecutorSpec = field(default_factory=ExecutorSpec)
     """Where the cells run (the ``[executor]`` table); its options are checked against the executor's."""
+    tune_choices: Mapping[str, Mapping[str, tuple[Any, ...]]] = field(default_factory=dict)
+    """``[tune.TECHNIQUE]``: technique -> option -> values ``ampsuite tune`` tries; checked by ``matrix.expand``."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -297,6 +305,22 @@ def _executor(path: str, table: dict[str, Any]) -> ExecutorSpec:
     return ExecutorSpec(name, dict(r.table))
 
 
+def _tune(path: str, table: dict[str, Any]) -> dict[str, dict[str, tuple[Any, ...]]]:
+    out: dict[str, dict[str, tuple[Any, ...]]] = {}
+    for tname, body in table.items():
+        if not isinstance(body, dict):
+            raise SuiteFileError(path, f"tune.{tname}", f"expected a table of option = [values], got {_show(body)}")
+        out[tname] = {}
+        for option, values in body.items():
+            if not isinstance(values, list) or not values:
+                got = "an empty list" if values == [] else _show(values)
+                raise SuiteFileError(
+                    path, f"tune.{tname}.{option}", f"expected a non-empty list of values to try, got {got}"
+                )
+            out[tname][option] = tuple(values)
+    return out
+
+
 def loads(text: str, path: str = "<suite>") -> SuiteSpec:
     """Parse and validate suite-file text; ``path`` is only used in messages."""
     try:
@@ -307,7 +331,7 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
         path,
         "",
         data,
-        ("suite", "measure", "workloads", "combinations", "techniques", "include", "exclude", "executor"),
+        ("suite", "measure", "workloads", "combinations", "techniques", "include", "exclude", "executor", "tune"),
     )
     # A misspelled table ([workload.toy]) must be reported as such, not as the missing table it was meant to be.
     top.refuse_unknown()
@@ -405,6 +429,7 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
         technique_options[tname] = dict(body)
 
     executor = _executor(path, top.get("executor", dict, {}, "a table"))
+    tune_choices = _tune(path, top.get("tune", dict, {}, "a table of [tune.TECHNIQUE] tables"))
     include = _rules(path, "include", top.get("include", list, None, "an array of tables"))
     exclude = _rules(path, "exclude", top.get("exclude", list, None, "an array of tables"))
     top.finish()
@@ -429,6 +454,7 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
         exclude=exclude,
         base_techniques=tuple(base),
         executor=executor,
+        tune_choices=tune_choices,
     )
 
 

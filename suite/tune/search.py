@@ -3,8 +3,8 @@
 Per workload configuration (see docs/tune.md):
 
 1. the FP32 cell, fully measured first: every candidate's loss is held against it;
-2. starting points FP32, amp-fp16 and amp-bf16, screened (a short measure);
-   the fastest with healthy numerics is the start;
+2. starting points FP32 (its full record), amp-fp16 and amp-bf16 screened (a short
+   measure); the fastest with healthy numerics is the start;
 3. greedy forward selection: screen the start plus each technique of the pool,
    keep the fastest addition when it is faster by more than the two figures'
    noise and its numerics are healthy, repeat until no addition helps; one
@@ -119,7 +119,7 @@ def _greedy(
 
 
 def _screen(
-    tuner: Tuner, config: WorkloadConfig, bs: int, steps: list[dict[str, Any]]
+    tuner: Tuner, config: WorkloadConfig, fp32: Measured, steps: list[dict[str, Any]]
 ) -> tuple[list[Measured], list[Measured]]:
     """Steps 2 and 3: (every screened candidate with healthy numerics, slowest first; the greedy paths' ends).
 
@@ -129,9 +129,11 @@ def _screen(
     """
     healthy: list[Measured] = []
     starts: list[Measured] = []
-    candidates = [Candidate((), bs), *(Candidate((a,), bs) for a in AMP if a in tuner.plan.registry.techniques)]
+    bs = fp32[0].batch_size
+    candidates = [fp32[0], *(Candidate((a,), bs) for a in AMP if a in tuner.plan.registry.techniques)]
     for start in candidates:
-        record = tuner.run(config, start, SCREEN)
+        # FP32 is already measured in full: a screen of it would only be a shorter look at the same cell.
+        record = fp32[1] if start == fp32[0] else tuner.run(config, start, SCREEN)
         step = _step(steps, tuner, "start", start, record)
         if record is None or not _ok(tuner, record, SCREEN):
             step["decision"] = "rejected"
@@ -193,7 +195,8 @@ def _refine(tuner: Tuner, config: WorkloadConfig, winner: Measured, steps: list[
     """Step 5: the winner's technique option variants, then the other selected batch sizes, in full."""
     for technique in winner[0].techniques:
         current = {**tuner.spec.technique_options.get(technique, {}), **winner[0].overrides.get(technique, {})}
-        for option, value in space.option_choices(tuner.plan.registry, technique, current):
+        declared = tuner.spec.tune_choices.get(technique)
+        for option, value in space.option_choices(tuner.plan.registry, technique, current, declared):
             overrides = {**winner[0].overrides, technique: {**winner[0].overrides.get(technique, {}), option: value}}
             variant = dataclasses.replace(winner[0], overrides=overrides)
             record = tuner.run(config, variant, FULL)
@@ -279,7 +282,7 @@ def _tune_one(tuner: Tuner, config: WorkloadConfig) -> dict[str, Any]:
     if fp32 is None or fp32["status"] != Status.PASSED:
         result["reason"] = f"the FP32 cell did not pass ({_reason(fp32) or (fp32 or {}).get('status')})"
         return result
-    screened = _screen(tuner, config, bs, steps)
+    screened = _screen(tuner, config, (fp32_candidate, fp32), steps)
     winner = _finals(tuner, config, screened, (fp32_candidate, fp32), steps)
     if winner is None:
         result["reason"] = "no candidate was trustworthy (not even FP32: see its noise)"

@@ -106,6 +106,7 @@ class Candidate:
             baseline=FP32,
             include=(),
             exclude=(),
+            tune_choices={},  # checked with the suite; a candidate's own combinations need not use them
         )
         for cell in matrix.expand(derived, catalog, device):
             if cell.combination == cid and cell.axes == dict(config.axes):
@@ -146,9 +147,15 @@ def technique_pool(spec: SuiteSpec, catalog: matrix.Catalog) -> tuple[str, ...]:
     return tuple(seen)
 
 
-def option_choices(catalog: matrix.Catalog, technique: str, current: Mapping[str, Any]) -> list[tuple[str, Any]]:
-    """(option, value) pairs to try instead of ``current`` for ``technique``: its ``Literal``-typed options
-    and :data:`KNOWN_CHOICES` (flags are left alone: each variant is a full measurement)."""
+def option_choices(
+    catalog: matrix.Catalog,
+    technique: str,
+    current: Mapping[str, Any],
+    declared: Mapping[str, Sequence[Any]] | None = None,
+) -> list[tuple[str, Any]]:
+    """(option, value) pairs to try instead of ``current`` for ``technique``: its ``Literal``-typed options,
+    :data:`KNOWN_CHOICES`, and the suite's ``[tune.TECHNIQUE]`` table (``declared``), which replaces the
+    values of the options it names (flags are left alone unless declared: each variant is a full measurement)."""
     record = catalog.techniques[technique]
     choices: dict[str, tuple[Any, ...]] = {}
     options_type = getattr(record, "options", None)
@@ -160,6 +167,8 @@ def option_choices(catalog: matrix.Catalog, technique: str, current: Mapping[str
                 choices[f.name] = typing.get_args(hint)
     for name, values in KNOWN_CHOICES.get(technique, {}).items():
         choices[name] = values
+    for name, tried in (declared or {}).items():
+        choices[name] = tuple(tried)
     out = []
     for name, values in choices.items():
         for value in values:

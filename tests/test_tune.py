@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tomllib
 from pathlib import Path
@@ -241,6 +242,41 @@ def test_declared_choices_are_measured_against_the_winner(tmp_path: Path) -> Non
     # FP32 is measured once, in full, and that record is also its starting point.
     assert [r["combination"] for r in results.load(config.output)["cells"]].count("fp32") == 1
     assert next(s for s in toy["steps"] if s["phase"] == "start")["combination"] == "fp32"
+
+
+class TieWorker(FakeWorker):
+    """fp16 is 0.5% faster than bf16 with the same companions: within noise, so bf16 must win."""
+
+    def __call__(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
+        record = super().__call__(cell, spec, timeout)
+        names = {t for t, _ in cell.techniques}
+        speed = (1.0 + 0.5 * len(names)) * (1.005 if "amp-fp16" in names else 1.0)
+        median = 0.01 / speed
+        record["metrics"] = {"step_time": _step_time(median), "throughput": cell.batch_size / median}
+        return record
+
+
+def test_between_figures_within_noise_bf16_wins_and_resume_keeps_the_best_so_far(tmp_path: Path) -> None:
+    (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra=""), encoding="utf-8")
+    plan = session.plan(tmp_path / "s.toml")
+    fake = TieWorker(plan.registry, 1.0)
+    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
+    (toy,) = tune(plan, config, lambda line: None, measure=fake)["workloads"]
+    finals = {s["combination"]: s["throughput"] for s in toy["steps"] if s["phase"] == "final"}
+    assert finals["amp-fp16+fused-optimizer"] > finals["amp-bf16+fused-optimizer"]  # fp16 was (slightly) faster...
+    assert toy["winner"]["combination"] == "amp-bf16+fused-optimizer"  # ...and bf16 won: no loss scale to collapse
+    # --resume after the last ablation row was lost: only that row is measured again, and the records
+    # taken from the file count for "best so far" as fresh ones do.
+    doc = results.load(config.output)
+    last = toy["ablation"][-1]["cell_id"]
+    doc["cells"] = [r for r in doc["cells"] if r["id"] != last]
+    doc["integrity"] = {"sha256": results.store.checksum(doc)}
+    config.output.write_text(json.dumps(doc), encoding="utf-8")
+    lines: list[str] = []
+    tune(plan, dataclasses.replace(config, resume=True), lines.append, measure=fake)
+    (line,) = [line for line in lines if "best so far" in line or "no trusted" in line]
+    assert f"{last.split('/')[1]}/bs64 (ablation)" in line
+    assert line.endswith(f"best so far amp-fp16+fused-optimizer/bs64 {finals['amp-fp16+fused-optimizer']:,.0f} samples/s")
 
 
 class DtypeWorker(FakeWorker):

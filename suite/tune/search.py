@@ -10,7 +10,8 @@ Per workload configuration (see docs/tune.md):
    noise and its numerics are healthy, repeat until no addition helps; one
    path from the fastest start, then one from each other healthy AMP dtype;
 4. finalists (the paths' ends, then the best screened candidates) measured in full; the winner is
-   the fastest trustworthy one, the simplest when others are not clearly faster;
+   the fastest trustworthy one, the simplest (then the one without a loss scale) when others are
+   not clearly faster;
 5. technique option variants and the other selected batch sizes, measured in
    full against the winner (another batch size gets its own FP32 cell first);
 6. the ablation: FP32, TF32 (when the suite declares it), the winner and the
@@ -156,13 +157,18 @@ def _screen(
     return healthy, ends
 
 
+LOSS_SCALED = "amp-fp16"
+"""The AMP dtype whose training needs a loss scale, which can collapse (issue 15's 7,259 img/s ResNet-50
+cell went non-finite at step 3): between figures within noise of each other, the recipe without it wins."""
+
+
 def _choose(measured: Sequence[Measured]) -> Measured | None:
-    """The fastest; then the one with the fewest techniques among those it is not clearly faster than."""
+    """The fastest; then, among those it is not clearly faster than, the fewest techniques, then bf16 over fp16."""
     if not measured:
         return None
     fastest = max(measured, key=lambda m: _value(m[1]))
     close = [m for m in measured if not _gain_over(fastest[1], m[1])]
-    return min(close, key=lambda m: (len(m[0].techniques), -_value(m[1])))
+    return min(close, key=lambda m: (len(m[0].techniques), LOSS_SCALED in m[0].techniques, -_value(m[1])))
 
 
 def _finals(

@@ -108,6 +108,7 @@ class Tuner:
         if phase == SCREEN:
             cell, spec = dataclasses.replace(cell, id=f"{cell.id}/screen"), self.screen_spec
         if cell.id in self.kept:
+            self._consider(config, candidate, phase, self.kept[cell.id])  # --resume: still the best so far
             return self.kept[cell.id]
         if cell.skip_reason:
             record = runner.base_record(cell, self.plan.registry)
@@ -147,13 +148,18 @@ class Tuner:
             return numerics_reason(record, self.writer.doc)
         return untrusted_reason(record, self.writer.doc)
 
-    def _report(self, config: WorkloadConfig, candidate: Candidate, phase: str, record: dict[str, Any]) -> None:
+    def _consider(self, config: WorkloadConfig, candidate: Candidate, phase: str, record: dict[str, Any]) -> None:
+        """Remember ``record`` as the best so far when it is a trusted full measurement faster than the last."""
         value = analysis.throughput(as_record(record))
-        why = self.untrusted(record, phase)
-        if value is not None and why is None and phase != SCREEN:
+        if value is not None and phase != SCREEN and self.untrusted(record, phase) is None:
             current = self.best.get(config.key)
             if current is None or value > current[1]:
                 self.best[config.key] = (f"{candidate.combination}/bs{candidate.batch_size}", value)
+
+    def _report(self, config: WorkloadConfig, candidate: Candidate, phase: str, record: dict[str, Any]) -> None:
+        self._consider(config, candidate, phase, record)
+        value = analysis.throughput(as_record(record))
+        why = self.untrusted(record, phase)
         figure = f"{value:,.0f} {config.unit}/s" if value is not None else str(record["status"])
         best = self.best.get(config.key)
         best_text = f"best so far {best[0]} {best[1]:,.0f} {config.unit}/s" if best else "no trusted figure yet"

@@ -130,12 +130,21 @@ def cmd_tune(args: argparse.Namespace) -> ExitCode:
         timeout=args.timeout,
         argv=sys.argv,
     )
+
+    def write_outputs(summary: dict[str, Any]) -> Path:
+        recipe = recipe_toml(summary)
+        (out_dir / "recipe.toml").write_text(recipe, encoding="utf-8")
+        (out_dir / "tune.md").write_text(tune_markdown(summary), encoding="utf-8")
+        print(recipe, end="")
+        return render_tune_page(summary, out_dir)
+
     with results.locked(config.output, wait=False):
-        summary = tune(p, config, lambda line: print(line, flush=True))
-    recipe = recipe_toml(summary)
-    (out_dir / "recipe.toml").write_text(recipe, encoding="utf-8")
-    (out_dir / "tune.md").write_text(tune_markdown(summary), encoding="utf-8")
-    page = render_tune_page(summary, out_dir)
-    print(recipe, end="")
+        try:
+            summary = tune(p, config, lambda line: print(line, flush=True))
+        except KeyboardInterrupt:
+            # The results file holds the summary so far: the outputs beside it must not be an older run's.
+            write_outputs(results.load(config.output)["run"]["tune"])
+            raise
+    page = write_outputs(summary)
     print(f"results: {config.output}\nrecipe: {out_dir / 'recipe.toml'}\npage: {page}")
     return ExitCode.OK if all(w.get("winner") for w in summary["workloads"]) else ExitCode.CELLS_FAILED

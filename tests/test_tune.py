@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 
 from suite import results
+from suite import tune as tune_module
 from suite.cli import main
+from suite.contract.errors import ExitCode
 from suite.contract.wire import Cell, Status
 from suite.host import session
 from suite.host.manager import PluginSettings
@@ -276,7 +278,9 @@ def test_between_figures_within_noise_bf16_wins_and_resume_keeps_the_best_so_far
     tune(plan, dataclasses.replace(config, resume=True), lines.append, measure=fake)
     (line,) = [line for line in lines if "best so far" in line or "no trusted" in line]
     assert f"{last.split('/')[1]}/bs64 (ablation)" in line
-    assert line.endswith(f"best so far amp-fp16+fused-optimizer/bs64 {finals['amp-fp16+fused-optimizer']:,.0f} samples/s")
+    assert line.endswith(
+        f"best so far amp-fp16+fused-optimizer/bs64 {finals['amp-fp16+fused-optimizer']:,.0f} samples/s"
+    )
 
 
 class DtypeWorker(FakeWorker):
@@ -309,3 +313,62 @@ def test_the_search_follows_each_amp_dtype_not_only_the_faster_eager_one(tmp_pat
     assert greedy.index("amp-fp16+fused-optimizer") < greedy.index("amp-bf16+fused-optimizer")  # fp16's path first
     finals = {s["combination"] for s in toy["steps"] if s["phase"] == "final"}
     assert {"amp-fp16+fused-optimizer", "amp-bf16+fused-optimizer"} <= finals  # both paths' ends in full
+
+
+class InterruptingWorker(FakeWorker):
+    """Ctrl-C during the ``n``-th ablation cell (the worker's record says ``interrupted``, as run_record's does)."""
+
+    def __init__(self, registry: Any, cost: float, n: int) -> None:
+        super().__init__(registry, cost)
+        self.n = n
+        self.ablation = 0
+
+    def __call__(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
+        record = super().__call__(cell, spec, timeout)
+        if self.ablation_phase:
+            self.ablation += 1
+            if self.ablation == self.n:
+                record.update(status=Status.INTERRUPTED, evidence={"reason": "interrupted"}, metrics={})
+        return record
+
+    ablation_phase = False
+
+
+def test_an_interrupted_tune_keeps_its_search_and_writes_outputs_of_this_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    suite = tmp_path / "suite.toml"
+    suite.write_text(TOY_SUITE.format(extra=""), encoding="utf-8")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "tune.md").write_text("an older run's page\n", encoding="utf-8")
+    real_tune = tune_module.search.tune
+    workers: list[InterruptingWorker] = []
+
+    def fake_tune(plan: Any, config: TuneConfig, progress: Any) -> dict[str, Any]:
+        worker = InterruptingWorker(plan.registry, 1.0, 2)
+        workers.append(worker)
+        real_ablation = tune_module.search._ablation
+
+        def ablation(*args: Any) -> None:
+            worker.ablation_phase = True
+            real_ablation(*args)
+
+        monkeypatch.setattr(tune_module.search, "_ablation", ablation)
+        return real_tune(plan, dataclasses.replace(config, clock=worker.clock), progress, measure=worker)
+
+    monkeypatch.setattr(tune_module, "tune", fake_tune)
+    code = main(["tune", str(suite), "--budget", "600s", "--report-dir", str(out)])
+    assert code == int(ExitCode.INTERRUPTED), capsys.readouterr()
+    summary = results.load(out / "results.json")["run"]["tune"]
+    assert summary["interrupted"] is True
+    (toy,) = summary["workloads"]
+    assert toy["winner"] is not None and toy["steps"]  # the search so far is kept...
+    statuses = [row["status"] for row in toy["ablation"]]
+    # ...with the ablation rows measured before the interruption, then the rest marked for --resume.
+    assert statuses[0] == Status.PASSED and "interrupted" in statuses[1:]
+    assert all(s in (Status.PASSED, "interrupted") for s in statuses)
+    md = (out / "tune.md").read_text(encoding="utf-8")
+    assert md.startswith("# ampsuite tune") and "**Interrupted**" in md  # not the older run's page
+    assert "Interrupted:" in (out / "tune.html").read_text(encoding="utf-8")
+    assert "# interrupted" in (out / "recipe.toml").read_text(encoding="utf-8")

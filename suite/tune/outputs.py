@@ -29,6 +29,8 @@ def recipe_toml(summary: Mapping[str, Any]) -> str:
     different values of one option, the first one's is written and a comment says so.
     """
     lines = [f"# ampsuite tune on {summary.get('device')}: the fastest trustworthy recipe per workload"]
+    if summary.get("interrupted"):
+        lines.append("# interrupted: the search so far (`ampsuite tune --resume` measures the rest)")
     if summary.get("base_techniques"):
         # Every candidate ran with them: the recipe holds in a suite with the same base.
         lines.append(f"# measured with [suite] base_techniques = {toml_value(summary['base_techniques'])}")
@@ -64,6 +66,9 @@ def recipe_toml(summary: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+INTERRUPTED = "**Interrupted**: what follows is the search so far; `ampsuite tune --resume` measures the rest."
+
+
 def _num(value: Any, suffix: str = "") -> str:
     return "" if value is None else f"{value:,.1f}{suffix}"
 
@@ -87,6 +92,8 @@ def tune_markdown(summary: Mapping[str, Any]) -> str:
         + (f", {summary['refused_cells']} not started (budget spent)" if summary.get("refused_cells") else "")
         + ".",
     ]
+    if summary.get("interrupted"):
+        out += ["", INTERRUPTED]
     for w in summary.get("workloads") or []:
         winner = w.get("winner")
         out += ["", f"## {w['key']}", ""]

@@ -229,8 +229,8 @@ def _refine(tuner: Tuner, config: WorkloadConfig, winner: Measured, steps: list[
     return winner
 
 
-def _ablation(tuner: Tuner, config: WorkloadConfig, winner: Measured) -> list[dict[str, Any]]:
-    """Step 6: FP32, TF32 (when declared), the winner and the winner without each technique, in full."""
+def _ablation(tuner: Tuner, config: WorkloadConfig, winner: Measured, out: list[dict[str, Any]]) -> None:
+    """Step 6: FP32, TF32 (when declared), the winner and the winner without each technique, in full (into ``out``)."""
     bs = winner[0].batch_size
     rows: list[tuple[str, Candidate, str | None]] = [("FP32", Candidate((), bs), None)]
     declared = {t for ts in tuner.spec.combinations.values() for t in ts}
@@ -241,10 +241,30 @@ def _ablation(tuner: Tuner, config: WorkloadConfig, winner: Measured) -> list[di
         rows += [(f"without {t}", winner[0].minus(t), t) for t in winner[0].techniques]
     elif winner[0].techniques:
         rows.append((f"without {winner[0].techniques[0]}", Candidate((), bs), winner[0].techniques[0]))
-    measured = []
-    for label, candidate, removed in rows:
-        record = winner[1] if candidate == winner[0] else tuner.run(config, candidate, "ablation")
-        measured.append((label, candidate, removed, record))
+    measured: list[tuple[str, Candidate, str | None, dict[str, Any] | None]] = []
+    try:
+        for label, candidate, removed in rows:
+            record = winner[1] if candidate == winner[0] else tuner.run(config, candidate, "ablation")
+            measured.append((label, candidate, removed, record))
+    except KeyboardInterrupt:
+        # The rows measured so far are the summary's; the others say --resume measures them.
+        measured += [(label, c, removed, None) for label, c, removed in rows[len(measured) :]]
+        out.extend(_ablation_rows(tuner, winner, measured, INTERRUPTED_ROW))
+        raise
+    out.extend(_ablation_rows(tuner, winner, measured, BUDGET_ROW))
+
+
+BUDGET_ROW = ("not started (budget)", "not measured: the budget was spent")
+INTERRUPTED_ROW = ("interrupted", "not measured: the run was interrupted (--resume measures it)")
+
+
+def _ablation_rows(
+    tuner: Tuner,
+    winner: Measured,
+    measured: list[tuple[str, Candidate, str | None, dict[str, Any] | None]],
+    unmeasured: tuple[str, str],
+) -> list[dict[str, Any]]:
+    """The ablation's rows; ``unmeasured`` is (status, reason) of a row without a record."""
     doc = tuner.writer.doc
     derived = analysis.derive(doc)
     win_value = analysis.throughput(as_record(winner[1]))
@@ -259,8 +279,8 @@ def _ablation(tuner: Tuner, config: WorkloadConfig, winner: Measured) -> list[di
                 "techniques": list(candidate.techniques),
                 "removed": removed,
                 "cell_id": None if record is None else record["id"],
-                "status": "not started (budget)" if record is None else str(record["status"]),
-                "reason": _reason(record),
+                "status": unmeasured[0] if record is None else str(record["status"]),
+                "reason": unmeasured[1] if record is None else _reason(record),
                 "throughput": value,
                 "speedup_vs_fp32": None if d is None else d.speedup_vs_fp32,
                 "speedup_vs_tf32": None if d is None else d.speedup_vs_tf32,
@@ -278,21 +298,21 @@ def _reason(record: dict[str, Any] | None) -> str | None:
     return evidence.get("reason") or evidence.get("message")
 
 
-def _tune_one(tuner: Tuner, config: WorkloadConfig) -> dict[str, Any]:
+def _tune_one(tuner: Tuner, config: WorkloadConfig, result: dict[str, Any]) -> None:
+    """The search for one workload configuration, filling ``result`` (already in the summary) as it goes."""
     bs = config.batch_sizes[0]
-    steps: list[dict[str, Any]] = []
-    result: dict[str, Any] = {"key": config.key, "unit": config.unit, "steps": steps, "winner": None, "ablation": []}
+    steps: list[dict[str, Any]] = result["steps"]
     fp32_candidate = Candidate((), bs)
     fp32 = tuner.run(config, fp32_candidate, FULL)
     _step(steps, tuner, "reference", fp32_candidate, fp32)["decision"] = "reference"
     if fp32 is None or fp32["status"] != Status.PASSED:
         result["reason"] = f"the FP32 cell did not pass ({_reason(fp32) or (fp32 or {}).get('status')})"
-        return result
+        return
     screened = _screen(tuner, config, (fp32_candidate, fp32), steps)
     winner = _finals(tuner, config, screened, (fp32_candidate, fp32), steps)
     if winner is None:
         result["reason"] = "no candidate was trustworthy (not even FP32: see its noise)"
-        return result
+        return
     winner = _refine(tuner, config, winner, steps)
     options = {
         t: {**tuner.spec.technique_options.get(t, {}), **winner[0].overrides.get(t, {})} for t in winner[0].techniques
@@ -309,8 +329,7 @@ def _tune_one(tuner: Tuner, config: WorkloadConfig) -> dict[str, Any]:
         "noise": analysis.noise(as_record(winner[1])),
         "speedup_vs_fp32": None if derived is None else derived.speedup_vs_fp32,
     }
-    result["ablation"] = _ablation(tuner, config, winner)
-    return result
+    _ablation(tuner, config, winner, result["ablation"])
 
 
 def tune(plan: Plan, config: TuneConfig, progress: Progress = print, measure: Measure | None = None) -> dict[str, Any]:
@@ -329,12 +348,27 @@ def tune(plan: Plan, config: TuneConfig, progress: Progress = print, measure: Me
         "screen_measure": dataclasses.asdict(tuner.screen_spec.measure),
         "finalists": config.finalists,
         "reserve_share": config.reserve_share,
+        "interrupted": False,
         "workloads": [],
     }
     try:
         with runner.sigterm_interrupts():
             for workload in space.workload_configs(plan.spec, plan.cells, units):
-                summary["workloads"].append(_tune_one(tuner, workload))
+                # In the summary before its search starts: an interrupted search keeps what it measured.
+                result: dict[str, Any] = {
+                    "key": workload.key,
+                    "unit": workload.unit,
+                    "steps": [],
+                    "winner": None,
+                    "ablation": [],
+                }
+                summary["workloads"].append(result)
+                _tune_one(tuner, workload, result)
+    except KeyboardInterrupt:
+        summary["interrupted"] = True
+        for w in summary["workloads"]:
+            w.setdefault("reason", "interrupted before a winner was chosen")
+        raise
     finally:
         summary["elapsed_seconds"] = tuner.budget.elapsed()
         summary["started_cells"] = tuner.started

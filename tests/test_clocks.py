@@ -138,6 +138,25 @@ def test_the_power_cap_alone_is_recorded_not_flagged(use_nvml) -> None:
     assert ctx.warnings == []
 
 
+def test_clocks_lowered_by_the_power_cap_are_noted_not_flagged(use_nvml) -> None:
+    # An H200 at its 700 W cap running compiled ViT-B/16: 1,830 MHz, dips to 1,545.
+    use_nvml(FakeNVML(sm=[1830, 1830, 1545, 1830], reasons=0x4))
+    ctx = _measure(_ctx(), 0.2)
+    assert ctx.warnings == [
+        "power-capped: the SM clock fell to 1545 MHz, 16% below 1830 MHz at up to 500 W (sw_power_cap) "
+        "during the timed steps"
+    ]
+    assert instability_warnings({"warnings": ctx.warnings}) == []  # the analysis keeps trusting the cell
+
+
+def test_a_drop_with_a_flagged_reason_beside_the_power_cap_is_throttling(use_nvml) -> None:
+    use_nvml(FakeNVML(sm=[1980, 1600], reasons=0x4 | 0x8))
+    ctx = _measure(_ctx())
+    assert ctx.warnings[0].startswith("clocks throttled: the SM clock fell to 1600 MHz")
+    assert "clocks throttled: hw_slowdown during the timed steps" in ctx.warnings
+    assert instability_warnings({"warnings": ctx.warnings}) == ctx.warnings
+
+
 def test_an_unsupported_quantity_is_none_and_the_rest_is_kept(use_nvml) -> None:
     use_nvml(FakeNVML(sm=[1980], power_mw=None))
     c = _measure(_ctx()).metrics["clocks"]

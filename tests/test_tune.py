@@ -372,3 +372,37 @@ def test_an_interrupted_tune_keeps_its_search_and_writes_outputs_of_this_run(
     assert md.startswith("# ampsuite tune") and "**Interrupted**" in md  # not the older run's page
     assert "Interrupted:" in (out / "tune.html").read_text(encoding="utf-8")
     assert "# interrupted" in (out / "recipe.toml").read_text(encoding="utf-8")
+
+
+class ClockWorker(FakeWorker):
+    """Cells with fused-optimizer are the fastest, and carry the clocks probe's ``warning``."""
+
+    def __init__(self, registry: Any, warning: str) -> None:
+        super().__init__(registry, 1.0)
+        self.warning = warning
+
+    def __call__(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
+        record = super().__call__(cell, spec, timeout)
+        if "fused-optimizer" in {t for t, _ in cell.techniques}:
+            record["warnings"] = [self.warning]
+        return record
+
+
+@pytest.mark.parametrize(
+    ("warning", "chosen"),
+    [
+        ("clocks throttled: sw_thermal_slowdown during the timed steps", False),
+        ("power-capped: the SM clock fell to 1545 MHz, 16% below 1830 MHz at up to 694 W (sw_power_cap)", True),
+    ],
+)
+def test_throttled_clocks_are_never_chosen_and_the_power_cap_is_no_throttling(
+    tmp_path: Path, warning: str, chosen: bool
+) -> None:
+    (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra=""), encoding="utf-8")
+    plan = session.plan(tmp_path / "s.toml")
+    fake = ClockWorker(plan.registry, warning)
+    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
+    (toy,) = tune(plan, config, lambda line: None, measure=fake)["workloads"]
+    assert ("fused-optimizer" in toy["winner"]["techniques"]) is chosen
+    finals = [s for s in toy["steps"] if s["phase"] == "final" and "fused-optimizer" in s["combination"]]
+    assert finals and all((s["untrusted"] is None) is chosen for s in finals)

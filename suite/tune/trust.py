@@ -4,7 +4,9 @@ The numerics rules are :func:`suite.analysis.numerics_reason`, the report's. Tun
 the report's "best" in two deliberate ways: it requires the FP32 reference (it measured it),
 and it does not require the report's wider "unstable" flag (an interquartile range over 10% of
 the median), since on a shared CPU nearly every cell carries it and the noise of the median,
-which the stopping rule targets, already prices the spread in.
+which the stopping rule targets, already prices the spread in. Throttled clocks (a thermal or
+hardware slowdown, or a clock drop the power cap does not explain: see plugins/probes/clocks.py)
+it does refuse, as the report does: such a figure measures the cooling, not the recipe.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ def numerics_reason(record: Record, doc: Doc) -> str | None:
 
 
 def untrusted_reason(record: Record, doc: Doc) -> str | None:
-    """Why ``record`` is not a trustworthy figure (None when it is): :func:`numerics_reason`, then its noise.
+    """Why ``record`` is not a trustworthy figure (None when it is): :func:`numerics_reason`, its noise, then
+    throttled clocks.
 
     The noise of the median (the relative standard error the stopping rule uses)
     must be within the run's ``noise_target``. The report's wider "unstable"
@@ -66,4 +69,5 @@ def untrusted_reason(record: Record, doc: Doc) -> str | None:
         return "no noise estimate"
     if own > target:
         return f"noise {own:.2%} above target {target:.2%}"
-    return None
+    throttled = [w for w in analysis.instability_warnings(as_record(record)) if "throttl" in w.lower()]
+    return throttled[0] if throttled else None

@@ -361,7 +361,7 @@ def test_an_interrupted_tune_keeps_its_search_and_writes_outputs_of_this_run(
     code = main(["tune", str(suite), "--budget", "600s", "--report-dir", str(out)])
     assert code == int(ExitCode.INTERRUPTED), capsys.readouterr()
     summary = results.load(out / "results.json")["run"]["tune"]
-    assert summary["interrupted"] is True
+    assert summary["incomplete"] is True
     (toy,) = summary["workloads"]
     assert toy["winner"] is not None and toy["steps"]  # the search so far is kept...
     statuses = [row["status"] for row in toy["ablation"]]

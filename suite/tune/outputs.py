@@ -29,7 +29,7 @@ def recipe_toml(summary: Mapping[str, Any]) -> str:
     different values of one option, the first one's is written and a comment says so.
     """
     lines = [f"# ampsuite tune on {summary.get('device')}: the fastest trustworthy recipe per workload"]
-    if summary.get("interrupted"):
+    if summary.get("incomplete"):
         lines.append("# interrupted: the search so far (`ampsuite tune --resume` measures the rest)")
     if summary.get("base_techniques"):
         # Every candidate ran with them: the recipe holds in a suite with the same base.
@@ -92,7 +92,7 @@ def tune_markdown(summary: Mapping[str, Any]) -> str:
         + (f", {summary['refused_cells']} not started (budget spent)" if summary.get("refused_cells") else "")
         + ".",
     ]
-    if summary.get("interrupted"):
+    if summary.get("incomplete"):
         out += ["", INTERRUPTED]
     for w in summary.get("workloads") or []:
         winner = w.get("winner")

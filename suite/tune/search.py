@@ -255,7 +255,7 @@ def _ablation(tuner: Tuner, config: WorkloadConfig, winner: Measured, out: list[
 
 
 BUDGET_ROW = ("not started (budget)", "not measured: the budget was spent")
-INTERRUPTED_ROW = ("interrupted", "not measured: the run was interrupted (--resume measures it)")
+INTERRUPTED_ROW = (str(Status.INTERRUPTED), "not measured: the run was interrupted (--resume measures it)")
 
 
 def _ablation_rows(
@@ -348,7 +348,7 @@ def tune(plan: Plan, config: TuneConfig, progress: Progress = print, measure: Me
         "screen_measure": dataclasses.asdict(tuner.screen_spec.measure),
         "finalists": config.finalists,
         "reserve_share": config.reserve_share,
-        "interrupted": False,
+        "incomplete": False,
         "workloads": [],
     }
     try:
@@ -365,7 +365,7 @@ def tune(plan: Plan, config: TuneConfig, progress: Progress = print, measure: Me
                 summary["workloads"].append(result)
                 _tune_one(tuner, workload, result)
     except KeyboardInterrupt:
-        summary["interrupted"] = True
+        summary["incomplete"] = True  # interrupted
         for w in summary["workloads"]:
             w.setdefault("reason", "interrupted before a winner was chosen")
         raise

@@ -173,6 +173,31 @@ class Bar:
     tone: str = "normal"
 
 
+def _shorten(label: str) -> str:
+    """A bar's label cut to the 32 characters the left margin holds (the whole one is in its tooltip)."""
+    return label if len(label) <= 32 else label[:31] + "\u2026"
+
+
+def _value_axis(
+    ticks: Sequence[float],
+    x: Callable[[float], float],
+    top: float,
+    bottom: float,
+    middle: float,
+    unit: str,
+    tick_fmt: Formatter,
+) -> str:
+    """The horizontal bar charts' value axis: a grid line and a label per tick, the unit centred below."""
+    out = ['<g class="axis" font-size="11" fill="#4b5563">']
+    for t in ticks:
+        out.append(f'<line x1="{x(t):.1f}" x2="{x(t):.1f}" y1="{top}" y2="{bottom}" class="grid"/>')
+        out.append(f'<text x="{x(t):.1f}" y="{bottom + 14}" text-anchor="middle">{_e(tick_fmt(t))}</text>')
+    if unit:
+        out.append(f'<text x="{middle:.1f}" y="{bottom + 30}" text-anchor="middle" class="label">{_e(unit)}</text>')
+    out.append("</g>")
+    return "".join(out)
+
+
 def bar_chart(
     bars: Sequence[Bar],
     *,
@@ -202,20 +227,12 @@ def bar_chart(
 
     out = [_svg_open(width, height, title)]
     bottom = top + row * len(shown)
-    out.append('<g class="axis" font-size="11" fill="#4b5563">')
-    for t in ticks:
-        out.append(f'<line x1="{x(t):.1f}" x2="{x(t):.1f}" y1="{top}" y2="{bottom}" class="grid"/>')
-        out.append(f'<text x="{x(t):.1f}" y="{bottom + 14}" text-anchor="middle">{_e(tick_fmt(t))}</text>')
-    if unit:
-        out.append(
-            f'<text x="{left + plot_w / 2:.1f}" y="{bottom + 30}" text-anchor="middle" class="label">{_e(unit)}</text>'
-        )
-    out.append("</g>")
+    out.append(_value_axis(ticks, x, top, bottom, left + plot_w / 2, unit, tick_fmt))
     for i, b in enumerate(shown):
         y0 = top + i * row
         x0, x1 = sorted((x(0.0), x(b.value)))
         color = TONES.get(b.tone, TONES["normal"])
-        label = b.label if len(b.label) <= 32 else b.label[:31] + "\u2026"
+        label = _shorten(b.label)
         tip = f"{b.tooltip or b.label}: {exact(b.value)} {unit}".rstrip()
         out.append(
             f'<text x="{left - 8}" y="{y0 + 16}" text-anchor="end" font-size="12">{_e(label)}{_title(b.label)}</text>'
@@ -273,18 +290,10 @@ def grouped_bar_chart(
         return left + plot_w * v / span
 
     out = [_svg_open(width, height, title)]
-    out.append('<g class="axis" font-size="11" fill="#4b5563">')
-    for t in ticks:
-        out.append(f'<line x1="{x(t):.1f}" x2="{x(t):.1f}" y1="{top}" y2="{bottom}" class="grid"/>')
-        out.append(f'<text x="{x(t):.1f}" y="{bottom + 14}" text-anchor="middle">{_e(tick_fmt(t))}</text>')
-    if unit:
-        out.append(
-            f'<text x="{left + plot_w / 2:.1f}" y="{bottom + 30}" text-anchor="middle" class="label">{_e(unit)}</text>'
-        )
-    out.append("</g>")
+    out.append(_value_axis(ticks, x, top, bottom, left + plot_w / 2, unit, tick_fmt))
     for i, category in enumerate(shown):
         y0 = top + i * band
-        label = category if len(category) <= 32 else category[:31] + "\u2026"
+        label = _shorten(category)
         out.append(
             f'<text x="{left - 8}" y="{y0 + (band - gap) / 2 + 4:.1f}" text-anchor="end" font-size="12">'
             f"{_e(label)}{_title(category)}</text>"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import textwrap
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -130,3 +131,14 @@ class QuietObserver:
 @pytest.fixture
 def observer() -> QuietObserver:
     return QuietObserver()
+
+
+def wait_for(predicate: Callable[[], Any], seconds: float, what: str) -> Any:
+    """Poll ``predicate`` until it returns something truthy (returned), or fail after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {seconds} s waiting for {what}")

@@ -14,8 +14,7 @@ import pickle
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -27,6 +26,7 @@ from suite.contract.errors import ExitCode, SuiteFileError, UsageError
 from suite.contract.wire import Status
 from suite.host import executors
 from suite.spec.suitefile import loads
+from tests.conftest import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -101,16 +101,6 @@ def _finished(path: Path) -> dict[str, dict[str, Any]]:
     except (FileNotFoundError, json.JSONDecodeError):
         return {}
     return {r["id"]: r for r in doc["cells"] if r["status"] in results.TERMINAL}
-
-
-def _wait_for(predicate: Callable[[], Any], seconds: float, what: str) -> Any:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {seconds} s waiting for {what}")
 
 
 def _descendants(pid: int) -> list[int]:
@@ -188,22 +178,22 @@ def test_killed_job_interrupted_parent_and_resume(tmp_path: Path, write_suite, c
     suite_path = write_suite(_suite(combos, _slurm_local(jobs), '[techniques.inject-fault]\nkind = "hang"\n'))
     out = tmp_path / "results.json"
     with _parent(str(suite_path), "-o", str(out), cwd=tmp_path) as proc:
-        killed = _wait_for(lambda: _job_of(jobs, "toy/killed/bs8"), 60, "the job of the first cell")
-        _wait_for(lambda: _cell_worker_running(killed), 60, "the first cell's worker")
+        killed = wait_for(lambda: _job_of(jobs, "toy/killed/bs8"), 60, "the job of the first cell")
+        wait_for(lambda: _cell_worker_running(killed), 60, "the first cell's worker")
         # One host: one job at a time, so cells are not measured side by side.
         assert not _job_of(jobs, "toy/stopped/bs8")
         for pid in [killed, *_descendants(killed)]:  # the scheduler kills a job: node failure, scancel -s KILL
             os.kill(pid, signal.SIGKILL)
-        _wait_for(lambda: "toy/killed/bs8" in _finished(out), 30, "the killed job's record")
-        stopped = _wait_for(lambda: _job_of(jobs, "toy/stopped/bs8"), 30, "the job of the second cell")
-        _wait_for(lambda: _cell_worker_running(stopped), 60, "the second cell's worker")
+        wait_for(lambda: "toy/killed/bs8" in _finished(out), 30, "the killed job's record")
+        stopped = wait_for(lambda: _job_of(jobs, "toy/stopped/bs8"), 30, "the job of the second cell")
+        wait_for(lambda: _cell_worker_running(stopped), 60, "the second cell's worker")
         family = _descendants(proc.pid)
         os.kill(proc.pid, signal.SIGTERM)  # the parent alone: it must cancel its jobs itself
         stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == ExitCode.INTERRUPTED, stderr
     assert "Traceback" not in stderr
     assert "1 crashed, 1 interrupted" in stdout  # the summary is still printed
-    _wait_for(lambda: not any(_alive(p) for p in family), 30, "the cancelled job to end")
+    wait_for(lambda: not any(_alive(p) for p in family), 30, "the cancelled job to end")
 
     doc = results.load(out)
     cells = {r["id"]: r for r in doc["cells"]}
@@ -250,11 +240,11 @@ def test_a_killed_parent_s_job_is_reattached_by_resume(tmp_path: Path, write_sui
     out = tmp_path / "results.json"
     cell = "toy/slow/bs8"
     with _parent(str(suite_path), "-o", str(out), cwd=tmp_path) as proc:
-        job = _wait_for(lambda: _job_of(jobs, cell), 60, "the cell's job")
-        remembered = _wait_for(lambda: _remembered(out).get(cell), 30, "the job in the results file")
+        job = wait_for(lambda: _job_of(jobs, cell), 60, "the cell's job")
+        remembered = wait_for(lambda: _remembered(out).get(cell), 30, "the job in the results file")
         assert remembered["job_id"] == str(job) and remembered["cluster"] == "local"
         assert remembered["folder"] == str(jobs / str(job)) and remembered["tasks"] == 1
-        _wait_for(lambda: _cell_worker_running(job), 60, "the cell's worker")
+        wait_for(lambda: _cell_worker_running(job), 60, "the cell's worker")
         os.kill(proc.pid, signal.SIGKILL)  # the parent alone, with no chance to cancel anything
         proc.wait(30)
     assert _alive(job) and cell not in _finished(out)  # the job outlives its parent

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from suite.contract.errors import ExitCode
 from suite.host import session
 from suite.run import runner
 from suite.run.runner import RunConfig
+from tests.conftest import wait_for
 
 HANG_TIMEOUT = 10.0
 
@@ -129,16 +130,6 @@ def _wait_gone(pids: list[int], seconds: float = 20.0) -> list[int]:
             return []
         time.sleep(0.1)
     return [p for p in pids if _alive(p)]
-
-
-def _wait_for(predicate: Callable[[], Any], seconds: float, what: str) -> Any:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {seconds} s waiting for {what}")
 
 
 def _finished_records(path: Path) -> list[dict[str, Any]]:
@@ -608,7 +599,7 @@ def test_sigkill_keeps_finished_records_and_resume_completes(tmp_path: Path, wri
     suite_path = write_suite(SLOW_SUITE)
     out = tmp_path / "results.json"
     with _reaped(_start(suite_path, out)) as proc:
-        _wait_for(lambda: _finished_records(out), 240, "a finished record")
+        wait_for(lambda: _finished_records(out), 240, "a finished record")
         before = _finished_records(out)
         family = _descendants(proc.pid)
         os.kill(proc.pid, signal.SIGKILL)
@@ -647,7 +638,7 @@ def test_sigint_interrupts_records_the_rest_and_resume_reruns_only_them(tmp_path
                 return False
             return bool(grandchildren - first_workers)
 
-        _wait_for(second_cell_running, 240, "the second cell's worker")
+        wait_for(second_cell_running, 240, "the second cell's worker")
         family = _descendants(proc.pid)
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
         stdout, stderr = proc.communicate(timeout=60)

@@ -139,7 +139,7 @@ def _stats(values: list[float], *names: str) -> dict[str, float] | None:
 
 def summarize(samples: list[Sample]) -> tuple[dict[str, Any], list[str]]:
     """The ``metrics["clocks"]`` summary of a list of samples, and the warnings it calls for."""
-    sm = _series(samples, "sm_mhz")
+    sm, power = _series(samples, "sm_mhz"), _series(samples, "power_w")
     seen = 0
     for s in samples:
         if s.get("reasons") is not None:
@@ -150,7 +150,7 @@ def summarize(samples: list[Sample]) -> tuple[dict[str, Any], list[str]]:
         "interval_seconds": SAMPLE_SECONDS,
         "sm_mhz": _stats(sm, "start", "min", "median", "end"),
         "mem_mhz": _stats(_series(samples, "mem_mhz"), "start", "min", "median", "end"),
-        "power_w": _stats(_series(samples, "power_w"), "start", "median", "max", "end"),
+        "power_w": _stats(power, "start", "median", "max", "end"),
         "temp_c": _stats(_series(samples, "temp_c"), "start", "max", "end"),
         "throttle_reasons": reasons,
     }
@@ -163,7 +163,6 @@ def summarize(samples: list[Sample]) -> tuple[dict[str, Any], list[str]]:
             if POWER_CAP in reasons and not flagged:
                 # The sustained speed at the power limit (module docstring): noted in words the analysis's
                 # instability rule does not match.
-                power = _series(samples, "power_w")
                 watts = f" at up to {max(power):.0f} W" if power else ""
                 warnings.append(f"power-capped: {fell}{watts} (sw_power_cap) during the timed steps")
             else:

@@ -148,18 +148,21 @@ class Tuner:
             return numerics_reason(record, self.writer.doc)
         return untrusted_reason(record, self.writer.doc)
 
-    def _consider(self, config: WorkloadConfig, candidate: Candidate, phase: str, record: dict[str, Any]) -> None:
-        """Remember ``record`` as the best so far when it is a trusted full measurement faster than the last."""
+    def _consider(
+        self, config: WorkloadConfig, candidate: Candidate, phase: str, record: dict[str, Any]
+    ) -> tuple[float | None, str | None]:
+        """Remember ``record`` as the best so far when it is a trusted full measurement faster than the last;
+        its (throughput, why it is not trusted)."""
         value = analysis.throughput(as_record(record))
-        if value is not None and phase != SCREEN and self.untrusted(record, phase) is None:
+        why = self.untrusted(record, phase)
+        if value is not None and phase != SCREEN and why is None:
             current = self.best.get(config.key)
             if current is None or value > current[1]:
                 self.best[config.key] = (f"{candidate.combination}/bs{candidate.batch_size}", value)
+        return value, why
 
     def _report(self, config: WorkloadConfig, candidate: Candidate, phase: str, record: dict[str, Any]) -> None:
-        self._consider(config, candidate, phase, record)
-        value = analysis.throughput(as_record(record))
-        why = self.untrusted(record, phase)
+        value, why = self._consider(config, candidate, phase, record)
         figure = f"{value:,.0f} {config.unit}/s" if value is not None else str(record["status"])
         best = self.best.get(config.key)
         best_text = f"best so far {best[0]} {best[1]:,.0f} {config.unit}/s" if best else "no trusted figure yet"

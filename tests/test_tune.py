@@ -406,3 +406,80 @@ def test_throttled_clocks_are_never_chosen_and_the_power_cap_is_no_throttling(
     assert ("fused-optimizer" in toy["winner"]["techniques"]) is chosen
     finals = [s for s in toy["steps"] if s["phase"] == "final" and "fused-optimizer" in s["combination"]]
     assert finals and all((s["untrusted"] is None) is chosen for s in finals)
+
+
+class CoordinateWorker(FakeWorker):
+    """torch-compile's coordinate_descent is 5% faster: tune keeps it, and the ablation prices it."""
+
+    def __call__(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
+        record = super().__call__(cell, spec, timeout)
+        options = dict(cell.techniques)
+        tuned = bool(options.get("torch-compile", {}).get("coordinate_descent"))
+        median = 0.01 / (1.0 + 0.1 * len(options)) / (1.05 if tuned else 1.0)
+        record["metrics"] = {"step_time": _step_time(median), "throughput": cell.batch_size / median}
+        return record
+
+
+def test_an_option_value_tune_chose_has_its_own_ablation_row(tmp_path: Path) -> None:
+    extra = 'compiled = ["amp-bf16", "torch-compile"]\n[tune.torch-compile]\ncoordinate_descent = [true]'
+    (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra=extra), encoding="utf-8")
+    plan = session.plan(tmp_path / "s.toml")
+    fake = CoordinateWorker(plan.registry, 1.0)
+    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
+    (toy,) = tune(plan, config, lambda line: None, measure=fake)["workloads"]
+    assert toy["winner"]["combination"].endswith("@torch-compile.coordinate_descent=True")
+    rows = {row["label"]: row for row in toy["ablation"]}
+    row = rows["without torch-compile.coordinate_descent=True"]
+    assert row["removed"] == "torch-compile.coordinate_descent=True"
+    assert row["combination"] == toy["winner"]["combination"].split("@")[0]  # the winner before the option step
+    assert row["contribution"] == pytest.approx(0.05)
+    # Leaving a technique out drops its options with it; the other techniques' rows keep them.
+    assert "coordinate_descent" not in rows["without torch-compile"]["combination"]
+    assert rows["without amp-bf16"]["combination"].endswith("@torch-compile.coordinate_descent=True")
+
+
+class ThrottledOnceWorker(ClockWorker):
+    """Like ClockWorker, until ``cooled`` is set: then no cell carries the warning (``cut``: cells are interrupted)."""
+
+    cooled = False
+    cut = False
+    ids: list[str]
+
+    def __call__(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
+        record = super().__call__(cell, spec, timeout)
+        self.ids.append(cell.id)
+        if self.cooled:
+            record["warnings"] = []
+        if self.cut:
+            record.update(status=Status.INTERRUPTED, evidence={"reason": "interrupted"}, metrics={})
+        return record
+
+
+def test_resume_measures_a_throttled_record_again_and_keeps_it_when_cut_short(tmp_path: Path) -> None:
+    (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra=""), encoding="utf-8")
+    plan = session.plan(tmp_path / "s.toml")
+    fake = ThrottledOnceWorker(plan.registry, "clocks throttled: sw_thermal_slowdown during the timed steps")
+    fake.ids = []
+    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
+    (toy,) = tune(plan, config, lambda line: None, measure=fake)["workloads"]
+    assert "fused-optimizer" not in toy["winner"]["techniques"]
+    throttled = {r["id"] for r in results.load(config.output)["cells"] if r.get("warnings")}
+    assert {i for i in throttled if not i.endswith("/screen")}  # full records the search passed over
+
+    # Cut short: the throttled records are what the file keeps, and the run stops as Ctrl-C stops it.
+    fake.ids, fake.cut = [], True
+    before = {r["id"]: r for r in results.load(config.output)["cells"]}
+    with pytest.raises(KeyboardInterrupt):
+        tune(plan, dataclasses.replace(config, resume=True), lambda line: None, measure=fake)
+    assert len(fake.ids) == 1 and fake.ids[0] in throttled
+    assert results.load(config.output)["cells"] == list(before.values())
+
+    # Cooled down: each throttled full record is measured again (screens are not), and now the fastest wins.
+    fake.ids, fake.cut, fake.cooled = [], False, True
+    lines: list[str] = []
+    (toy,) = tune(plan, dataclasses.replace(config, resume=True), lines.append, measure=fake)["workloads"]
+    assert "fused-optimizer" in toy["winner"]["techniques"]
+    again = {i for i in fake.ids if i in throttled}
+    assert again == {i for i in throttled if not i.endswith("/screen")}
+    assert sum("measured again, the file's record says clocks throttled" in line for line in lines) == len(again)
+    assert not any(r.get("warnings") for r in results.load(config.output)["cells"] if r["id"] in again)

@@ -14,8 +14,9 @@ Per workload configuration (see docs/tune.md):
    not clearly faster;
 5. technique option variants and the other selected batch sizes, measured in
    full against the winner (another batch size gets its own FP32 cell first);
-6. the ablation: FP32, TF32 (when the suite declares it), the winner and the
-   winner without each of its techniques, measured in full.
+6. the ablation: FP32, TF32 (when the suite declares it), the winner, the
+   winner without each of its techniques and without each option value step 5
+   chose, measured in full.
 
 Each measurement is one cell through :func:`suite.run.runner.run_record`
 (``Tuner.measure``), written to the tune results file before the next starts.
@@ -241,6 +242,11 @@ def _ablation(tuner: Tuner, config: WorkloadConfig, winner: Measured, out: list[
         rows += [(f"without {t}", winner[0].minus(t), t) for t in winner[0].techniques]
     elif winner[0].techniques:
         rows.append((f"without {winner[0].techniques[0]}", Candidate((), bs), winner[0].techniques[0]))
+    # An option value the search chose is a step of the recipe too: its row is the winner with the suite's value.
+    for technique, options in sorted(winner[0].overrides.items()):
+        for option, value in sorted(options.items()):
+            setting = f"{technique}.{option}={value}"
+            rows.append((f"without {setting}", winner[0].without_option(technique, option), setting))
     measured: list[tuple[str, Candidate, str | None, dict[str, Any] | None]] = []
     try:
         for label, candidate, removed in rows:

@@ -90,6 +90,11 @@ class Candidate:
             self, techniques=tuple(t for t in self.techniques if t != technique), overrides=overrides
         )
 
+    def without_option(self, technique: str, option: str) -> Candidate:
+        """This candidate with the suite file's value of ``technique``'s ``option`` (its override dropped)."""
+        kept = {t: {k: v for k, v in o.items() if (t, k) != (technique, option)} for t, o in self.overrides.items()}
+        return dataclasses.replace(self, overrides={t: o for t, o in kept.items() if o})
+
     def cell(self, spec: SuiteSpec, catalog: matrix.Catalog, device: str, config: WorkloadConfig) -> Cell:
         """This candidate as the cell ``ampsuite run`` would build for it (skip reason set when pruned)."""
         cid = self.combination

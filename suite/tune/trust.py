@@ -17,7 +17,7 @@ from typing import Any, cast
 from suite import analysis
 from suite.contract import wire
 
-__all__ = ["as_record", "numerics_reason", "untrusted_reason"]
+__all__ = ["as_record", "numerics_reason", "throttled_reason", "untrusted_reason"]
 
 
 def as_record(record: Mapping[str, Any]) -> wire.Record:
@@ -69,5 +69,11 @@ def untrusted_reason(record: Record, doc: Doc) -> str | None:
         return "no noise estimate"
     if own > target:
         return f"noise {own:.2%} above target {target:.2%}"
+    return throttled_reason(record)
+
+
+def throttled_reason(record: Record) -> str | None:
+    """The clocks probe's "throttled" warning of ``record`` (None when its clocks held or only the power cap
+    lowered them): a figure of the cooling, not of the recipe, which ``--resume`` measures again."""
     throttled = [w for w in analysis.instability_warnings(as_record(record)) if "throttl" in w.lower()]
     return throttled[0] if throttled else None

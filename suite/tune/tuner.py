@@ -26,7 +26,7 @@ from suite.spec.suitefile import SuiteSpec
 from suite.tune import space
 from suite.tune.budget import Budget
 from suite.tune.space import Candidate, WorkloadConfig
-from suite.tune.trust import as_record, numerics_reason, untrusted_reason
+from suite.tune.trust import as_record, numerics_reason, throttled_reason, untrusted_reason
 
 __all__ = ["FULL", "SCREEN", "SCREENED_STEPS", "Measure", "Progress", "TuneConfig", "Tuner"]
 
@@ -79,6 +79,7 @@ class Tuner:
         self.run_config.resume = config.resume
         self.writer = runner.open_results(plan.spec, self.run_config, plan.device, plan.registry, old_ids)
         self.kept = {r["id"]: r for r in self.writer.doc["cells"]}
+        self.from_file = set(self.kept)  # records taken from the file and not measured again in this run
         self.logdir = Path(tempfile.mkdtemp(prefix="ampsuite-tune-"))
         self._ctx: BaseContext | None = None
         self.measure = measure or self._run_record
@@ -98,7 +99,8 @@ class Tuner:
     def run(self, config: WorkloadConfig, candidate: Candidate, phase: str) -> dict[str, Any] | None:
         """Measure ``candidate`` (``phase`` SCREEN or FULL): its record, or None when the budget does not allow it.
 
-        A record already in the file (``--resume``) is returned as it is; a pruned
+        A record already in the file (``--resume``) is returned as it is, unless its clocks were
+        throttled: then it is measured again, and kept when that measurement is cut short. A pruned
         candidate gets a skipped record without a worker.
 
         :raises KeyboardInterrupt: after writing the record, when Ctrl-C or SIGTERM interrupted the cell.
@@ -107,9 +109,14 @@ class Tuner:
         spec = self.spec
         if phase == SCREEN:
             cell, spec = dataclasses.replace(cell, id=f"{cell.id}/screen"), self.screen_spec
-        if cell.id in self.kept:
-            self._consider(config, candidate, phase, self.kept[cell.id])  # --resume: still the best so far
-            return self.kept[cell.id]
+        previous = self.kept.get(cell.id)
+        stale = self._stale(cell.id, phase)
+        if previous is not None and stale is None:
+            self._consider(config, candidate, phase, previous)  # --resume: still the best so far
+            return previous
+        if stale is not None:
+            name = f"{candidate.combination}/bs{candidate.batch_size}"
+            self._line(f"{config.key}: {name} ({phase}) measured again, the file's record says {stale}")
         if cell.skip_reason:
             record = runner.base_record(cell, self.plan.registry)
             record.update(status=Status.SKIPPED, evidence={"reason": cell.skip_reason})
@@ -121,11 +128,18 @@ class Tuner:
         if not self.budget.fits(estimate, reserve):
             self.budget.refused += 1
             self._line(f"{config.key}: {candidate.combination} not started: needs ~{estimate:.1f} s")
-            return None
+            return previous  # a stale record stays what the file has
         timeout = self.budget.timeout(self.cell_timeout)
         capped = timeout < self.cell_timeout
         self.started += 1
         record = self.measure(cell, spec, timeout)
+        cut = record["status"] == Status.INTERRUPTED or (record["status"] == Status.TIMEOUT and capped)
+        if cut and previous is not None:
+            # A measurement cut short does not replace the one it was to repeat: nothing measured is lost.
+            self._keep(previous)
+            if record["status"] == Status.INTERRUPTED:
+                raise KeyboardInterrupt(cell.id)
+            return previous
         if record["status"] == Status.TIMEOUT and capped:
             # Ended by the budget, not by the cell: --resume with more budget must run it again.
             record.update(status=Status.INTERRUPTED, evidence={"reason": f"budget spent after {timeout:.1f} s"})
@@ -140,7 +154,15 @@ class Tuner:
     def _keep(self, record: dict[str, Any]) -> dict[str, Any]:
         self.writer.add(record)
         self.kept[record["id"]] = record
+        self.from_file.discard(record["id"])
         return record
+
+    def _stale(self, cell_id: str, phase: str) -> str | None:
+        """Why the full record taken from the file (``--resume``) is measured again: throttled clocks measure
+        the cooling, not the recipe (screens count for their numerics only and are kept)."""
+        if phase == SCREEN or cell_id not in self.from_file:
+            return None
+        return throttled_reason(self.kept[cell_id])
 
     def untrusted(self, record: dict[str, Any], phase: str) -> str | None:
         """Screening figures are too short to meet the noise target: only their numerics count."""

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Session 6 on one nvidia-h200-x2 machine: GPU 0 tunes ResNet-50, GPU 1 ViT-B/16 then BERT-base, one
+# tune per GPU at a time; then each winner's selfcheck. Every step resumes: the same command in the
+# next device call goes on where this one stopped (tune --resume; a selfcheck with its JSON is done).
+#
+#   bash reports/h200/session6/run.sh SECONDS [PHASE]   # the time this call may use (the device's limit is 600 s)
+#
+# The results files started as copies of session 5's (ResNet-50, ViT-B/16) and session 4's (BERT-base):
+# their records are reused, and tune measures again every full record whose clocks were throttled.
+# Inductor's coordinate-descent block sizes (*.best_config) travel between calls in .gpu/kernels, so a
+# kernel tuned in one call is not tuned again on a fresh machine.
+set -u
+S=reports/h200/session6
+END=$(($(date +%s) + ${1:-540}))
+export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor PYTHONUNBUFFERED=1
+mkdir -p "$TORCHINDUCTOR_CACHE_DIR"
+[ -d .gpu/kernels ] && cp -r .gpu/kernels/. "$TORCHINDUCTOR_CACHE_DIR/"
+
+left() { echo $((END - $(date +%s))); }
+
+done_tune() { # results.json: every workload has a winner and a full ablation, and the run was not cut
+    python3 - "$1" <<'EOF'
+import json, sys
+try:
+    tune = json.load(open(sys.argv[1]))["run"]["tune"]
+except (OSError, KeyError, TypeError, ValueError):
+    sys.exit(1)
+rows = [r for w in tune["workloads"] for r in w.get("ablation") or []]
+ok = not tune.get("incomplete") and all(w.get("winner") for w in tune["workloads"]) and rows
+sys.exit(0 if ok and all(r["status"] not in ("interrupted", "not started (budget)") for r in rows) else 1)
+EOF
+}
+
+tune() { # GPU SUITE NAME
+    local out=$S/$3 budget=$(($(left) - 25))
+    [ -e "$out/finished" ] && return 0 # by a tune of this session (the copied files are finished too)
+    [ "$budget" -lt 60 ] && return 1
+    echo "== $(date -u +%T) tune $3 on GPU $1, budget ${budget}s" >>"$S/$3.log"
+    CUDA_VISIBLE_DEVICES=$1 timeout -s INT $((budget + 20)) \
+        ampsuite tune "$2" --budget "${budget}s" --resume --report-dir "$out" >>"$S/$3.log" 2>&1
+    done_tune "$out/results.json" && date -u +%FT%TZ >"$out/finished"
+}
+
+selfcheck() { # GPU NAME: the winner's selfcheck, unless its JSON already checks that winner
+    python3 - "$S/tune-$2/results.json" "$S/selfcheck-$2.json" <<'EOF' && return 0
+import json, sys
+try:
+    winners = {f"tuned {w['winner']['cell_id']}" for w in json.load(open(sys.argv[1]))["run"]["tune"]["workloads"]}
+    checked = {c["name"] for c in json.load(open(sys.argv[2]))["checks"]}
+except (OSError, KeyError, TypeError, ValueError):
+    sys.exit(1)
+sys.exit(0 if winners <= checked else 1)
+EOF
+    [ "$(left)" -lt 90 ] && return 1
+    echo "== $(date -u +%T) selfcheck $2 on GPU $1" >>"$S/selfcheck-$2.log"
+    CUDA_VISIBLE_DEVICES=$1 timeout -s INT $(($(left) - 10)) ampsuite selfcheck --device cuda \
+        --tuned "$S/tune-$2/results.json" -o "$S/selfcheck-$2.json" >>"$S/selfcheck-$2.log" 2>&1
+}
+
+nvidia-smi --query-gpu=index,name,power.limit,clocks.max.sm,temperature.gpu --format=csv >"$S/env-$(date +%s).txt" 2>&1
+if [ "${2:-1}" = 1 ]; then # calls 1 and 2
+    (tune 0 tests/gpu/tune-resnet50.toml tune-resnet50 && selfcheck 0 resnet50) &
+    (tune 1 tests/gpu/tune-vit-b16.toml tune-vit-b16 && tune 1 tests/gpu/tune-bert-base.toml tune-bert-base \
+        && selfcheck 1 vit-b16 && selfcheck 1 bert-base) &
+else # call 3: ViT-B/16's option rounds go on (reduce-overhead on top of coordinate descent); GPU 0 tries
+    # max-autotune-no-cudagraphs from a copy of the same results, with its own suite beside this script
+    (tune 0 $S/tune-vit-b16-autotune.toml tune-vit-b16-autotune) &
+    (tune 1 tests/gpu/tune-vit-b16.toml tune-vit-b16 && selfcheck 1 vit-b16) &
+fi
+wait
+find "$TORCHINDUCTOR_CACHE_DIR" -name '*.best_config' -printf '%P\n' >/tmp/tuned.txt
+tar czf "${OUT:-/tmp}/results.tgz" "$S"
+tar czf "${OUT:-/tmp}/kernels.tgz" -C "$TORCHINDUCTOR_CACHE_DIR" -T /tmp/tuned.txt

@@ -213,6 +213,9 @@ def test_no_candidate_starts_after_the_budget(tmp_path: Path, registry: Any, cos
 def test_option_variants_come_from_literal_types_and_known_choices(registry: Any) -> None:
     variants = option_choices(registry, "torch-compile", {"mode": "default", "backend": "inductor"})
     assert ("mode", "reduce-overhead") in variants and ("mode", "default") not in variants
+    # An option the suite leaves unset is at its default: that value is not a variant (session 4 measured
+    # BERT-base's winner twice, once as "@torch-compile.mode=default").
+    assert ("mode", "default") not in option_choices(registry, "torch-compile", {})
     # max-autotune compiles for minutes (past 7 on an H200 for ResNet-50): never a variant of its own accord.
     assert ("mode", "max-autotune") not in variants
     assert Candidate(("amp-bf16", "torch-compile"), 8, {"torch-compile": {"mode": "max-autotune"}}).combination == (
@@ -483,3 +486,38 @@ def test_resume_measures_a_throttled_record_again_and_keeps_it_when_cut_short(tm
     assert again == {i for i in throttled if not i.endswith("/screen")}
     assert sum("measured again, the file's record says clocks throttled" in line for line in lines) == len(again)
     assert not any(r.get("warnings") for r in results.load(config.output)["cells"] if r["id"] in again)
+
+
+class RoundsWorker(FakeWorker):
+    """reduce-overhead alone is within noise, coordinate descent alone is 5% faster, both together 10%."""
+
+    def __call__(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
+        record = super().__call__(cell, spec, timeout)
+        options = dict(cell.techniques)
+        compile_options = options.get("torch-compile", {})
+        gain = (1.05 if compile_options.get("coordinate_descent") else 1.0) * (
+            1.005 if compile_options.get("mode") == "reduce-overhead" else 1.0
+        )
+        if compile_options.get("coordinate_descent") and compile_options.get("mode") == "reduce-overhead":
+            gain = 1.10
+        median = 0.01 / (1.0 + 0.1 * len(options)) / gain
+        record["metrics"] = {"step_time": _step_time(median), "throughput": cell.batch_size / median}
+        return record
+
+
+def test_an_option_passed_over_is_tried_again_on_top_of_a_value_kept_after_it(tmp_path: Path) -> None:
+    extra = 'compiled = ["amp-bf16", "torch-compile"]\n[tune.torch-compile]\ncoordinate_descent = [true]'
+    (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra=extra), encoding="utf-8")
+    plan = session.plan(tmp_path / "s.toml")
+    fake = RoundsWorker(plan.registry, 1.0)
+    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
+    (toy,) = tune(plan, config, lambda line: None, measure=fake)["workloads"]
+    options = [(s["combination"].split("@", 1)[1], s["decision"]) for s in toy["steps"] if s["phase"] == "option"]
+    assert options == [
+        ("torch-compile.mode=reduce-overhead", "not better"),
+        ("torch-compile.coordinate_descent=True", "kept"),
+        ("torch-compile.coordinate_descent=True@torch-compile.mode=reduce-overhead", "kept"),
+    ]
+    assert toy["winner"]["combination"].endswith(
+        "@torch-compile.coordinate_descent=True@torch-compile.mode=reduce-overhead"
+    )

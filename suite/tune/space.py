@@ -28,8 +28,10 @@ __all__ = [
     "Candidate",
     "WorkloadConfig",
     "option_choices",
+    "option_defaults",
     "screen_measure",
     "technique_pool",
+    "with_option",
     "workload_configs",
 ]
 
@@ -152,6 +154,24 @@ def technique_pool(spec: SuiteSpec, catalog: matrix.Catalog) -> tuple[str, ...]:
     return tuple(seen)
 
 
+def option_defaults(catalog: matrix.Catalog, technique: str) -> dict[str, Any]:
+    """The default of each of ``technique``'s options that has one (its options dataclass's fields)."""
+    options_type = getattr(catalog.techniques[technique], "options", None)
+    if options_type is None or not dataclasses.is_dataclass(options_type):
+        return {}
+    return {f.name: f.default for f in dataclasses.fields(options_type) if f.default is not dataclasses.MISSING}
+
+
+def with_option(candidate: Candidate, technique: str, option: str, value: Any, suite_value: Any) -> Candidate:
+    """``candidate`` with ``technique``'s ``option`` at ``value``: an override, none when it is the suite's value
+    (``suite_value``), so that one cell has one combination id however the search reached it."""
+    own = {**candidate.overrides.get(technique, {}), option: value}
+    if json.dumps(value) == json.dumps(suite_value):
+        del own[option]
+    overrides = {**candidate.overrides, technique: own}
+    return dataclasses.replace(candidate, overrides={t: o for t, o in overrides.items() if o})
+
+
 def option_choices(
     catalog: matrix.Catalog,
     technique: str,
@@ -164,6 +184,8 @@ def option_choices(
     record = catalog.techniques[technique]
     choices: dict[str, tuple[Any, ...]] = {}
     options_type = getattr(record, "options", None)
+    # An option the suite leaves unset has its default: trying that value would measure the same cell again.
+    current = {**option_defaults(catalog, technique), **current}
     if options_type is not None and dataclasses.is_dataclass(options_type):
         hints = typing.get_type_hints(options_type)
         for f in dataclasses.fields(options_type):

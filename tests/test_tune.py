@@ -429,13 +429,18 @@ def test_an_option_value_tune_chose_has_its_own_ablation_row(tmp_path: Path) -> 
     plan = session.plan(tmp_path / "s.toml")
     fake = CoordinateWorker(plan.registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
-    (toy,) = tune(plan, config, lambda line: None, measure=fake)["workloads"]
+    summary = tune(plan, config, lambda line: None, measure=fake)
+    (toy,) = summary["workloads"]
     assert toy["winner"]["combination"].endswith("@torch-compile.coordinate_descent=True")
     rows = {row["label"]: row for row in toy["ablation"]}
     row = rows["without torch-compile.coordinate_descent=True"]
     assert row["removed"] == "torch-compile.coordinate_descent=True"
     assert row["combination"] == toy["winner"]["combination"].split("@")[0]  # the winner before the option step
     assert row["contribution"] == pytest.approx(0.05)
+    assert rows["winner"]["options"] == ["torch-compile.coordinate_descent=True"] and row["options"] == []
+    page = tune_module.tune_markdown(summary)
+    techniques = " + ".join(toy["winner"]["techniques"])
+    assert f"| winner | {techniques} (torch-compile.coordinate_descent=True) | passed |" in page
     # Leaving a technique out drops its options with it; the other techniques' rows keep them.
     assert "coordinate_descent" not in rows["without torch-compile"]["combination"]
     assert rows["without amp-bf16"]["combination"].endswith("@torch-compile.coordinate_descent=True")

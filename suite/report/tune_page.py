@@ -28,7 +28,9 @@ def _chart(workload: Mapping[str, Any]) -> Any:
         if speed is None:
             continue
         tone = "good" if row["label"] == "winner" else ("muted" if row["label"] in ("FP32", "TF32") else "normal")
+        options = row.get("options") or []  # absent in files of older versions
         tip = f"{row['label']}: {' + '.join(row['techniques']) or 'no technique'}"
+        tip += f" ({', '.join(options)})" if options else ""
         bars.append(Bar(label=row["label"], value=float(speed), tooltip=tip, tone=tone))
     return bar_chart(
         bars,
@@ -44,7 +46,14 @@ def tune_context(summary: Mapping[str, Any]) -> dict[str, Any]:
     """What tune.html shows: the summary with a chart per workload and notes for untrusted rows."""
     workloads = []
     for w in summary.get("workloads") or []:
-        rows = [{**r, "note": r.get("reason") or r.get("untrusted") or ""} for r in w.get("ablation") or []]
+        rows = [
+            {
+                **r,
+                "note": r.get("reason") or r.get("untrusted") or "",
+                "options": r.get("options") or [],  # absent in files of older versions
+            }
+            for r in w.get("ablation") or []
+        ]
         tf32 = next((r for r in rows if r["label"] == "TF32" and r["throughput"] is None), None)
         workloads.append(
             {**w, "ablation": rows, "chart": _chart(w), "tf32_note": None if tf32 is None else tf32["note"]}

@@ -69,6 +69,13 @@ def recipe_toml(summary: Mapping[str, Any]) -> str:
 INTERRUPTED = "**Interrupted**: what follows is the search so far; `ampsuite tune --resume` measures the rest."
 
 
+def _recipe(row: Mapping[str, Any]) -> str:
+    """An ablation row's techniques, then the option values tune chose."""
+    techniques = " + ".join(row["techniques"]) or "none"
+    options = row.get("options") or []  # absent in files of older versions
+    return f"{techniques} ({', '.join(options)})" if options else techniques
+
+
 def _num(value: Any, suffix: str = "") -> str:
     return "" if value is None else f"{value:,.1f}{suffix}"
 
@@ -113,7 +120,7 @@ def tune_markdown(summary: Mapping[str, Any]) -> str:
             for row in w["ablation"]:
                 note = (row.get("reason") if row["status"] != Status.PASSED else row.get("untrusted")) or ""
                 out.append(
-                    f"| {row['label']} | {' + '.join(row['techniques']) or 'none'} | {row['status']} | "
+                    f"| {row['label']} | {_recipe(row)} | {row['status']} | "
                     f"{_num(row['throughput'])} | {_x(row['speedup_vs_fp32'])} | {_x(row['speedup_vs_tf32'])} | "
                     f"{_pct(row['contribution'])} | {note} |"
                 )

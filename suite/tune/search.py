@@ -299,6 +299,7 @@ def _ablation_rows(
                 "label": label,
                 "combination": candidate.combination,
                 "techniques": list(candidate.techniques),
+                "options": candidate.settings,
                 "removed": removed,
                 "cell_id": None if record is None else record["id"],
                 "status": unmeasured[0] if record is None else str(record["status"]),

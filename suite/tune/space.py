@@ -73,15 +73,16 @@ class Candidate:
     """Technique options that differ from the suite file's ``[techniques.NAME]``."""
 
     @property
+    def settings(self) -> list[str]:
+        """The option overrides as ``name.option=value``, sorted."""
+        return [f"{t}.{k}={v}" for t in sorted(self.overrides) for k, v in sorted(self.overrides[t].items())]
+
+    @property
     def combination(self) -> str:
         """The combination id: ``fp32``, else the technique names joined by ``+``, then ``@name.option=value``."""
         if not self.techniques:
             return FP32
-        name = "+".join(self.techniques)
-        for tech in sorted(self.overrides):
-            for key, value in sorted(self.overrides[tech].items()):
-                name += f"@{tech}.{key}={value}"
-        return name
+        return "@".join(["+".join(self.techniques), *self.settings])
 
     def plus(self, technique: str) -> Candidate:
         return dataclasses.replace(self, techniques=(*self.techniques, technique))

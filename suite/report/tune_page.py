@@ -21,20 +21,19 @@ __all__ = ["PAGE", "render_tune_page", "tune_context"]
 PAGE = "tune.html"
 
 
-def _chart(workload: Mapping[str, Any]) -> Any:
+def _chart(key: str, rows: list[dict[str, Any]]) -> Any:
     bars = []
-    for row in workload.get("ablation") or []:
+    for row in rows:
         speed = row.get("speedup_vs_fp32")
         if speed is None:
             continue
         tone = "good" if row["label"] == "winner" else ("muted" if row["label"] in ("FP32", "TF32") else "normal")
-        options = row.get("options") or []  # absent in files of older versions
         tip = f"{row['label']}: {' + '.join(row['techniques']) or 'no technique'}"
-        tip += f" ({', '.join(options)})" if options else ""
+        tip += f" ({', '.join(row['options'])})" if row["options"] else ""
         bars.append(Bar(label=row["label"], value=float(speed), tooltip=tip, tone=tone))
     return bar_chart(
         bars,
-        title=f"{workload['key']}: ablation",
+        title=f"{key}: ablation",
         unit="x FP32 throughput",
         fmt=fmt.ratio,
         reference=1.0,
@@ -55,9 +54,8 @@ def tune_context(summary: Mapping[str, Any]) -> dict[str, Any]:
             for r in w.get("ablation") or []
         ]
         tf32 = next((r for r in rows if r["label"] == "TF32" and r["throughput"] is None), None)
-        workloads.append(
-            {**w, "ablation": rows, "chart": _chart(w), "tf32_note": None if tf32 is None else tf32["note"]}
-        )
+        note = None if tf32 is None else tf32["note"]
+        workloads.append({**w, "ablation": rows, "chart": _chart(w["key"], rows), "tf32_note": note})
     return {"summary": summary, "workloads": workloads}
 
 

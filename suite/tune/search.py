@@ -216,7 +216,7 @@ def _refine(tuner: Tuner, config: WorkloadConfig, winner: Measured, steps: list[
             }
             current = {**suite, **winner[0].overrides.get(technique, {})}
             for option, value in space.option_choices(tuner.plan.registry, technique, current, declared):
-                variant = space.with_option(winner[0], technique, option, value, suite.get(option))
+                variant = winner[0].with_option(technique, option, value, suite.get(option))
                 if variant.combination in tried:
                     continue
                 tried.add(variant.combination)

@@ -31,7 +31,6 @@ __all__ = [
     "option_defaults",
     "screen_measure",
     "technique_pool",
-    "with_option",
     "workload_configs",
 ]
 
@@ -92,6 +91,15 @@ class Candidate:
         return dataclasses.replace(
             self, techniques=tuple(t for t in self.techniques if t != technique), overrides=overrides
         )
+
+    def with_option(self, technique: str, option: str, value: Any, suite_value: Any) -> Candidate:
+        """This candidate with ``technique``'s ``option`` at ``value``: an override, none when it is the suite's
+        value (``suite_value``), so that one cell has one combination id however the search reached it."""
+        own = {**self.overrides.get(technique, {}), option: value}
+        if json.dumps(value) == json.dumps(suite_value):
+            del own[option]
+        overrides = {**self.overrides, technique: own}
+        return dataclasses.replace(self, overrides={t: o for t, o in overrides.items() if o})
 
     def without_option(self, technique: str, option: str) -> Candidate:
         """This candidate with the suite file's value of ``technique``'s ``option`` (its override dropped)."""
@@ -161,16 +169,6 @@ def option_defaults(catalog: matrix.Catalog, technique: str) -> dict[str, Any]:
     if options_type is None or not dataclasses.is_dataclass(options_type):
         return {}
     return {f.name: f.default for f in dataclasses.fields(options_type) if f.default is not dataclasses.MISSING}
-
-
-def with_option(candidate: Candidate, technique: str, option: str, value: Any, suite_value: Any) -> Candidate:
-    """``candidate`` with ``technique``'s ``option`` at ``value``: an override, none when it is the suite's value
-    (``suite_value``), so that one cell has one combination id however the search reached it."""
-    own = {**candidate.overrides.get(technique, {}), option: value}
-    if json.dumps(value) == json.dumps(suite_value):
-        del own[option]
-    overrides = {**candidate.overrides, technique: own}
-    return dataclasses.replace(candidate, overrides={t: o for t, o in overrides.items() if o})
 
 
 def option_choices(

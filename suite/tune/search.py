@@ -247,7 +247,8 @@ def _refine(tuner: Tuner, config: WorkloadConfig, winner: Measured, steps: list[
 
 
 def _ablation(tuner: Tuner, config: WorkloadConfig, winner: Measured, out: list[dict[str, Any]]) -> None:
-    """Step 6: FP32, TF32 (when declared), the winner and the winner without each technique, in full (into ``out``)."""
+    """Step 6: FP32, TF32 (when declared), the winner, the winner without each technique and without each option
+    value the search chose, in full (into ``out``)."""
     bs = winner[0].batch_size
     rows: list[tuple[str, Candidate, str | None]] = [("FP32", Candidate((), bs), None)]
     declared = {t for ts in tuner.spec.combinations.values() for t in ts}

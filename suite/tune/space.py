@@ -95,11 +95,10 @@ class Candidate:
     def with_option(self, technique: str, option: str, value: Any, suite_value: Any) -> Candidate:
         """This candidate with ``technique``'s ``option`` at ``value``: an override, none when it is the suite's
         value (``suite_value``), so that one cell has one combination id however the search reached it."""
-        own = {**self.overrides.get(technique, {}), option: value}
         if json.dumps(value) == json.dumps(suite_value):
-            del own[option]
-        overrides = {**self.overrides, technique: own}
-        return dataclasses.replace(self, overrides={t: o for t, o in overrides.items() if o})
+            return self.without_option(technique, option)
+        own = {**self.overrides.get(technique, {}), option: value}
+        return dataclasses.replace(self, overrides={**self.overrides, technique: own})
 
     def without_option(self, technique: str, option: str) -> Candidate:
         """This candidate with the suite file's value of ``technique``'s ``option`` (its override dropped)."""

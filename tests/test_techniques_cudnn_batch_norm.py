@@ -1,0 +1,299 @@
+"""cudnn-batch-norm: the operators against nn.BatchNorm, their opacity to torch.compile, and when it refuses.
+
+On CPU the operators run PyTorch's native kernels, so these tests check what the
+technique adds (the operator pair, its autograd formula, running statistics,
+opacity to the compiler); the tests marked ``cuda`` check cuDNN's kernels on a GPU.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from plugins.techniques import _cudnn_batch_norm as impl
+from plugins.techniques import cudnn_batch_norm, islands
+from plugins.workloads import cnn, toy
+from suite import BuildContext, CheckContext, NoOptions, SkipCell, TrainStep, Workload
+
+TECHNIQUE = cudnn_batch_norm.ampsuite_techniques()[0]
+CPU = torch.device("cpu")
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="cuDNN's batch norm needs a GPU")
+
+
+def block() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 1), nn.BatchNorm2d(4))
+
+
+def replaced(model: nn.Module) -> nn.Module:
+    model = copy.deepcopy(model)
+    for module in model.modules():
+        if isinstance(module, impl.BATCH_NORMS):
+            assert impl.replace(module)
+    return model
+
+
+def train(model: nn.Module, inputs: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Outputs of a few SGD steps, and the parameters' last gradients."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    outputs = []
+    for x in inputs:
+        optimizer.zero_grad()
+        out = model(x)
+        (out.float() ** 2).mean().backward()
+        optimizer.step()
+        outputs.append(out.detach())
+    return outputs, [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
+
+
+def assert_same_training(ref: nn.Module, model: nn.Module, inputs: list[torch.Tensor], tol: float) -> None:
+    ref_out, ref_grads = train(ref, inputs)
+    out, grads = train(model, inputs)
+    for a, b in zip(ref_out, out, strict=True):
+        assert a.dtype == b.dtype and a.stride() == b.stride()
+        torch.testing.assert_close(b, a, atol=tol, rtol=tol)
+    for a, b in zip(ref_grads, grads, strict=True):
+        torch.testing.assert_close(b, a, atol=tol, rtol=tol)
+    ref_buffers, buffers = dict(ref.named_buffers()), dict(model.named_buffers())
+    assert ref_buffers.keys() == buffers.keys()  # running_mean, running_var, num_batches_tracked: same names
+    for name, a in ref_buffers.items():
+        torch.testing.assert_close(buffers[name], a, atol=tol, rtol=tol)
+    assert int(buffers["1.num_batches_tracked"]) == len(inputs)
+
+
+# -- the operators -----------------------------------------------------------------
+
+
+def test_the_operators_pass_pytorchs_custom_op_checks() -> None:
+    """Fake (meta) kernels, autograd formula and schema agree with the real kernels (torch.library.opcheck)."""
+    x = torch.randn(4, 3, 5, 5).contiguous(memory_format=torch.channels_last)
+    weight, bias = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
+    torch.library.opcheck(impl.batch_norm, (x, weight, bias, torch.zeros(3), torch.ones(3), 0.1, 1e-5))
+    y, mean, invstd, reserve, _, _ = impl.batch_norm(x, weight, bias, torch.zeros(3), torch.ones(3), 0.1, 1e-5)
+    saved = (mean.detach(), invstd.detach(), reserve)  # no double backward: the backward has no formula of its own
+    torch.library.opcheck(impl.batch_norm_backward, (torch.randn_like(y), x, weight.detach(), *saved, 1e-5))
+
+
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+def test_replaced_batch_norm_trains_like_nn_batch_norm(memory_format: torch.memory_format) -> None:
+    ref = block().to(memory_format=memory_format)
+    inputs = [torch.randn(6, 3, 9, 9).contiguous(memory_format=memory_format) for _ in range(3)]
+    assert_same_training(ref, replaced(ref), inputs, tol=1e-5)
+
+
+def test_the_operator_leaves_its_inputs_alone() -> None:
+    """Functional: the running statistics come back as outputs; the module, not the operator, writes its buffers."""
+    x, weight, bias = torch.randn(4, 3, 5, 5), torch.ones(3), torch.zeros(3)
+    mean, var = torch.zeros(3), torch.ones(3)
+    *_, new_mean, new_var = impl.batch_norm(x, weight, bias, mean, var, 0.1, 1e-5)
+    assert torch.equal(mean, torch.zeros(3)) and torch.equal(var, torch.ones(3))
+    torch.testing.assert_close(new_mean, 0.1 * x.mean(dim=(0, 2, 3)))
+    torch.testing.assert_close(new_var, 0.9 + 0.1 * x.var(dim=(0, 2, 3), unbiased=True))
+
+
+def test_other_modes_keep_nn_batch_norms_forward() -> None:
+    """Evaluation, a cumulative average (momentum None) and (N, C) input are not the operator's to compute."""
+    bn = nn.BatchNorm1d(3)
+    calls: list[str] = []
+    original = bn.forward
+    bn.forward = lambda x: calls.append("original") or original(x)  # type: ignore[method-assign]
+    impl.replace(bn)
+    bn(torch.randn(4, 3))  # (N, C)
+    bn.momentum = None
+    bn(torch.randn(4, 3, 5))
+    bn.momentum = 0.1
+    bn.eval()
+    bn(torch.randn(4, 3, 5))
+    assert calls == ["original"] * 3
+    bn.train()
+    bn(torch.randn(4, 3, 5))
+    assert calls == ["original"] * 3  # now through the operator
+
+
+def test_replacing_twice_is_a_no_op() -> None:
+    bn = nn.BatchNorm2d(3)
+    assert impl.replace(bn) and not impl.replace(bn)
+
+
+def test_torch_compile_sees_the_operator_not_batch_norms_decomposition() -> None:
+    """The point of the technique: the compiled graphs call the operator pair, and no batch norm of aten's."""
+    targets: list[str] = []
+
+    def capture(graph: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        targets.extend(str(node.target) for node in graph.graph.nodes if node.op == "call_function")
+        return graph
+
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    def boxed(graph: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        return make_boxed_func(capture(graph, example_inputs))
+
+    model = replaced(block())
+    compiled = torch.compile(model, backend=aot_autograd(fw_compiler=boxed, bw_compiler=boxed), dynamic=False)
+    compiled(torch.randn(6, 3, 9, 9)).sum().backward()
+    norms = [t for t in targets if "batch_norm" in t]
+    assert norms and all(t.startswith("ampsuite.") for t in norms), norms
+    assert "ampsuite.batch_norm.default" in norms and "ampsuite.batch_norm_backward.default" in norms
+
+    plain: list[str] = []
+    targets = plain
+    torch._dynamo.reset()
+    torch.compile(block(), backend=aot_autograd(fw_compiler=boxed, bw_compiler=boxed), dynamic=False)(
+        torch.randn(6, 3, 9, 9)
+    ).sum().backward()
+    assert not any(t.startswith("ampsuite.") for t in plain)  # the test tells the two apart
+
+
+# -- the technique ---------------------------------------------------------------
+
+
+def resnet_step() -> TrainStep:
+    options = cnn.ResNetOptions(depth=18, width=8, image_size=32, classes=10)
+    return cnn.build(options, BuildContext(CPU, 4, 0, "unused"))
+
+
+def test_declaration() -> None:
+    assert TECHNIQUE.requires == frozenset({"cuda"})
+    assert "fp32-islands" in TECHNIQUE.conflicts
+    assert "cudnn-batch-norm" in islands.ampsuite_techniques()[0].conflicts
+
+
+def test_check_needs_a_model() -> None:
+    assert TECHNIQUE.check is not None
+    bare = Workload(name="gemm", summary="", build=lambda o, c: None, traits=frozenset())  # type: ignore[arg-type,return-value]
+    with_model = Workload(name="r", summary="", build=lambda o, c: None, traits=frozenset({"model"}))  # type: ignore[arg-type,return-value]
+    reason = TECHNIQUE.check(CheckContext(bare, None, "cuda", ("cudnn-batch-norm",), 8))
+    assert reason is not None and "'gemm'" in reason
+    assert TECHNIQUE.check(CheckContext(with_model, None, "cuda", ("cudnn-batch-norm",), 8)) is None
+
+
+def test_the_matrix_skips_it_on_cpu_with_the_reason() -> None:
+    from suite.host.manager import PluginSettings, load_registry
+    from suite.spec.matrix import expand
+    from suite.spec.suitefile import loads
+
+    spec = loads(
+        """
+        [workloads.resnet]
+        batch_size = 4
+        depth = 18
+        [combinations]
+        cudnn-bn = ["amp-fp16", "cudnn-batch-norm"]
+        with-islands = ["amp-fp16", "cudnn-batch-norm", "fp32-islands"]
+        """
+    )
+    cells = {c.combination: c for c in expand(spec, load_registry(PluginSettings(autoload=False)), "cpu")}
+    assert cells["cudnn-bn"].skip_reason == "cudnn-batch-norm needs a CUDA device; this run is on cpu"
+    assert "fp32-islands" in str(cells["with-islands"].skip_reason)
+
+
+def test_apply_replaces_every_batch_norm_and_says_so() -> None:
+    step = resnet_step()
+    assert step.model is not None
+    norms = [m for m in step.model.modules() if isinstance(m, nn.BatchNorm2d)]
+    step = TECHNIQUE.apply(step, NoOptions())
+    assert step.notes["cudnn_batch_norm"] == {"modules": len(norms), "kernel": "native", "input_dtype": "float32"}
+    assert all(getattr(m, impl._MARK) for m in norms)
+    run = step.compose()
+    assert all(torch.isfinite(run(step.data())) for _ in range(2))
+    assert all(int(m.num_batches_tracked) == 2 for m in norms)
+
+
+def test_apply_refuses_a_model_without_batch_norm(tmp_path: Any) -> None:
+    opts = toy.ToyOptions(features=8, hidden=16, layers=1, classes=4)
+    step = toy.build(opts, BuildContext(CPU, 8, 0, str(tmp_path)))
+    with pytest.raises(SkipCell, match="no BatchNorm"):
+        TECHNIQUE.apply(step, NoOptions())
+
+
+def test_apply_refuses_half_precision_batch_norm_weights() -> None:
+    step = resnet_step()
+    assert step.model is not None
+    step.model.half()
+    with pytest.raises(SkipCell, match=r"float32 batch-norm weights, found torch\.float16"):
+        TECHNIQUE.apply(step, NoOptions())
+
+
+# -- on a GPU: cuDNN's kernels -------------------------------------------------------
+
+
+@needs_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+def test_cudnn_batch_norm_trains_like_nn_batch_norm_under_fp16_autocast(memory_format: torch.memory_format) -> None:
+    """On CUDA eager fp16 batch norm is cuDNN's already: the operator must give the same numbers."""
+    assert impl.refusal(torch.device("cuda"), torch.float16) is None
+    ref = block().cuda().to(memory_format=memory_format)
+    model = replaced(ref)
+    inputs = [torch.randn(16, 3, 12, 12, device="cuda").contiguous(memory_format=memory_format) for _ in range(3)]
+
+    def autocast(module: nn.Module) -> nn.Module:
+        class Autocast(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.inner = module
+
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                with torch.autocast("cuda", dtype=torch.float16):
+                    return self.inner(x)
+
+        return Autocast()
+
+    ref_out, ref_grads = train(autocast(ref), inputs)
+    out, grads = train(autocast(model), inputs)
+    for a, b in zip(ref_out, out, strict=True):
+        assert b.dtype == torch.float16 and a.stride() == b.stride()
+        torch.testing.assert_close(b, a, atol=2e-3, rtol=2e-3)
+    for a, b in zip(ref_grads, grads, strict=True):
+        torch.testing.assert_close(b, a, atol=2e-3, rtol=2e-3)
+    for (name, a), b in zip(ref.named_buffers(), model.buffers(), strict=True):
+        torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4, msg=name)
+
+
+@needs_cuda
+@pytest.mark.cuda
+def test_cudnn_operators_pass_pytorchs_custom_op_checks_on_cuda() -> None:
+    x = torch.randn(4, 3, 5, 5, device="cuda", dtype=torch.float16).contiguous(memory_format=torch.channels_last)
+    weight = torch.randn(3, device="cuda", requires_grad=True)
+    bias = torch.randn(3, device="cuda", requires_grad=True)
+    stats = (torch.zeros(3, device="cuda"), torch.ones(3, device="cuda"))
+    torch.library.opcheck(impl.batch_norm, (x, weight, bias, *stats, 0.1, 1e-5))
+
+
+@needs_cuda
+@pytest.mark.cuda
+def test_inductor_compiles_around_cudnn_batch_norm() -> None:
+    """Inductor calls the operator as an extern kernel; the compiled model trains like the eager one."""
+    ref = block().cuda().to(memory_format=torch.channels_last)
+    model = replaced(ref)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, dynamic=False)
+    inputs = [torch.randn(16, 3, 12, 12, device="cuda").contiguous(memory_format=torch.channels_last) for _ in range(3)]
+    ref_out, ref_grads = train(ref, inputs)
+    out, grads = train(compiled, inputs)
+    for a, b in zip(ref_out, out, strict=True):
+        torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4)
+    for a, b in zip(ref_grads, grads, strict=True):
+        torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4)
+    for a, b in zip(ref.buffers(), model.buffers(), strict=True):
+        torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
+
+
+@needs_cuda
+@pytest.mark.cuda
+def test_bfloat16_is_run_or_refused_with_cudnns_reason() -> None:
+    """Whatever this cuDNN build does with bfloat16, the technique says which before any step runs."""
+    reason = impl.refusal(torch.device("cuda"), torch.bfloat16)
+    if reason is None:
+        bn = nn.BatchNorm2d(3).cuda()
+        ref = copy.deepcopy(bn)
+        impl.replace(bn)
+        x = torch.randn(8, 3, 6, 6, device="cuda", dtype=torch.bfloat16)
+        torch.testing.assert_close(bn(x), ref(x), atol=2e-2, rtol=2e-2)
+    else:
+        assert reason

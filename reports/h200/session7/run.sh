@@ -4,7 +4,7 @@
 # declared; then each winner's selfcheck. Every step resumes: the same command in the next device
 # call goes on where this one stopped (tune --resume; a selfcheck with its JSON is done).
 #
-#   bash reports/h200/session7/run.sh SECONDS   # the time this call may use (the device's limit is 600 s)
+#   bash reports/h200/session7/run.sh SECONDS [CALL]   # the time this call may use (the device's limit is 600 s)
 #
 # The results files started as copies of session 6's: their records are reused, and tune measures
 # only the candidates the new technique and the new mode add (and the ablation rows they change).
@@ -64,8 +64,14 @@ cuda_tests() { # the technique's tests on a GPU, once
     CUDA_VISIBLE_DEVICES=0 timeout 120 python3 -m pytest -q -m cuda -p no:cacheprovider \
         tests/test_techniques_cudnn_batch_norm.py >"$S/cuda-tests.log" 2>&1
 }
-(cuda_tests; tune 0 tests/gpu/tune-resnet50.toml tune-resnet50 && selfcheck 0 resnet50) &
-(tune 1 $S/tune-vit-b16-max-autotune.toml tune-vit-b16 && selfcheck 1 vit-b16) &
+if [ "${2:-1}" = 1 ]; then # call 1
+    (cuda_tests; tune 0 tests/gpu/tune-resnet50.toml tune-resnet50 && selfcheck 0 resnet50) &
+    # tune-vit-b16-max-autotune/ was this call's tune-vit-b16/ (renamed after it: its winner is not the suite's)
+    (tune 1 $S/tune-vit-b16-max-autotune.toml tune-vit-b16 && selfcheck 1 vit-b16) &
+else # call 2: ViT-B/16 at batch 512 (GPU 0); session 6's ViT-B/16 ablation row left unmeasured (GPU 1)
+    (tune 0 $S/tune-vit-b16-bs512.toml tune-vit-b16-bs512) &
+    (tune 1 tests/gpu/tune-vit-b16.toml tune-vit-b16) &
+fi
 wait
 find "$TORCHINDUCTOR_CACHE_DIR" -name '*.best_config' -printf '%P\n' >/tmp/tuned.txt
 tar czf "${OUT:-/tmp}/results.tgz" "$S"

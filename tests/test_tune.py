@@ -526,3 +526,46 @@ def test_an_option_passed_over_is_tried_again_on_top_of_a_value_kept_after_it(tm
     assert toy["winner"]["combination"].endswith(
         "@torch-compile.coordinate_descent=True@torch-compile.mode=reduce-overhead"
     )
+
+
+class ModesWorker(RoundsWorker):
+    """As RoundsWorker, and max-autotune 3% faster whatever else is set: better than plain compile, worse than
+    coordinate descent with reduce-overhead."""
+
+    def __call__(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
+        record = super().__call__(cell, spec, timeout)
+        options = dict(cell.techniques)
+        if options.get("torch-compile", {}).get("mode") == "max-autotune":
+            median = 0.01 / (1.0 + 0.1 * len(options)) / 1.03
+            record["metrics"] = {"step_time": _step_time(median), "throughput": cell.batch_size / median}
+        return record
+
+
+def test_resume_tries_the_option_values_already_measured_before_new_ones(tmp_path: Path) -> None:
+    """Session 7 on an H200: a mode declared after a tune (max-autotune) was measured first on --resume and
+    kept, and the budget ended before the winner already in the file (coordinate descent + reduce-overhead,
+    4% faster) was reached again; records at hand cost nothing, so they come first."""
+    suite = tmp_path / "s.toml"
+    extra = 'compiled = ["amp-bf16", "torch-compile"]\n[tune.torch-compile]\ncoordinate_descent = [true]\n'
+    suite.write_text(TOY_SUITE.format(extra=extra + 'mode = ["reduce-overhead"]'), encoding="utf-8")
+    fake = ModesWorker(session.plan(suite).registry, 1.0)
+    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
+    (first,) = tune(session.plan(suite), config, lambda line: None, measure=fake)["workloads"]
+    best = "@torch-compile.coordinate_descent=True@torch-compile.mode=reduce-overhead"
+    assert first["winner"]["combination"].endswith(best)
+
+    suite.write_text(TOY_SUITE.format(extra=extra + 'mode = ["reduce-overhead", "max-autotune"]'), encoding="utf-8")
+    fake.starts = []
+    (toy,) = tune(session.plan(suite), dataclasses.replace(config, resume=True), lambda line: None, measure=fake)[
+        "workloads"
+    ]
+    assert toy["winner"]["combination"] == first["winner"]["combination"]
+    options = [(s["combination"].split("@", 1)[1], s["decision"]) for s in toy["steps"] if s["phase"] == "option"]
+    assert options[:3] == [
+        ("torch-compile.mode=reduce-overhead", "not better"),
+        ("torch-compile.coordinate_descent=True", "kept"),
+        ("torch-compile.coordinate_descent=True@torch-compile.mode=reduce-overhead", "kept"),
+    ]
+    # One new cell: max-autotune on top of coordinate descent; the winner's ablation rows were all at hand.
+    assert len(fake.starts) == 1
+    assert ("torch-compile.coordinate_descent=True@torch-compile.mode=max-autotune", "not better") in options

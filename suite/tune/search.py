@@ -198,36 +198,57 @@ def _finals(
     return _choose(trusted)
 
 
+OptionStep = tuple[str, str, Any]
+"""(technique, option, value): one option value to try on the winner."""
+
+
+def _suite_options(tuner: Tuner, technique: str) -> dict[str, Any]:
+    """The options the suite runs ``technique`` with: its defaults under the suite's ``[techniques]`` values."""
+    return {
+        **space.option_defaults(tuner.plan.registry, technique),
+        **tuner.spec.technique_options.get(technique, {}),
+    }
+
+
+def _option_steps(tuner: Tuner, winner: Candidate) -> list[OptionStep]:
+    """Every option value declared for the winner's techniques other than the one it runs with."""
+    out: list[OptionStep] = []
+    for technique in winner.techniques:
+        current = {**_suite_options(tuner, technique), **winner.overrides.get(technique, {})}
+        declared = tuner.spec.tune_choices.get(technique)
+        out += [(technique, o, v) for o, v in space.option_choices(tuner.plan.registry, technique, current, declared)]
+    return out
+
+
+def _variant(tuner: Tuner, winner: Candidate, step: OptionStep) -> Candidate:
+    technique, option, value = step
+    return winner.with_option(technique, option, value, _suite_options(tuner, technique).get(option))
+
+
 def _refine(tuner: Tuner, config: WorkloadConfig, winner: Measured, steps: list[dict[str, Any]]) -> Measured:
     """Step 5: the winner's technique option variants, then the other selected batch sizes, in full.
 
-    The variants are tried in rounds: after a round that kept one, the values passed over are tried
-    again on top of the new winner (on an H200, ViT-B/16's reduce-overhead was within noise of plain
-    compile, and coordinate descent was kept after it), until a round keeps nothing.
+    Hill climbing over the declared values, one at a time: a value that clearly helps is kept, and
+    the values passed over are tried again on top of it (on an H200, ViT-B/16's reduce-overhead was
+    within noise of plain compile, and kept once coordinate descent was), until no untried variant of
+    the winner is left. Variants already measured (``--resume``) come first.
     """
     tried = {winner[0].combination}  # Candidate holds dicts: not hashable
     while True:
-        before = winner[0]
-        for technique in winner[0].techniques:
-            declared = tuner.spec.tune_choices.get(technique)
-            suite = {
-                **space.option_defaults(tuner.plan.registry, technique),
-                **tuner.spec.technique_options.get(technique, {}),
-            }
-            current = {**suite, **winner[0].overrides.get(technique, {})}
-            for option, value in space.option_choices(tuner.plan.registry, technique, current, declared):
-                variant = winner[0].with_option(technique, option, value, suite.get(option))
-                if variant.combination in tried:
-                    continue
-                tried.add(variant.combination)
-                record = tuner.run(config, variant, FULL)
-                step = _step(steps, tuner, "option", variant, record)
-                adopt = record is not None and _ok(tuner, record, FULL) and _gain_over(record, winner[1])
-                step["decision"] = "kept" if adopt else "not better"
-                if adopt and record is not None:
-                    winner = (variant, record)
-        if winner[0] == before:
+        variants = [_variant(tuner, winner[0], step) for step in _option_steps(tuner, winner[0])]
+        variants = [v for v in variants if v.combination not in tried]
+        if not variants:
             break
+        # A variant with a record at hand (--resume) first: it costs nothing, and the first value that helps
+        # is kept, so a budget spent on a new value must not hide a better one already measured.
+        variant = next((v for v in variants if tuner.known(config, v, FULL)), variants[0])
+        tried.add(variant.combination)
+        record = tuner.run(config, variant, FULL)
+        step = _step(steps, tuner, "option", variant, record)
+        adopt = record is not None and _ok(tuner, record, FULL) and _gain_over(record, winner[1])
+        step["decision"] = "kept" if adopt else "not better"
+        if adopt and record is not None:
+            winner = (variant, record)
     for bs in config.batch_sizes:
         if bs == winner[0].batch_size:
             continue

@@ -96,6 +96,15 @@ class Tuner:
 
     # -- one candidate -------------------------------------------------------------------------
 
+    def _cell_id(self, config: WorkloadConfig, candidate: Candidate, phase: str) -> str:
+        cell_id = candidate.cell(self.spec, self.plan.registry, self.plan.device, config).id
+        return f"{cell_id}/screen" if phase == SCREEN else cell_id
+
+    def known(self, config: WorkloadConfig, candidate: Candidate, phase: str) -> bool:
+        """Whether :meth:`run` would return a record already at hand (``--resume``) without measuring: free."""
+        cell_id = self._cell_id(config, candidate, phase)
+        return cell_id in self.kept and self._stale(cell_id, phase) is None
+
     def run(self, config: WorkloadConfig, candidate: Candidate, phase: str) -> dict[str, Any] | None:
         """Measure ``candidate`` (``phase`` SCREEN or FULL): its record, or None when the budget does not allow it.
 

@@ -100,7 +100,7 @@ def batch_norm_backward(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Gradients of :func:`batch_norm` for input, weight and bias."""
     if x.device.type == "cuda":
-        # cuDNN wants the gradient in the input's layout; a compiled backward may hand over another one.
+        # cuDNN wants the gradient in the input's layout (a no-op when the autograd formula already made it so).
         grad_out = grad_out.contiguous(memory_format=_memory_format(x))
         grad_x, grad_weight, grad_bias = torch.ops.aten.cudnn_batch_norm_backward.default(
             x, grad_out, weight, None, None, save_mean, save_invstd, eps, reserve
@@ -134,6 +134,9 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]
 
 def _backward(ctx: Any, grad_y: Tensor, *_stats_grads: Any) -> tuple[Tensor | None, ...]:
     x, weight, mean, invstd, reserve = ctx.saved_tensors
+    # Here, not only inside the operator: this formula is traced, so inductor sees the layout cuDNN needs and
+    # can write the gradient in it, instead of the operator copying it on every call.
+    grad_y = grad_y.contiguous(memory_format=_memory_format(x))
     grad_x, grad_weight, grad_bias = batch_norm_backward(grad_y, x, weight, mean, invstd, reserve, ctx.eps)
     return grad_x, grad_weight, grad_bias, None, None, None, None
 

@@ -61,16 +61,25 @@ EOF
 nvidia-smi --query-gpu=index,name,power.limit,clocks.max.sm,temperature.gpu --format=csv >"$S/env-$(date +%s).txt" 2>&1
 cuda_tests() { # the technique's tests on a GPU, once
     [ -e "$S/cuda-tests.log" ] && grep -q " passed" "$S/cuda-tests.log" && return 0
-    CUDA_VISIBLE_DEVICES=0 timeout 120 python3 -m pytest -q -m cuda -p no:cacheprovider \
+    CUDA_VISIBLE_DEVICES=${1:-0} timeout 120 python3 -m pytest -q -m cuda -p no:cacheprovider \
         tests/test_techniques_cudnn_batch_norm.py >"$S/cuda-tests.log" 2>&1
 }
 if [ "${2:-1}" = 1 ]; then # call 1
     (cuda_tests; tune 0 tests/gpu/tune-resnet50.toml tune-resnet50 && selfcheck 0 resnet50) &
     # tune-vit-b16-max-autotune/ was this call's tune-vit-b16/ (renamed after it: its winner is not the suite's)
     (tune 1 $S/tune-vit-b16-max-autotune.toml tune-vit-b16 && selfcheck 1 vit-b16) &
-else # call 2: ViT-B/16 at batch 512 (GPU 0); session 6's ViT-B/16 ablation row left unmeasured (GPU 1)
+elif [ "$2" = 2 ]; then # call 2: ViT-B/16 at batch 512 (GPU 0); session 6's ViT-B/16 ablation row left unmeasured (GPU 1)
     (tune 0 $S/tune-vit-b16-bs512.toml tune-vit-b16-bs512) &
     (tune 1 tests/gpu/tune-vit-b16.toml tune-vit-b16) &
+else # call 3: where the time goes with cudnn-batch-norm (kernels probe), with and without a loss scale
+    profile() { # GPU SUITE NAME
+        echo "== $(date -u +%T) run $3 on GPU $1" >>"$S/$3.log"
+        CUDA_VISIBLE_DEVICES=$1 timeout -s INT $(($(left) - 10)) ampsuite run "$2" -p plugins.probes.kernels \
+            --no-peaks --resume -o "$S/$3/results.json" --report-dir "$S/$3" >>"$S/$3.log" 2>&1
+    }
+    rm -f "$S/cuda-tests.log" # the operator's backward changed after call 1: its CUDA tests run again
+    (profile 0 tests/gpu/cudnn-bn.toml cudnn-bn) &
+    (cuda_tests 1; profile 1 tests/gpu/cudnn-bn-noscaler.toml cudnn-bn-noscaler) &
 fi
 wait
 find "$TORCHINDUCTOR_CACHE_DIR" -name '*.best_config' -printf '%P\n' >/tmp/tuned.txt

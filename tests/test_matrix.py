@@ -291,6 +291,64 @@ def test_techniques_are_in_apply_order_with_their_options(reg) -> None:
     assert (cell.combination, cell.baseline, cell.batch_size, cell.device) == ("mix", "mix", 8, "cpu")
 
 
+def test_a_combination_sets_its_own_technique_options(reg) -> None:
+    """[combination_options.ID.TECHNIQUE] goes on top of [techniques.TECHNIQUE], in that combination's cells only."""
+    cells = cells_of(
+        reg,
+        """
+        [workloads.toy]
+        batch_size = 8
+        [combinations]
+        fp32 = []
+        abort = ["inject-fault"]
+        late = ["inject-fault", "noop"]
+        [techniques.inject-fault]
+        kind = "abort"
+        seconds = 2.0
+        [combination_options.late.inject-fault]
+        after_steps = 3
+        """,
+    )
+    faults = {c.combination: dict(c.techniques).get("inject-fault") for c in cells}
+    assert faults["abort"] is not None and faults["late"] is not None
+    assert (faults["abort"]["kind"], faults["abort"]["after_steps"], faults["abort"]["seconds"]) == ("abort", 0, 2.0)
+    assert (faults["late"]["kind"], faults["late"]["after_steps"], faults["late"]["seconds"]) == ("abort", 3, 2.0)
+
+
+@pytest.mark.parametrize(
+    ("table", "key", "message"),
+    [
+        ("[combination_options.lat.inject-fault]\nat = 'build'", "combination_options.lat", "did you mean 'late'?"),
+        ("[combination_options]\nlate = {}", "combination_options.late", "expected [combination_options.late"),
+        ("[combination_options.late.tf32]\n", "combination_options.late.tf32", "not in combination 'late'"),
+        ("[combination_options]\nlate = {inject-fault = 1}", "combination_options.late.inject-fault", "table"),
+        (
+            "[combination_options.late.inject-fault]\nafter_steps = -1",
+            "combination_options.late.inject-fault",
+            "after_steps",
+        ),
+        (
+            "[combination_options.late.inject-fault]\nwhen = 1",
+            "combination_options.late.inject-fault.when",
+            "unknown",
+        ),
+    ],
+)
+def test_combination_options_that_name_nothing_or_bad_values_are_refused(
+    reg, table: str, key: str, message: str
+) -> None:
+    text = f"""
+[workloads.toy]
+batch_size = 8
+[combinations]
+late = ["inject-fault", "noop"]
+{table}
+"""
+    with pytest.raises(SuiteFileError) as info:
+        cells_of(reg, text)
+    assert info.value.key.startswith(key) and message in str(info.value), str(info.value)
+
+
 # (test id, combination techniques or workload, device, expected skip reason)
 SKIPS = [
     ("conflict", "toy", ["clash", "noop"], "cpu", "clash conflicts with noop"),

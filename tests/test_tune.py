@@ -18,6 +18,7 @@ from suite.contract.wire import Cell, Status
 from suite.host import session
 from suite.host.manager import PluginSettings
 from suite.run import runner, selfcheck
+from suite.spec.matrix import expand
 from suite.spec.suitefile import SuiteSpec, loads
 from suite.tune import TuneConfig, recipe_toml, tune, untrusted_reason
 from suite.tune.space import Candidate, option_choices
@@ -569,3 +570,30 @@ def test_resume_tries_the_option_values_already_measured_before_new_ones(tmp_pat
     # One new cell: max-autotune on top of coordinate descent; the winner's ablation rows were all at hand.
     assert len(fake.starts) == 1
     assert ("torch-compile.coordinate_descent=True@torch-compile.mode=max-autotune", "not better") in options
+
+
+def test_the_recipe_keeps_each_winners_own_option_values(registry: Any) -> None:
+    """Two workloads whose winners want different compile modes: each combination carries its own, and the
+    snippet expands to cells that run with them (a suite-wide [techniques] table could hold one)."""
+
+    def winner(key: str, mode: str) -> dict[str, Any]:
+        return {
+            "key": key,
+            "unit": "samples",
+            "winner": {
+                "techniques": ["amp-bf16", "torch-compile"],
+                "overrides": {"torch-compile": {"mode": mode}},
+                "batch_size": 8,
+                "throughput": 100.0,
+                "speedup_vs_fp32": 2.0,
+            },
+        }
+
+    summary = {"device": "cpu", "workloads": [winner("a", "reduce-overhead"), winner("b", "max-autotune")]}
+    recipe = recipe_toml(summary)
+    assert "one per suite" not in recipe and "[techniques." not in recipe
+    suite = "[workloads.a]\nplugin = 'toy'\nbatch_size = 8\n[workloads.b]\nplugin = 'toy'\nbatch_size = 8\n"
+    cells = expand(loads(suite + recipe, "recipe.toml"), registry, "cpu")
+    modes = {(c.workload_id, c.combination): dict(c.techniques)["torch-compile"]["mode"] for c in cells}
+    assert modes[("a", "tuned-a")] == "reduce-overhead" and modes[("b", "tuned-b")] == "max-autotune"
+    assert modes[("a", "tuned-b")] == "max-autotune"  # the combination's, whichever workload runs it

@@ -51,25 +51,43 @@ def _lookup(spec: SuiteSpec, key: str, names: Mapping[str, Any], kind: str, name
         raise SuiteFileError(spec.path, key, f"unknown {kind} {name!r}; {hint} (see `ampsuite list`)")
 
 
-def _technique_options(spec: SuiteSpec, registry: Catalog) -> dict[str, dict[str, Any]]:
+def _technique_options(spec: SuiteSpec, registry: Catalog) -> dict[str, dict[str, dict[str, Any]]]:
+    """combination id -> technique -> its options as a dict: ``[techniques]``, then ``[combination_options]``."""
     used = {t for combo in spec.combinations.values() for t in combo}
     for cid, combo in spec.combinations.items():
         for i, t in enumerate(combo):
             _lookup(spec, f"combinations.{cid}[{i}]", registry.techniques, "technique", t)
-    out: dict[str, dict[str, Any]] = {}
     for name in spec.technique_options:
         _lookup(spec, f"techniques.{name}", registry.techniques, "technique", name)
         if name not in used:
             raise SuiteFileError(spec.path, f"techniques.{name}", "options given for a technique no combination uses")
+    suite_wide: dict[str, dict[str, Any]] = {}
     for name in used:
-        record = registry.techniques[name]
-        try:
-            out[name] = options_as_dict(build_options(record.options, spec.technique_options.get(name, {})))
-        except OptionError as exc:
-            key = f"techniques.{name}" + (f".{exc.key}" if exc.key else "")
-            raise SuiteFileError(spec.path, key, exc.message) from exc
+        suite_wide[name] = _build(spec, registry, name, spec.technique_options.get(name, {}), f"techniques.{name}")
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for cid, combo in spec.combinations.items():
+        own = spec.combination_options.get(cid, {})
+        out[cid] = {
+            t: _build(
+                spec,
+                registry,
+                t,
+                {**spec.technique_options.get(t, {}), **own[t]},
+                f"combination_options.{cid}.{t}",
+            )
+            if t in own
+            else suite_wide[t]
+            for t in combo
+        }
     _check_tune_choices(spec, registry, used)
     return out
+
+
+def _build(spec: SuiteSpec, registry: Catalog, name: str, values: Mapping[str, Any], key: str) -> dict[str, Any]:
+    try:
+        return options_as_dict(build_options(registry.techniques[name].options, values))
+    except OptionError as exc:
+        raise SuiteFileError(spec.path, key + (f".{exc.key}" if exc.key else ""), exc.message) from exc
 
 
 def _check_tune_choices(spec: SuiteSpec, registry: Catalog, used: set[str]) -> None:
@@ -273,7 +291,7 @@ def expand(
                     options=copy.deepcopy(options),
                     axes=copy.deepcopy(axis_values),
                     combination=cid,
-                    techniques=tuple((t.name, copy.deepcopy(tech_options[t.name])) for t in techs),
+                    techniques=tuple((t.name, copy.deepcopy(tech_options[cid][t.name])) for t in techs),
                     batch_size=bs,
                     device=device,
                     baseline=spec.baseline,
@@ -284,7 +302,7 @@ def expand(
                     continue
                 if any(_matches(r, cell, entry.plugin) for r in spec.exclude):
                     continue
-                reason = _skip_reason(spec, registry, record, opts_obj, techs, device, bs, tech_options)
+                reason = _skip_reason(spec, registry, record, opts_obj, techs, device, bs, tech_options[cid])
                 if reason is None and world > 1:
                     reason = parallel.skip_reason(world, device, [t.name for t in techs], gpu_count, nodes)
                 if reason is not None:

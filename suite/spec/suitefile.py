@@ -54,6 +54,13 @@ that technique when it is in the winning recipe (docs/tune.md): each key is an
 option of the technique, each value a non-empty list of values to try, e.g.
 ``[tune.torch-compile] mode = ["reduce-overhead", "max-autotune-no-cudagraphs"]``.
 ``ampsuite run`` checks the table like any other and otherwise ignores it.
+
+A ``[combination_options.ID.TECHNIQUE]`` table sets options of one technique in
+the cells of one combination, on top of ``[techniques.TECHNIQUE]``: the suite's
+combinations can then run a technique differently (torch.compile with
+reduce-overhead for a ViT row, with its default mode for a ResNet row). The
+combination must be declared and list the technique. ``ampsuite tune`` builds
+its own candidates and ignores these tables; the recipe it writes uses them.
 """
 
 from __future__ import annotations
@@ -165,6 +172,9 @@ class SuiteSpec:
     """Where the cells run (the ``[executor]`` table); its options are checked against the executor's."""
     tune_choices: Mapping[str, Mapping[str, tuple[Any, ...]]] = field(default_factory=dict)
     """``[tune.TECHNIQUE]``: technique -> option -> values ``ampsuite tune`` tries; checked by ``matrix.expand``."""
+    combination_options: Mapping[str, Mapping[str, Mapping[str, Any]]] = field(default_factory=dict)
+    """``[combination_options.COMBINATION.TECHNIQUE]``: options of one technique in one combination's cells, on
+    top of ``technique_options``; values checked by ``matrix.expand``."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -331,7 +341,18 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
         path,
         "",
         data,
-        ("suite", "measure", "workloads", "combinations", "techniques", "include", "exclude", "executor", "tune"),
+        (
+            "suite",
+            "measure",
+            "workloads",
+            "combinations",
+            "combination_options",
+            "techniques",
+            "include",
+            "exclude",
+            "executor",
+            "tune",
+        ),
     )
     # A misspelled table ([workload.toy]) must be reported as such, not as the missing table it was meant to be.
     top.refuse_unknown()
@@ -428,6 +449,10 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
             raise SuiteFileError(path, f"techniques.{tname}", f"expected a table of options, got {_show(body)}")
         technique_options[tname] = dict(body)
 
+    combination_options = _combination_options(
+        path, top.get("combination_options", dict, {}, "a table of [combination_options.ID.TECHNIQUE] tables"),
+        combinations,
+    )
     executor = _executor(path, top.get("executor", dict, {}, "a table"))
     tune_choices = _tune(path, top.get("tune", dict, {}, "a table of [tune.TECHNIQUE] tables"))
     include = _rules(path, "include", top.get("include", list, None, "an array of tables"))
@@ -455,7 +480,33 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
         base_techniques=tuple(base),
         executor=executor,
         tune_choices=tune_choices,
+        combination_options=combination_options,
     )
+
+
+def _combination_options(
+    path: str, table: dict[str, Any], combinations: Mapping[str, tuple[str, ...]]
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """``[combination_options.ID.TECHNIQUE]``: each names a declared combination and one of its techniques."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for cid, techniques in table.items():
+        key = f"combination_options.{cid}"
+        if cid not in combinations:
+            close = difflib.get_close_matches(cid, list(combinations), n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"combinations are: {', '.join(combinations)}"
+            raise SuiteFileError(path, key, f"{cid!r} is not a combination; {hint}")
+        if not isinstance(techniques, dict) or not techniques:
+            raise SuiteFileError(path, key, f"expected [{key}.TECHNIQUE] option tables, got {_show(techniques)}")
+        for tname, options in techniques.items():
+            if tname not in combinations[cid]:
+                listed = ", ".join(combinations[cid]) or "none"
+                raise SuiteFileError(
+                    path, f"{key}.{tname}", f"{tname!r} is not in combination {cid!r} (its techniques: {listed})"
+                )
+            if not isinstance(options, dict):
+                raise SuiteFileError(path, f"{key}.{tname}", f"expected a table of options, got {_show(options)}")
+            out.setdefault(cid, {})[tname] = dict(options)
+    return out
 
 
 def load(path: str | Path) -> SuiteSpec:

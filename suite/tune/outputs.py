@@ -23,11 +23,8 @@ def combination_name(key: str) -> str:
 
 
 def recipe_toml(summary: Mapping[str, Any]) -> str:
-    """The winners as a suite-file snippet: one ``[combinations]`` entry per workload, then ``[techniques.X]``.
-
-    Technique options hold for a whole suite; when two workloads' winners want
-    different values of one option, the first one's is written and a comment says so.
-    """
+    """The winners as a suite-file snippet: one ``[combinations]`` entry per workload, then the option values
+    tune chose for each as ``[combination_options.COMBINATION.TECHNIQUE]`` (each winner keeps its own)."""
     lines = [f"# ampsuite tune on {summary.get('device')}: the fastest trustworthy recipe per workload"]
     if summary.get("incomplete"):
         lines.append("# interrupted: the search so far (`ampsuite tune --resume` measures the rest)")
@@ -35,7 +32,7 @@ def recipe_toml(summary: Mapping[str, Any]) -> str:
         # Every candidate ran with them: the recipe holds in a suite with the same base.
         lines.append(f"# measured with [suite] base_techniques = {toml_value(summary['base_techniques'])}")
     combos: list[str] = []
-    options: dict[str, dict[str, Any]] = {}
+    tables: list[str] = []
     notes: list[str] = []
     for w in summary.get("workloads") or []:
         winner = w.get("winner")
@@ -44,26 +41,19 @@ def recipe_toml(summary: Mapping[str, Any]) -> str:
             continue
         speed = winner.get("speedup_vs_fp32")
         figure = f"{winner['throughput']:,.1f} {w['unit']}/s" + (f", {speed:.2f}x FP32" if speed else "")
+        name = combination_name(w["key"])
         combos.append(f"# {w['key']}, batch_size = {winner['batch_size']}: {figure}")
-        combos.append(f"{toml_key(combination_name(w['key']))} = {toml_value(winner['techniques'])}")
+        combos.append(f"{toml_key(name)} = {toml_value(winner['techniques'])}")
         for technique, values in (winner.get("overrides") or {}).items():
-            table = options.setdefault(technique, {})
-            for name, value in values.items():
-                if name in table and table[name] != value:
-                    notes.append(
-                        f"# {w['key']} wants {technique}.{name} = {toml_value(value)} (not written: one per suite)"
-                    )
-                table.setdefault(name, value)
+            tables += [
+                "",
+                f"[combination_options.{toml_key(name)}.{toml_key(technique)}]",
+                *(f"{toml_key(k)} = {toml_value(v)}" for k, v in values.items()),
+            ]
     lines += notes
     if combos:
         lines += ["", "[combinations]", *combos]
-    for technique, values in options.items():
-        lines += [
-            "",
-            f"[techniques.{toml_key(technique)}]",
-            *(f"{toml_key(k)} = {toml_value(v)}" for k, v in values.items()),
-        ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + tables) + "\n"
 
 
 INTERRUPTED = "**Interrupted**: what follows is the search so far; `ampsuite tune --resume` measures the rest."

@@ -122,6 +122,7 @@ class Candidate:
             include=(),
             exclude=(),
             tune_choices={},  # checked with the suite; a candidate's own combinations need not use them
+            combination_options={},  # the suite's combinations' own options: the candidate's are in technique_options
         )
         for cell in matrix.expand(derived, catalog, device):
             if cell.combination == cid and cell.axes == dict(config.axes):

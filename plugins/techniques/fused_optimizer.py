@@ -9,6 +9,16 @@ trajectory is the same up to floating-point rounding.
 
 It applies before ``cuda-graphs`` (order 50 < 90), whose capture then records
 the fused kernel.
+
+With ``amp-fp16``'s loss scaler, a fused optimizer takes the scale and the
+inf check on the device (``_step_supports_amp_scaling``), so the step never
+waits for the host. Fused SGD with momentum does not honour a skipped step in
+torch 2.11: the overflow steps a dynamic loss scale starts with leave its
+momentum buffer corrupted and the weights blow up a step later (issue 15's
+ResNet-50 cell, non-finite at step 3 with the scale down to 6e-5;
+LibreYOLO/libreyolo#771 reports the same). ampsuite runs such a cell as
+declared; its numerics verdict says non-finite, and neither the report nor
+``ampsuite tune`` ever crowns it. Fused Adam and AdamW honour the skip.
 """
 
 from __future__ import annotations

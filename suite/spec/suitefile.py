@@ -450,7 +450,8 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
         technique_options[tname] = dict(body)
 
     combination_options = _combination_options(
-        path, top.get("combination_options", dict, {}, "a table of [combination_options.ID.TECHNIQUE] tables"),
+        path,
+        top.get("combination_options", dict, {}, "a table of [combination_options.ID.TECHNIQUE] tables"),
         combinations,
     )
     executor = _executor(path, top.get("executor", dict, {}, "a table"))

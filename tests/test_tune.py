@@ -230,6 +230,8 @@ def test_the_suite_declares_option_values_to_try(registry: Any) -> None:
     variants = option_choices(registry, "torch-compile", current, declared)
     # [tune.torch-compile] replaces the values of the options it names, and a flag is tried when declared.
     assert variants == [("mode", "max-autotune-no-cudagraphs"), ("coordinate_descent", True)]
+    # A value the technique refuses with the options it would join is none: compile modes are inductor's.
+    assert option_choices(registry, "torch-compile", {**current, "backend": "aot_eager"}, declared) == []
 
 
 def test_declared_choices_are_measured_against_the_winner(tmp_path: Path) -> None:
@@ -597,3 +599,25 @@ def test_the_recipe_keeps_each_winners_own_option_values(registry: Any) -> None:
     modes = {(c.workload_id, c.combination): dict(c.techniques)["torch-compile"]["mode"] for c in cells}
     assert modes[("a", "tuned-a")] == "reduce-overhead" and modes[("b", "tuned-b")] == "max-autotune"
     assert modes[("a", "tuned-b")] == "max-autotune"  # the combination's, whichever workload runs it
+
+
+def test_tune_builds_its_own_candidates_whatever_a_combination_sets(tmp_path: Path) -> None:
+    """[combination_options] belong to the suite's rows; tune's candidates run with the suite-wide values."""
+    extra = (
+        'compiled = ["amp-bf16", "torch-compile"]\n'
+        '[techniques.torch-compile]\nbackend = "aot_eager"\n'
+        "[combination_options.compiled.torch-compile]\nfullgraph = true\n"
+    )
+    (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra=extra), encoding="utf-8")
+    plan = session.plan(tmp_path / "s.toml")
+    fake = FakeWorker(plan.registry, 1.0)
+    seen: list[dict[str, Any]] = []
+
+    def measure(cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
+        seen.extend(o for name, o in cell.techniques if name == "torch-compile")
+        return fake(cell, spec, timeout)
+
+    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
+    (toy,) = tune(plan, config, lambda line: None, measure=measure)["workloads"]
+    assert toy["winner"] is not None and seen
+    assert all(o["backend"] == "aot_eager" and o["fullgraph"] is False for o in seen)

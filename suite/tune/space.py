@@ -19,6 +19,7 @@ from typing import Any
 
 from suite.contract.wire import Cell
 from suite.spec import matrix
+from suite.spec.options import OptionError, build_options
 from suite.spec.suitefile import MeasureSpec, SuiteSpec, WorkloadEntry
 
 __all__ = [
@@ -179,7 +180,8 @@ def option_choices(
 ) -> list[tuple[str, Any]]:
     """(option, value) pairs to try instead of ``current`` for ``technique``: its ``Literal``-typed options,
     :data:`KNOWN_CHOICES`, and the suite's ``[tune.TECHNIQUE]`` table (``declared``), which replaces the
-    values of the options it names (flags are left alone unless declared: each variant is a full measurement)."""
+    values of the options it names (flags are left alone unless declared: each variant is a full measurement).
+    A value the technique refuses together with ``current`` is no choice."""
     record = catalog.techniques[technique]
     choices: dict[str, tuple[Any, ...]] = {}
     options_type = getattr(record, "options", None)
@@ -198,9 +200,20 @@ def option_choices(
     out = []
     for name, values in choices.items():
         for value in values:
-            if name not in current or json.dumps(current[name]) != json.dumps(value):
-                out.append((name, value))
+            if name in current and json.dumps(current[name]) == json.dumps(value):
+                continue
+            if options_type is not None and not _accepts(options_type, {**current, name: value}):
+                continue  # refused with the options it would join (a compile mode under backend aot_eager)
+            out.append((name, value))
     return out
+
+
+def _accepts(options_type: type, values: Mapping[str, Any]) -> bool:
+    try:
+        build_options(options_type, values)
+    except OptionError:
+        return False
+    return True
 
 
 def screen_measure(measure: MeasureSpec) -> MeasureSpec:

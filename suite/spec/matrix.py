@@ -66,19 +66,10 @@ def _technique_options(spec: SuiteSpec, registry: Catalog) -> dict[str, dict[str
         suite_wide[name] = _build(spec, registry, name, spec.technique_options.get(name, {}), f"techniques.{name}")
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for cid, combo in spec.combinations.items():
-        own = spec.combination_options.get(cid, {})
-        out[cid] = {
-            t: _build(
-                spec,
-                registry,
-                t,
-                {**spec.technique_options.get(t, {}), **own[t]},
-                f"combination_options.{cid}.{t}",
-            )
-            if t in own
-            else suite_wide[t]
-            for t in combo
-        }
+        out[cid] = {t: suite_wide[t] for t in combo}
+        for t, values in spec.combination_options.get(cid, {}).items():
+            key = f"combination_options.{cid}.{t}"
+            out[cid][t] = _build(spec, registry, t, {**spec.technique_options.get(t, {}), **values}, key)
     _check_tune_choices(spec, registry, used)
     return out
 

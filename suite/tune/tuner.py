@@ -96,13 +96,14 @@ class Tuner:
 
     # -- one candidate -------------------------------------------------------------------------
 
-    def _cell_id(self, config: WorkloadConfig, candidate: Candidate, phase: str) -> str:
-        cell_id = candidate.cell(self.spec, self.plan.registry, self.plan.device, config).id
-        return f"{cell_id}/screen" if phase == SCREEN else cell_id
+    def _cell(self, config: WorkloadConfig, candidate: Candidate, phase: str) -> Cell:
+        """The cell measuring ``candidate`` in ``phase``: a screen has its own id, ``.../screen``."""
+        cell = candidate.cell(self.spec, self.plan.registry, self.plan.device, config)
+        return dataclasses.replace(cell, id=f"{cell.id}/screen") if phase == SCREEN else cell
 
     def known(self, config: WorkloadConfig, candidate: Candidate, phase: str) -> bool:
         """Whether :meth:`run` would return a record already at hand (``--resume``) without measuring: free."""
-        cell_id = self._cell_id(config, candidate, phase)
+        cell_id = self._cell(config, candidate, phase).id
         return cell_id in self.kept and self._stale(cell_id, phase) is None
 
     def run(self, config: WorkloadConfig, candidate: Candidate, phase: str) -> dict[str, Any] | None:
@@ -114,10 +115,8 @@ class Tuner:
 
         :raises KeyboardInterrupt: after writing the record, when Ctrl-C or SIGTERM interrupted the cell.
         """
-        cell = candidate.cell(self.spec, self.plan.registry, self.plan.device, config)
-        spec = self.spec
-        if phase == SCREEN:
-            cell, spec = dataclasses.replace(cell, id=f"{cell.id}/screen"), self.screen_spec
+        cell = self._cell(config, candidate, phase)
+        spec = self.screen_spec if phase == SCREEN else self.spec
         previous = self.kept.get(cell.id)
         stale = self._stale(cell.id, phase)
         if previous is not None and stale is None:

@@ -268,3 +268,108 @@ def test_mfu_finds_the_fp8_peak_by_the_cells_matmul_dtype() -> None:
     table = {"matmul_tflops": {"bfloat16": 800.0, "float8_e4m3fn": 1600.0, "float8_e5m2": 1600.0}}
     assert peaks.mfu(1200.0, "float8_e4m3fn", table) == pytest.approx(0.75)
     assert peaks.mfu(800.0, "float8_e5m2", table) == pytest.approx(0.5)
+
+
+def _mha_and_copy(**kwargs: Any) -> tuple[nn.MultiheadAttention, nn.Module]:
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(32, 4, batch_first=True, **kwargs)
+    holder = nn.Sequential(mha)
+    replaced, kept = fp8.split_attention(holder)
+    assert (replaced, kept) == (["0"], [])
+    return mha, holder[0]
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_split_attention_computes_what_multihead_attention_did(bias: bool) -> None:
+    mha, split = _mha_and_copy(bias=bias)
+    assert type(split).__name__ == "SelfAttention" and isinstance(split.in_proj, nn.Linear)
+    assert [id(p) for p in split.parameters()] == [id(p) for p in mha.parameters()]
+    x = torch.randn(3, 7, 32, requires_grad=True)
+    grads = []
+    for module in (mha, split):
+        x.grad = None
+        for p in mha.parameters():
+            p.grad = None
+        out, weights = module(x, x, x, need_weights=False)
+        out.square().sum().backward()
+        assert weights is None
+        grads.append((out.detach(), x.grad.clone(), [p.grad.clone() for p in mha.parameters()]))
+    (ref, ref_dx, ref_dp), (got, got_dx, got_dp) = grads
+    torch.testing.assert_close(got, ref)
+    torch.testing.assert_close(got_dx, ref_dx)
+    for a, b in zip(got_dp, ref_dp, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_split_attention_keeps_other_calls_exact() -> None:
+    mha, split = _mha_and_copy()
+    x, y = torch.randn(2, 5, 32), torch.randn(2, 6, 32)
+    mask = torch.zeros(2, 6, dtype=torch.bool)
+    mask[:, -2:] = True
+    calls = [((x, y, y), {"key_padding_mask": mask}), ((x, x, x), {}), ((x, y, y), {"need_weights": False})]
+    for args, kwargs in calls:
+        ref_out, ref_w = mha(*args, **kwargs)
+        out, w = split(*args, **kwargs)
+        torch.testing.assert_close(out, ref_out)
+        assert (w is None) == (ref_w is None)
+        if ref_w is not None:
+            torch.testing.assert_close(w, ref_w)
+
+
+def test_split_attention_leaves_what_it_cannot_replace_with_the_reason() -> None:
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seq_first = nn.MultiheadAttention(32, 2)
+            self.cross = nn.MultiheadAttention(32, 2, kdim=16, vdim=16, batch_first=True)
+            self.biased = nn.MultiheadAttention(32, 2, add_bias_kv=True, batch_first=True)
+            self.plain = nn.MultiheadAttention(32, 2, batch_first=True)
+
+    block = Block()
+    replaced, kept = fp8.split_attention(block)
+    assert replaced == ["plain"]
+    assert kept == [
+        "seq_first: not batch_first",
+        "cross: key or value dimension differs from the embedding's",
+        "biased: has bias_k/bias_v or add_zero_attn",
+    ]
+    converted, _ = fp8.linear_plan(block, keep_last=False)
+    assert converted == ["plain.in_proj", "plain.out_proj"]
+
+
+def test_attention_option_doubles_vits_fp8_linears() -> None:
+    from plugins.workloads import vit
+    from plugins.workloads._vit import make_model
+
+    options = vit.ViTOptions(image_size=32, patch_size=16, layers=2, heads=2, hidden=32, mlp=64, classes=10)
+    model = make_model(options)
+    assert len(fp8.linear_plan(model)[0]) == 2 * 2  # the MLPs only
+    x = torch.randn(2, 3, 32, 32)
+    torch.manual_seed(1)
+    before = model(x)
+    fp8.split_attention(model)
+    converted, _ = fp8.linear_plan(model)
+    assert len(converted) == 2 * 4  # and each block's two attention projections
+    torch.manual_seed(1)
+    torch.testing.assert_close(model(x), before)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available() or fp8.torchao_missing(), reason="needs a CUDA GPU and torchao")
+def test_fp8_attention_trains_a_vit_on_the_gpu(tmp_path: Path) -> None:
+    from plugins.workloads import vit
+
+    if torch.cuda.get_device_capability() < fp8.MIN_CAPABILITY:
+        pytest.skip("needs FP8 Tensor Cores")
+    options = vit.ViTOptions(image_size=64, patch_size=16, layers=2, heads=2, hidden=64, mlp=128, classes=16)
+    device = torch.device("cuda")
+    step = vit.build(options, BuildContext(device=device, batch_size=32, seed=0, data_dir=str(tmp_path)))
+    step.autocast_dtype = torch.bfloat16
+    step = fp8.apply(step, fp8.Fp8Options(attention=True))
+    assert step.notes["fp8"]["converted_linears"] == 2 * 4
+    assert step.notes["fp8"]["attention_modules_split"] == 2
+    kinds = {type(m).__name__ for m in step.model.modules()}
+    assert "Float8Linear" in kinds and "MultiheadAttention" not in kinds
+    run = step.compose()
+    losses = [float(run(step.data())) for _ in range(3)]
+    assert all(torch.isfinite(torch.tensor(losses))), losses

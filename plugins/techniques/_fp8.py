@@ -5,10 +5,100 @@ from __future__ import annotations
 import importlib
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from plugins.techniques.fp8 import ALIGN, INSTALL_HINT, MIN_CAPABILITY, Fp8Options
 from suite import SkipCell, TrainStep
+
+
+class SelfAttention(nn.Module):
+    """``nn.MultiheadAttention`` (batch first) with its projections as ``nn.Linear`` modules.
+
+    ``nn.MultiheadAttention`` keeps its input projection as a bare parameter and reads its output
+    projection's weight without calling the module, so a module swap (torchao's) cannot reach either.
+    This module holds the same ``Parameter`` objects in two ``nn.Linear`` layers and computes the
+    self-attention the way the original's fast path does; any other call goes through
+    ``F.multi_head_attention_forward`` with the same weights.
+    """
+
+    def __init__(self, mha: nn.MultiheadAttention) -> None:
+        super().__init__()
+        embed = mha.embed_dim
+        self.num_heads = mha.num_heads
+        self.dropout = mha.dropout
+        self.in_proj = nn.Linear(embed, 3 * embed, bias=mha.in_proj_bias is not None, device="meta")
+        self.in_proj.weight = mha.in_proj_weight
+        if mha.in_proj_bias is not None:
+            self.in_proj.bias = mha.in_proj_bias
+        self.out_proj = mha.out_proj
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+        need_weights: bool = True,
+        attn_mask: torch.Tensor | None = None,
+        average_attn_weights: bool = True,
+        is_causal: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        dropout = self.dropout if self.training else 0.0
+        plain = key_padding_mask is None and attn_mask is None and not is_causal and not need_weights
+        if plain and query is key is value and query.dim() == 3:
+            batch, length, embed = query.shape
+            heads = self.in_proj(query).view(batch, length, 3, self.num_heads, embed // self.num_heads)
+            q, k, v = heads.permute(2, 0, 3, 1, 4).unbind(0)
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout)
+            return self.out_proj(out.transpose(1, 2).reshape(batch, length, embed)), None
+        out, weights = F.multi_head_attention_forward(
+            query.transpose(0, 1),
+            key.transpose(0, 1),
+            value.transpose(0, 1),
+            self.out_proj.in_features,
+            self.num_heads,
+            self.in_proj.weight,
+            self.in_proj.bias,
+            None,
+            None,
+            False,
+            dropout,
+            self.out_proj.weight,
+            self.out_proj.bias,
+            training=self.training,
+            key_padding_mask=key_padding_mask,
+            need_weights=need_weights,
+            attn_mask=attn_mask,
+            average_attn_weights=average_attn_weights,
+            is_causal=is_causal,
+        )
+        return out.transpose(0, 1), weights
+
+
+def _why_not_split(mha: nn.MultiheadAttention) -> str | None:
+    if not mha.batch_first:
+        return "not batch_first"
+    if not mha._qkv_same_embed_dim:
+        return "key or value dimension differs from the embedding's"
+    if mha.bias_k is not None or mha.add_zero_attn:
+        return "has bias_k/bias_v or add_zero_attn"
+    return None
+
+
+def split_attention(model: nn.Module) -> tuple[list[str], list[str]]:
+    """Replace each self-attention ``nn.MultiheadAttention`` by :class:`SelfAttention` (names replaced, kept)."""
+    replaced: list[str] = []
+    kept: list[str] = []
+    for name, mha in [(n, m) for n, m in model.named_modules() if isinstance(m, nn.MultiheadAttention)]:
+        why = "it is the model itself" if not name else _why_not_split(mha)
+        if why is not None:
+            kept.append(f"{name}: {why}")
+            continue
+        parent_name, _, child = name.rpartition(".")
+        model.get_submodule(parent_name).register_module(child, SelfAttention(mha))
+        replaced.append(name)
+    return replaced, kept
 
 
 def linear_plan(model: nn.Module, keep_last: bool = True) -> tuple[list[str], list[str]]:
@@ -52,7 +142,9 @@ def apply(step: TrainStep, options: Fp8Options) -> TrainStep:
         float8 = importlib.import_module("torchao.float8")
     except ImportError as exc:
         raise SkipCell(f"fp8 needs torchao ({INSTALL_HINT}): {exc}") from exc
+    split, unsplit = split_attention(step.model) if options.attention else ([], [])
     converted, kept = linear_plan(step.model, options.keep_last)
+    kept += [f"{k} (nn.MultiheadAttention left whole)" for k in unsplit]
     if not converted:
         raise SkipCell(f"fp8: no nn.Linear layer of this model can run in FP8 (kept: {'; '.join(kept) or 'none'})")
     chosen = set(converted)
@@ -64,6 +156,7 @@ def apply(step: TrainStep, options: Fp8Options) -> TrainStep:
     step.notes["fp8"] = {
         "recipe": options.recipe,
         "converted_linears": len(converted),
+        "attention_modules_split": len(split),
         "kept_high_precision": kept,
         "torchao": str(getattr(torchao, "__version__", "unknown")),
         "bf16_reference": "the same workload, options, batch and combination without fp8",

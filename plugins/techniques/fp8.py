@@ -14,15 +14,27 @@ the same for the two gradient products:
 * ``rowwise_with_gw_hp``: rowwise, but the weight-gradient product stays in
   high precision (most accurate).
 
-Which layers stay in higher precision: the output projection of an
-``nn.MultiheadAttention`` (ViT's: the attention function reads its weight and
-never calls it, so swapping it would convert nothing), every ``nn.Linear`` whose
+Which layers stay in higher precision: the projections of an
+``nn.MultiheadAttention`` (ViT's: the attention function reads their weights and
+never calls a module, so swapping one would convert nothing) unless
+``attention = true``, every ``nn.Linear`` whose
 ``in_features`` or ``out_features`` is not a multiple of 16 (``_scaled_mm``
 refuses them: BERT's 30522-word decoder, ViT's 1000-class head) and, with
 ``keep_last`` (default), the model's last ``nn.Linear`` (the output head,
 where FP8's error would land directly on the logits). Embeddings, norms,
 convolutions (ViT's patch embedding), attention's batched products and the
-loss are not ``nn.Linear`` and run as before, under autocast. The record's
+loss are not ``nn.Linear`` and run as before, under autocast.
+
+``attention = true`` replaces each ``nn.MultiheadAttention`` used for
+self-attention (``batch_first``, one embedding size, no ``bias_k``/``bias_v``,
+no zero attention) by :class:`~plugins.techniques._fp8.SelfAttention`: the
+same parameters (the very ``Parameter`` objects, so the optimizer is
+untouched), its input projection an ``nn.Linear`` over ``in_proj_weight``, the
+product ``scaled_dot_product_attention`` as in the module's own fast path.
+Calls it does not cover (masks, ``need_weights``, distinct key and value) go
+through ``F.multi_head_attention_forward`` with the same weights, so the model
+computes what it did. ViT-B/16 then converts 48 linears instead of 24: all of
+its linear products but the head. The record's
 ``notes.fp8`` lists what was converted and what was kept.
 
 Composition: ``fp8`` requires ``amp-bf16`` (torchao's float8 training is
@@ -64,7 +76,7 @@ from suite import CheckContext, ReportSection, Status, Technique, TrainStep, hoo
 
 AMPSUITE_PLUGIN_API = 1
 
-__all__ = ["RECIPES", "Fp8Options", "apply", "bf16_comparisons", "check", "linear_plan"]
+__all__ = ["RECIPES", "Fp8Options", "apply", "bf16_comparisons", "check", "linear_plan", "split_attention"]
 
 RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
 ALIGN = 16
@@ -81,6 +93,13 @@ class Fp8Options:
     )
     keep_last: bool = field(
         default=True, metadata={"help": "keep the model's last nn.Linear (the output head) in high precision"}
+    )
+    attention: bool = field(
+        default=False,
+        metadata={
+            "help": "also convert nn.MultiheadAttention's input and output projections (the module becomes "
+            "an equivalent one whose projections are nn.Linear layers over the same parameters)"
+        },
     )
 
     def __post_init__(self) -> None:
@@ -116,6 +135,14 @@ def apply(step: TrainStep, options: Fp8Options) -> TrainStep:
 def linear_plan(model: Any, keep_last: bool = True) -> tuple[list[str], list[str]]:
     """The ``nn.Linear`` layers that become FP8 (by name) and those kept in high precision (``"name: why"``)."""
     return _impl().linear_plan(model, keep_last)
+
+
+def split_attention(model: Any) -> tuple[list[str], list[str]]:
+    """Replace each self-attention ``nn.MultiheadAttention`` by one with ``nn.Linear`` projections.
+
+    Returns the replaced modules' names and those left alone (``"name: why"``).
+    """
+    return _impl().split_attention(model)
 
 
 # ---------------------------------------------------------------------------

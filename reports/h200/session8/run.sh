@@ -79,9 +79,9 @@ case "${2:-1}" in
     (cuda_tests 0; tune 0 tests/gpu/tune-vit-b16.toml tune-vit-b16 && selfcheck 0 vit-b16) &
     (run 1 tests/gpu/fp8-vit.toml fp8-vit) &
     ;;
-*)
-    (tune 0 tests/gpu/tune-vit-b16.toml tune-vit-b16 && selfcheck 0 vit-b16) &
-    (run 1 tests/gpu/fp8-vit.toml fp8-vit) &
+*) # call 2: where the time goes (kernels probe), the tuned recipe's kernels on GPU 0, the rest on GPU 1
+    (run 0 tests/gpu/vit-kernels.toml vit-kernels -p plugins.probes.kernels -k "bf16-compile-cd") &
+    (run 1 tests/gpu/vit-kernels.toml vit-kernels-1 -p plugins.probes.kernels -k "not bf16-compile-cd") &
     ;;
 esac
 wait

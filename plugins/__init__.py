@@ -23,6 +23,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "plugins.techniques.cuda_graphs",
     "plugins.techniques.loading",
     "plugins.techniques.channels_last",
+    "plugins.techniques.patch_gemm",
     "plugins.techniques.precision_flags",
     "plugins.techniques.compile",
     "plugins.techniques.fused_optimizer",

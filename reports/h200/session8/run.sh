@@ -69,7 +69,7 @@ run() { # GPU SUITE NAME [ARGS...]
 cuda_tests() { # fp8's tests on a GPU, once
     [ -e "$S/cuda-tests.log" ] && grep -q " passed" "$S/cuda-tests.log" && return 0
     CUDA_VISIBLE_DEVICES=${1:-0} timeout 120 python3 -m pytest -q -m cuda -p no:cacheprovider \
-        tests/test_fp8.py >"$S/cuda-tests.log" 2>&1
+        tests/test_fp8.py tests/test_techniques_patch_gemm.py >"$S/cuda-tests.log" 2>&1
 }
 
 nvidia-smi --query-gpu=index,name,power.limit,clocks.max.sm,temperature.gpu --format=csv >"$S/env-$(date +%s).txt" 2>&1
@@ -79,9 +79,15 @@ case "${2:-1}" in
     (cuda_tests 0; tune 0 tests/gpu/tune-vit-b16.toml tune-vit-b16 && selfcheck 0 vit-b16) &
     (run 1 tests/gpu/fp8-vit.toml fp8-vit) &
     ;;
-*) # call 2: where the time goes (kernels probe), the tuned recipe's kernels on GPU 0, the rest on GPU 1
+2) # call 2: where the time goes (kernels probe), the tuned recipe's kernels on GPU 0, the rest on GPU 1
     (run 0 tests/gpu/vit-kernels.toml vit-kernels -p plugins.probes.kernels -k "bf16-compile-cd") &
-    (run 1 tests/gpu/vit-kernels.toml vit-kernels-1 -p plugins.probes.kernels -k "not bf16-compile-cd") &
+    (run 1 tests/gpu/vit-kernels.toml vit-kernels-1 -p plugins.probes.kernels -k "not bf16-compile-cd and not patch and not channels") &
+    ;;
+*) # calls 3-4: the tune again with patch-gemm in its space (GPU 0); the patch embedding's kernels (GPU 1)
+    rm -f "$S/tune-vit-b16/finished"
+    [ "$2" = 3 ] && rm -f "$S/cuda-tests.log"
+    (tune 0 tests/gpu/tune-vit-b16.toml tune-vit-b16 && selfcheck 0 vit-b16) &
+    (cuda_tests 1; run 1 tests/gpu/vit-kernels.toml vit-kernels-2 -p plugins.probes.kernels -k "patch or channels") &
     ;;
 esac
 wait

@@ -1,0 +1,114 @@
+"""patch-gemm: a convolution whose kernel equals its stride, as a GEMM that computes the same thing."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from plugins.techniques import _patch_gemm as impl
+from plugins.techniques import patch_gemm
+from plugins.workloads import toy, vit
+from suite import BuildContext, CheckContext, NoOptions, SkipCell, Workload
+
+TECHNIQUE = patch_gemm.ampsuite_techniques()[0]
+CPU = torch.device("cpu")
+SMALL_VIT = vit.ViTOptions(image_size=32, patch_size=16, layers=1, heads=2, hidden=32, mlp=64, classes=10)
+
+
+def grads_of(module: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+    x = x.detach().clone().requires_grad_(True)
+    for p in module.parameters():
+        p.grad = None
+    out = module(x)
+    (out.float() ** 2).sum().backward()
+    assert x.grad is not None
+    return out.detach(), [p.grad.clone() for p in module.parameters() if p.grad is not None], x.grad
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(2, 3, 32, 48), (2, 3, 37, 21)])  # the second crops, as the convolution floors
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+def test_the_gemm_computes_what_the_convolution_did(
+    bias: bool, shape: tuple[int, ...], memory_format: torch.memory_format
+) -> None:
+    torch.manual_seed(0)
+    conv = nn.Conv2d(3, 8, (8, 4), stride=(8, 4), bias=bias).to(memory_format=memory_format)
+    gemm = impl.PatchGemm(conv)
+    assert [id(p) for p in gemm.parameters()] == [id(p) for p in conv.parameters()]
+    x = torch.randn(*shape).contiguous(memory_format=memory_format)
+    ref_out, ref_grads, ref_dx = grads_of(conv, x)
+    out, grads, dx = grads_of(gemm, x)
+    assert out.shape == ref_out.shape
+    torch.testing.assert_close(out, ref_out)
+    torch.testing.assert_close(dx, ref_dx)
+    for a, b in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_only_non_overlapping_convolutions_are_replaced() -> None:
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 4, stride=4),  # a patch embedding
+        nn.Conv2d(8, 8, 3, stride=1, padding=1),
+        nn.Conv2d(8, 8, 2, stride=2, padding=1),
+        nn.Conv2d(8, 8, 2, stride=2, groups=2),
+        nn.Conv2d(8, 8, 2, stride=2, dilation=2),
+        nn.Conv2d(8, 8, 2, stride=2),
+    )
+    assert [impl.why_not(m) for m in model] == [
+        None,
+        "kernel (3, 3) differs from stride (1, 1)",
+        "padding (1, 1)",
+        "dilated or grouped",
+        "dilated or grouped",
+        None,
+    ]
+    reference = copy.deepcopy(model)
+    assert impl.replace(model) == ["0", "5"]
+    assert [type(m).__name__ for m in model] == ["PatchGemm"] + ["Conv2d"] * 4 + ["PatchGemm"]
+    x = torch.randn(2, 3, 128, 128)
+    torch.testing.assert_close(model(x), reference(x))
+
+
+def test_a_vit_trains_the_same_with_it(tmp_path: Path) -> None:
+    step = vit.build(SMALL_VIT, BuildContext(CPU, 4, 0, str(tmp_path)))
+    reference = vit.build(SMALL_VIT, BuildContext(CPU, 4, 0, str(tmp_path)))
+    step = TECHNIQUE.apply(step, NoOptions())
+    assert step.notes["patch_gemm"] == {"replaced": ["conv_proj"]}
+    assert step.model is not None and type(step.model.conv_proj).__name__ == "PatchGemm"
+    losses = [step.compose(), reference.compose()]
+    batches = [step.data() for _ in range(3)]
+    for batch in batches:
+        torch.testing.assert_close(losses[0](batch), losses[1](batch))
+    assert reference.model is not None
+    torch.testing.assert_close(step.model.conv_proj.weight, reference.model.conv_proj.weight)
+
+
+def test_declaration_and_skips(tmp_path: Path) -> None:
+    assert TECHNIQUE.order == 22 and not TECHNIQUE.requires and not TECHNIQUE.conflicts
+    assert TECHNIQUE.check is not None
+    bare = Workload(name="gemm", summary="", build=lambda o, c: None, traits=frozenset())  # type: ignore[arg-type,return-value]
+    reason = TECHNIQUE.check(CheckContext(bare, None, "cpu", ("patch-gemm",), 8))
+    assert reason == "needs a workload with a model; 'gemm' has none"
+    step = toy.build(toy.ToyOptions(features=8, hidden=16, layers=1, classes=4), BuildContext(CPU, 8, 0, str(tmp_path)))
+    with pytest.raises(SkipCell, match="no convolution whose kernel equals its stride"):
+        TECHNIQUE.apply(step, NoOptions())
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_under_bf16_autocast_on_the_gpu_it_matches_cudnn() -> None:
+    torch.manual_seed(0)
+    conv = nn.Conv2d(3, 768, 16, stride=16).cuda()
+    gemm = impl.PatchGemm(conv)
+    x = torch.randn(8, 3, 224, 224, device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        ref_out, ref_grads, _ = grads_of(conv, x)
+        out, grads, _ = grads_of(gemm, x)
+    assert out.dtype == ref_out.dtype == torch.bfloat16
+    torch.testing.assert_close(out, ref_out, atol=3e-2, rtol=2e-2)
+    for a, b in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(a, b, atol=5e-2, rtol=2e-2)

@@ -100,15 +100,22 @@ def test_declaration_and_skips(tmp_path: Path) -> None:
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_under_bf16_autocast_on_the_gpu_it_matches_cudnn() -> None:
+def test_under_bf16_autocast_on_the_gpu_it_is_as_close_to_fp32_as_cudnn() -> None:
+    """In bfloat16 neither side is exact: each is held against the float32 convolution, the GEMM no further off."""
     torch.manual_seed(0)
     conv = nn.Conv2d(3, 768, 16, stride=16).cuda()
     gemm = impl.PatchGemm(conv)
     x = torch.randn(8, 3, 224, 224, device="cuda")
+    exact_out, exact_grads, _ = grads_of(conv, x)
     with torch.autocast("cuda", dtype=torch.bfloat16):
-        ref_out, ref_grads, _ = grads_of(conv, x)
+        conv_out, conv_grads, _ = grads_of(conv, x)
         out, grads, _ = grads_of(gemm, x)
-    assert out.dtype == ref_out.dtype == torch.bfloat16
-    torch.testing.assert_close(out, ref_out, atol=3e-2, rtol=2e-2)
-    for a, b in zip(grads, ref_grads, strict=True):
-        torch.testing.assert_close(a, b, atol=5e-2, rtol=2e-2)
+    assert out.dtype == conv_out.dtype == torch.bfloat16
+
+    def error(a: torch.Tensor, b: torch.Tensor) -> float:
+        return float((a.float() - b).norm() / b.norm())
+
+    pairs = [(out, conv_out, exact_out), *zip(grads, conv_grads, exact_grads, strict=True)]
+    for mine, cudnn, exact in pairs:
+        assert error(mine, exact) < 2e-2
+        assert error(mine, exact) <= 2 * error(cudnn, exact) + 5e-3

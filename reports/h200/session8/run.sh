@@ -83,11 +83,18 @@ case "${2:-1}" in
     (run 0 tests/gpu/vit-kernels.toml vit-kernels -p plugins.probes.kernels -k "bf16-compile-cd") &
     (run 1 tests/gpu/vit-kernels.toml vit-kernels-1 -p plugins.probes.kernels -k "not bf16-compile-cd and not patch and not channels") &
     ;;
-*) # calls 3-4: the tune again with patch-gemm in its space (GPU 0); the patch embedding's kernels (GPU 1)
-    rm -f "$S/tune-vit-b16/finished"
-    [ "$2" = 3 ] && rm -f "$S/cuda-tests.log"
+3) # call 3: the tune again with patch-gemm in its space (GPU 0); the patch embedding's kernels (GPU 1)
+    rm -f "$S/tune-vit-b16/finished" "$S/cuda-tests.log"
     (tune 0 tests/gpu/tune-vit-b16.toml tune-vit-b16 && selfcheck 0 vit-b16) &
     (cuda_tests 1; run 1 tests/gpu/vit-kernels.toml vit-kernels-2 -p plugins.probes.kernels -k "patch or channels") &
+    ;;
+*) # call 4: the tune goes on (GPU 0); call 3's winner against a plain loop, from a copy of its file (GPU 1)
+    rm -f "$S/cuda-tests.log" # the GPU test of patch-gemm changed after call 3
+    cp "$S/tune-vit-b16/results.json" "$S/tune-vit-b16-call3.json"
+    (tune 0 tests/gpu/tune-vit-b16.toml tune-vit-b16 && selfcheck 0 vit-b16) &
+    (cuda_tests 1; echo "== $(date -u +%T) selfcheck of call 3's winner on GPU 1" >>"$S/selfcheck-vit-b16-call3.log"
+     CUDA_VISIBLE_DEVICES=1 timeout -s INT $(($(left) - 10)) ampsuite selfcheck --device cuda \
+        --tuned "$S/tune-vit-b16-call3.json" -o "$S/selfcheck-vit-b16-call3.json" >>"$S/selfcheck-vit-b16-call3.log" 2>&1) &
     ;;
 esac
 wait

@@ -88,13 +88,19 @@ case "${2:-1}" in
     (tune 0 tests/gpu/tune-vit-b16.toml tune-vit-b16 && selfcheck 0 vit-b16) &
     (cuda_tests 1; run 1 tests/gpu/vit-kernels.toml vit-kernels-2 -p plugins.probes.kernels -k "patch or channels") &
     ;;
-*) # call 4: the tune goes on (GPU 0); call 3's winner against a plain loop, from a copy of its file (GPU 1)
+4) # call 4: the tune goes on (GPU 0); call 3's winner against a plain loop, from a copy of its file (GPU 1)
+    # (call 4's tune did not run: the tree it was given still had call 1's tune-vit-b16/finished)
     rm -f "$S/cuda-tests.log" # the GPU test of patch-gemm changed after call 3
     cp "$S/tune-vit-b16/results.json" "$S/tune-vit-b16-call3.json"
     (tune 0 tests/gpu/tune-vit-b16.toml tune-vit-b16 && selfcheck 0 vit-b16) &
     (cuda_tests 1; echo "== $(date -u +%T) selfcheck of call 3's winner on GPU 1" >>"$S/selfcheck-vit-b16-call3.log"
      CUDA_VISIBLE_DEVICES=1 timeout -s INT $(($(left) - 10)) ampsuite selfcheck --device cuda \
         --tuned "$S/tune-vit-b16-call3.json" -o "$S/selfcheck-vit-b16-call3.json" >>"$S/selfcheck-vit-b16-call3.log" 2>&1) &
+    ;;
+*) # call 5: the tune goes on (GPU 0); the tuned recipe as an ordinary suite, with and without CUDA graphs (GPU 1)
+    rm -f "$S/tune-vit-b16/finished"
+    (tune 0 tests/gpu/tune-vit-b16.toml tune-vit-b16) &
+    (run 1 tests/gpu/vit-tuned.toml vit-tuned) &
     ;;
 esac
 wait

@@ -395,3 +395,17 @@ def test_bad_base_techniques_are_refused(suite_table: str, combination: str, pat
     text = f"[suite]\n{suite_table}\n[workloads.toy]\nbatch_size = 4\n[combinations]\nc = {combination}\n"
     with pytest.raises(SuiteFileError, match=pattern):
         suitefile.loads(text, "b.toml")
+
+
+def test_the_default_cuda_suite_gives_each_model_its_own_tuned_row(registry) -> None:
+    """The rows that follow `ampsuite tune` on an H200: one per model workload, with what tune chose for it."""
+    spec = suitefile.load(suitefile.default_suite_path("cuda"))
+    tuned: dict[str, set[tuple[str, ...]]] = {}
+    for cell in matrix.expand(spec, registry, "cuda"):
+        if cell.combination.startswith("tuned"):
+            tuned.setdefault(cell.id.split("/")[0], set()).add(cell.technique_names)
+    assert tuned == {
+        "resnet50": {("cudnn-benchmark", "channels-last", "amp-bf16", "torch-compile")},
+        "bert-base": {("cudnn-benchmark", "amp-bf16", "fused-optimizer", "torch-compile")},
+        "vit-b16": {("cudnn-benchmark", "patch-gemm", "amp-bf16", "fused-optimizer", "torch-compile")},
+    }

@@ -5,10 +5,12 @@ input channels). Its patches do not overlap, so the convolution is exactly a
 matrix product: the image unfolded into rows of ``C * kh * kw`` pixels (a
 reshape and a permute, no gather) times the weight viewed as
 ``out x (C * kh * kw)``. On one H200 (torch 2.11, cuDNN 9.19, bfloat16,
-cudnn.benchmark on) cuDNN ran ViT-B/16's patch-embedding weight gradient in a
-``precomputed_convolve_sgemm`` kernel for 2.0 ms a step, 2.8% of the compiled
-step, for 0.06 TFLOP: a 3-channel input leaves cuDNN's Tensor Core kernels
-unaligned. As a GEMM it runs in cuBLAS like every other product of the model.
+cudnn.benchmark on) cuDNN ran ViT-B/16's patch-embedding convolution in a
+``precomputed_convolve_sgemm`` kernel, once a step, for 2.0 ms of the 73 ms
+compiled step and 0.06 TFLOP (30 TFLOP/s; the model's GEMMs ran near 680):
+the 3-channel input suits none of cuDNN's Tensor Core kernels. As a GEMM it
+runs in cuBLAS like every other product of the model, and the compiled step
+went from 3,403 to 3,574 img/s (``tests/gpu/vit-kernels.toml``).
 
 Every ``nn.Conv2d`` with ``kernel_size == stride``, no padding, no dilation,
 one group and zero padding mode is replaced by

@@ -54,6 +54,7 @@ BUILTIN_IMPLEMENTATIONS: tuple[str, ...] = (
     "plugins.techniques._cuda_graphs",
     "plugins.techniques._loading",
     "plugins.techniques._channels_last",
+    "plugins.techniques._patch_gemm",
     "plugins.techniques._precision_flags",
     "plugins.techniques._compile",
     "plugins.techniques._fp8",

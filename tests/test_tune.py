@@ -621,3 +621,23 @@ def test_tune_builds_its_own_candidates_whatever_a_combination_sets(tmp_path: Pa
     (toy,) = tune(plan, config, lambda line: None, measure=measure)["workloads"]
     assert toy["winner"] is not None and seen
     assert all(o["backend"] == "aot_eager" and o["fullgraph"] is False for o in seen)
+
+
+def test_a_resumed_search_reports_its_screens_against_the_files_last_winner(tmp_path: Path) -> None:
+    """A technique added to the space is screened first; the file already holds a trusted winner, and
+    "best so far" must say so rather than name the FP32 cell (an H200 resume printed "fp32 391" beside a
+    3,501 img/s winner in its file)."""
+    suite = tmp_path / "s.toml"
+    suite.write_text(TOY_SUITE.format(extra=""), encoding="utf-8")
+    plan = session.plan(suite)
+    fake = FakeWorker(plan.registry, 1.0)
+    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
+    (first,) = tune(plan, config, lambda line: None, measure=fake)["workloads"]
+    winner = first["winner"]
+    suite.write_text(TOY_SUITE.format(extra='compiled = ["amp-bf16", "torch-compile"]'), encoding="utf-8")
+    plan = session.plan(suite)
+    lines: list[str] = []
+    tune(plan, dataclasses.replace(config, resume=True), lines.append, measure=fake)
+    screen = next(line for line in lines if "torch-compile" in line and "(screen)" in line)
+    expected = f"best so far {winner['combination']}/bs64 (the file's last winner) {winner['throughput']:,.0f}"
+    assert expected in screen, screen

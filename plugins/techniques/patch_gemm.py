@@ -12,8 +12,8 @@ the 3-channel input suits none of cuDNN's Tensor Core kernels. As a GEMM it
 runs in cuBLAS like every other product of the model, and the compiled step
 went from 3,403 to 3,574 img/s (``tests/gpu/vit-kernels.toml``).
 
-Every ``nn.Conv2d`` with ``kernel_size == stride``, no padding, no dilation,
-one group and zero padding mode is replaced by
+Every ``nn.Conv2d`` (not a subclass, whose forward may differ) with
+``kernel_size == stride``, no padding, no dilation and one group is replaced by
 :class:`~plugins.techniques._patch_gemm.PatchGemm`, which holds the very same
 ``Parameter`` objects (the optimizer is untouched) and computes what the
 convolution did, cropping an input whose size is not a multiple of the

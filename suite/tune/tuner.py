@@ -71,11 +71,8 @@ class Tuner:
         self.run_config = runner.RunConfig(
             output=config.output, plugins=config.plugins, data_dir=config.data_dir, argv=config.argv, resume=True
         )
-        old_ids = (
-            {r["id"] for r in results.load(config.output)["cells"]}
-            if config.resume and config.output.exists()
-            else set()
-        )
+        previous = results.load(config.output) if config.resume and config.output.exists() else None
+        old_ids = {r["id"] for r in previous["cells"]} if previous is not None else set()
         self.run_config.resume = config.resume
         self.writer = runner.open_results(plan.spec, self.run_config, plan.device, plan.registry, old_ids)
         self.kept = {r["id"]: r for r in self.writer.doc["cells"]}
@@ -85,6 +82,20 @@ class Tuner:
         self.measure = measure or self._run_record
         self.started = 0
         self.best: dict[str, tuple[str, float]] = {}
+        if previous is not None:
+            self._best_from(previous)
+
+    def _best_from(self, previous: dict[str, Any]) -> None:
+        """--resume: each workload's best so far starts at the winner the file's last run chose, while its record
+        is kept and trusted; the search may not visit it in full until its finalists, and its screens would
+        otherwise be reported against the FP32 cell alone."""
+        for workload in ((previous.get("run") or {}).get("tune") or {}).get("workloads") or []:
+            winner = workload.get("winner") or {}
+            record = self.kept.get(str(winner.get("cell_id")))
+            value = None if record is None else analysis.throughput(as_record(record))
+            if value is not None and record is not None and untrusted_reason(record, self.writer.doc) is None:
+                name = f"{winner['combination']}/bs{winner['batch_size']} (the file's last winner)"
+                self.best[str(workload.get("key"))] = (name, value)
 
     def _run_record(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
         if self._ctx is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import tempfile
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -641,3 +642,16 @@ def test_a_resumed_search_reports_its_screens_against_the_files_last_winner(tmp_
     screen = next(line for line in lines if "torch-compile" in line and "(screen)" in line)
     expected = f"best so far {winner['combination']}/bs64 (the file's last winner) {winner['throughput']:,.0f}"
     assert expected in screen, screen
+
+
+def test_tune_leaves_no_temporary_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every `ampsuite tune` had left an empty ampsuite-tune-* folder in the system's temporary directory."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra=""), encoding="utf-8")
+    plan = session.plan(tmp_path / "s.toml")
+    fake = FakeWorker(plan.registry, 1.0)
+    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
+    tune(plan, config, lambda line: None, measure=fake)
+    assert not list(scratch.glob("ampsuite-tune-*"))

@@ -423,4 +423,5 @@ def tune(plan: Plan, config: TuneConfig, progress: Progress = print, measure: Me
         tuner.writer.doc["run"]["tune"] = summary
         tuner.writer.doc["run"]["finished"] = runner.now()
         tuner.writer.flush()
+        tuner.close()
     return summary

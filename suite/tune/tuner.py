@@ -9,6 +9,7 @@ its record added to the tune results file before anything else happens.
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -96,6 +97,10 @@ class Tuner:
             if value is not None and record is not None and untrusted_reason(record, self.writer.doc) is None:
                 name = f"{winner['combination']}/bs{winner['batch_size']} (the file's last winner)"
                 self.best[str(workload.get("key"))] = (name, value)
+
+    def close(self) -> None:
+        """Remove the folder of the workers' logs (each cell's log is read into its record)."""
+        shutil.rmtree(self.logdir, ignore_errors=True)
 
     def _run_record(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
         if self._ctx is None:

@@ -119,3 +119,59 @@ def test_under_bf16_autocast_on_the_gpu_it_is_as_close_to_fp32_as_cudnn() -> Non
     for mine, cudnn, exact in pairs:
         assert error(mine, exact) < 2e-2
         assert error(mine, exact) <= 2 * error(cudnn, exact) + 5e-3
+
+
+def test_a_suite_cell_runs_it_in_its_own_worker(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The whole path on CPU: the suite file, the matrix, a worker process, the record and its notes."""
+    from suite import cli, results
+
+    suite = tmp_path / "patch.toml"
+    suite.write_text(
+        """
+[suite]
+name = "patch-cpu"
+device = "cpu"
+cpu_threads = 1
+[measure]
+warmup_steps = 1
+min_steps = 3
+max_steps = 5
+max_seconds = 0.5
+numerics_steps = 2
+[workloads.vit]
+plugin = "vit"
+batch_size = 2
+image_size = 32
+patch_size = 16
+layers = 1
+heads = 2
+hidden = 32
+mlp = 64
+classes = 10
+[combinations]
+fp32 = []
+patch = ["patch-gemm"]
+[workloads.bert]
+plugin = "bert"
+batch_size = 2
+layers = 1
+hidden = 32
+heads = 2
+intermediate = 64
+seq_len = 16
+vocab = 100
+""",
+        encoding="utf-8",
+    )
+    out = tmp_path / "results.json"
+    assert cli.main(["run", str(suite), "-o", str(out), "--no-report", "--no-peaks"]) == 0
+    capsys.readouterr()
+    cells = {c["id"]: c for c in results.load(out)["cells"]}
+    patched = cells["vit/patch/bs2"]
+    assert patched["status"] == "passed"
+    assert patched["notes"]["patch_gemm"] == {"replaced": ["conv_proj"]}
+    # Same seed, same batches, the same arithmetic: the loss after the numerics steps matches FP32's.
+    assert patched["numerics"]["loss_at_n"] == pytest.approx(cells["vit/fp32/bs2"]["numerics"]["loss_at_n"], rel=1e-4)
+    skipped = cells["bert/patch/bs2"]
+    assert skipped["status"] == "skipped"
+    assert "no convolution whose kernel equals its stride" in skipped["evidence"]["reason"]

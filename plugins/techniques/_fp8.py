@@ -95,8 +95,7 @@ def split_attention(model: nn.Module) -> tuple[list[str], list[str]]:
         if why is not None:
             kept.append(f"{name}: {why}")
             continue
-        parent_name, _, child = name.rpartition(".")
-        model.get_submodule(parent_name).register_module(child, SelfAttention(mha))
+        model.set_submodule(name, SelfAttention(mha))
         replaced.append(name)
     return replaced, kept
 

@@ -50,8 +50,7 @@ def replace(model: nn.Module) -> list[str]:
     replaced = []
     for name, conv in [(n, m) for n, m in model.named_modules() if type(m) is nn.Conv2d]:
         if name and why_not(conv) is None:
-            parent, _, child = name.rpartition(".")
-            model.get_submodule(parent).register_module(child, PatchGemm(conv))
+            model.set_submodule(name, PatchGemm(conv))
             replaced.append(name)
     return replaced
 

@@ -93,10 +93,9 @@ class Tuner:
         for workload in ((previous.get("run") or {}).get("tune") or {}).get("workloads") or []:
             winner = workload.get("winner") or {}
             record = self.kept.get(str(winner.get("cell_id")))
-            value = None if record is None else analysis.throughput(as_record(record))
-            if value is not None and record is not None and untrusted_reason(record, self.writer.doc) is None:
+            if record is not None:
                 name = f"{winner['combination']}/bs{winner['batch_size']} (the file's last winner)"
-                self.best[str(workload.get("key"))] = (name, value)
+                self._offer(str(workload.get("key")), name, FULL, record)
 
     def close(self) -> None:
         """Remove the folder of the workers' logs (each cell's log is read into its record)."""
@@ -199,12 +198,16 @@ class Tuner:
     ) -> tuple[float | None, str | None]:
         """Remember ``record`` as the best so far when it is a trusted full measurement faster than the last;
         its (throughput, why it is not trusted)."""
+        return self._offer(config.key, f"{candidate.combination}/bs{candidate.batch_size}", phase, record)
+
+    def _offer(self, key: str, name: str, phase: str, record: dict[str, Any]) -> tuple[float | None, str | None]:
+        """:meth:`_consider` for the workload configuration ``key``, the record shown as ``name``."""
         value = analysis.throughput(as_record(record))
         why = self.untrusted(record, phase)
         if value is not None and phase != SCREEN and why is None:
-            current = self.best.get(config.key)
+            current = self.best.get(key)
             if current is None or value > current[1]:
-                self.best[config.key] = (f"{candidate.combination}/bs{candidate.batch_size}", value)
+                self.best[key] = (name, value)
         return value, why
 
     def _report(self, config: WorkloadConfig, candidate: Candidate, phase: str, record: dict[str, Any]) -> None:

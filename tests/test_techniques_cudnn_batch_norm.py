@@ -17,7 +17,7 @@ from torch import nn
 from plugins.techniques import _cudnn_batch_norm as impl
 from plugins.techniques import cudnn_batch_norm, islands
 from plugins.workloads import cnn, toy
-from suite import BuildContext, CheckContext, NoOptions, SkipCell, TrainStep, Workload
+from suite import BuildContext, CheckContext, SkipCell, TrainStep, Workload
 
 TECHNIQUE = cudnn_batch_norm.ampsuite_techniques()[0]
 CPU = torch.device("cpu")
@@ -196,7 +196,7 @@ def test_apply_replaces_every_batch_norm_and_says_so() -> None:
     step = resnet_step()
     assert step.model is not None
     norms = [m for m in step.model.modules() if isinstance(m, nn.BatchNorm2d)]
-    step = TECHNIQUE.apply(step, NoOptions())
+    step = TECHNIQUE.apply(step, cudnn_batch_norm.CudnnBatchNormOptions())
     assert step.notes["cudnn_batch_norm"] == {"modules": len(norms), "kernel": "native", "input_dtype": "float32"}
     assert all(getattr(m, impl._MARK) for m in norms)
     run = step.compose()
@@ -208,7 +208,7 @@ def test_apply_refuses_a_model_without_batch_norm(tmp_path: Any) -> None:
     opts = toy.ToyOptions(features=8, hidden=16, layers=1, classes=4)
     step = toy.build(opts, BuildContext(CPU, 8, 0, str(tmp_path)))
     with pytest.raises(SkipCell, match="no BatchNorm"):
-        TECHNIQUE.apply(step, NoOptions())
+        TECHNIQUE.apply(step, cudnn_batch_norm.CudnnBatchNormOptions())
 
 
 def test_apply_refuses_half_precision_batch_norm_weights() -> None:
@@ -216,7 +216,7 @@ def test_apply_refuses_half_precision_batch_norm_weights() -> None:
     assert step.model is not None
     step.model.half()
     with pytest.raises(SkipCell, match=r"float32 batch-norm weights, found torch\.float16"):
-        TECHNIQUE.apply(step, NoOptions())
+        TECHNIQUE.apply(step, cudnn_batch_norm.CudnnBatchNormOptions())
 
 
 # -- on a GPU: cuDNN's kernels -------------------------------------------------------

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from suite import NoOptions, SkipCell, TrainStep
+from suite import SkipCell, TrainStep
+
+if TYPE_CHECKING:
+    from plugins.techniques.cudnn_batch_norm import CudnnBatchNormOptions
 
 OP = "ampsuite::batch_norm"
 BACKWARD_OP = "ampsuite::batch_norm_backward"
@@ -198,9 +201,55 @@ def refusal(device: torch.device, dtype: torch.dtype) -> str | None:
     return None
 
 
-def apply(step: TrainStep, options: NoOptions) -> TrainStep:
+def fused_refusal(device: torch.device, dtype: torch.dtype) -> str | None:
+    """cuDNN's own words when its fused batch norm + add + ReLU will not take ``dtype`` input (None when it will)."""
+    if device.type != "cuda":
+        return None
+    from plugins.techniques import _cudnn_api as api
+
+    if dtype not in api.DATA_TYPES:
+        return f"no cuDNN data type for {dtype}"
+    x = torch.ones((2, 8, 4, 4), device=device, dtype=dtype).contiguous(memory_format=torch.channels_last)
+    ones, zeros = torch.ones(8, device=device), torch.zeros(8, device=device)
+    try:
+        api.forward_training(x, x, ones, zeros, zeros.clone(), ones.clone(), 0.1, 1e-5, api.OPS_BN_ADD_RELU)
+    except api.CudnnError as exc:
+        return str(exc)
+    return None
+
+
+def _apply_fused(step: TrainStep) -> TrainStep:
+    from plugins.techniques import _cudnn_fused
+
+    assert step.model is not None
+    if not any(type(m) is nn.BatchNorm2d for m in step.model.modules()):
+        raise SkipCell("cudnn-batch-norm (fuse) found no BatchNorm2d module in this workload's model")
+    dtype = step.autocast_dtype or torch.float32
+    reason = fused_refusal(step.device, dtype)
+    if reason is not None:
+        raise SkipCell(f"cudnn-batch-norm (fuse): cuDNN refuses {dtype} input on this build: {reason}")
+    try:
+        model, fused = _cudnn_fused.fuse_model(step.model)
+    except Exception as exc:  # torch.fx raises many kinds on a model it cannot trace; each is this skip
+        raise SkipCell(f"cudnn-batch-norm (fuse): torch.fx cannot trace this model: {type(exc).__name__}: {exc}")
+    step.model = model
+    kinds: dict[str, int] = {}
+    for ops in fused.values():
+        kinds[ops] = kinds.get(ops, 0) + 1
+    step.notes["cudnn_batch_norm"] = {
+        "modules": len(fused),
+        "fused": kinds,
+        "kernel": "cudnn-ex" if step.device.type == "cuda" else "native",
+        "input_dtype": str(dtype).removeprefix("torch."),
+    }
+    return step
+
+
+def apply(step: TrainStep, options: CudnnBatchNormOptions) -> TrainStep:
     if step.model is None:
         raise SkipCell("cudnn-batch-norm needs a workload with a model")
+    if options.fuse:
+        return _apply_fused(step)
     modules = [m for m in step.model.modules() if isinstance(m, BATCH_NORMS)]
     if not modules:
         raise SkipCell("cudnn-batch-norm found no BatchNorm1d/2d/3d module in this workload's model")

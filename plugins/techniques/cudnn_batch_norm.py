@@ -34,15 +34,40 @@ what the CPU tests exercise); the technique itself requires CUDA. cuDNN's batch
 norm takes float16 or float32 input with float32 weights: a bfloat16 input it
 refuses on the device is a skip with cuDNN's reason, decided on the first
 module at apply time.
+
+``fuse = true`` answers that price. cuDNN's Ex calls
+(``cudnnBatchNormalizationForwardTrainingEx`` / ``BackwardEx``) fuse a ReLU,
+or a residual add and a ReLU, into the NHWC batch-norm kernels; PyTorch never
+calls them that way, so ``plugins.techniques._cudnn_api`` binds them with ctypes
+from the cuDNN torch loaded. The model is traced with ``torch.fx``; every
+``BatchNorm2d -> ReLU`` and ``BatchNorm2d -> add -> ReLU`` becomes one call of
+a ``FusedBatchNorm2d`` over the same parameters (``y = relu(bn(x) + z)``, and
+``dz`` beside ``dx`` in the backward), the other ``BatchNorm2d`` modules plain
+Ex calls. Those kernels need 4-D channels-last input: a call that is not
+(evaluation mode, a contiguous-format tensor) runs PyTorch's batch norm, add and
+ReLU instead. A model torch.fx cannot trace, or with no ``BatchNorm2d``, is a
+skip with the reason; so is an input dtype cuDNN's fused kernels refuse.
 """
 
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from suite import CheckContext, NoOptions, Technique, TrainStep, hookimpl
+from suite import CheckContext, Technique, TrainStep, hookimpl
+
+
+@dataclass(frozen=True)
+class CudnnBatchNormOptions:
+    fuse: bool = field(
+        default=False,
+        metadata={
+            "help": "fuse the ReLU and residual add after each BatchNorm2d into cuDNN's call "
+            "(cudnnBatchNormalizationForwardTrainingEx; channels-last input; the model is traced with torch.fx)"
+        },
+    )
 
 
 def _impl() -> ModuleType:
@@ -57,7 +82,7 @@ def check(ctx: CheckContext) -> str | None:
     return None
 
 
-def apply(step: TrainStep, options: NoOptions) -> TrainStep:
+def apply(step: TrainStep, options: CudnnBatchNormOptions) -> TrainStep:
     return _impl().apply(step, options)
 
 
@@ -68,6 +93,7 @@ def ampsuite_techniques() -> list[Technique]:
             name="cudnn-batch-norm",
             summary="batch norm through cuDNN as one custom op, opaque to torch.compile (training mode)",
             apply=apply,
+            options=CudnnBatchNormOptions,
             order=42,
             requires=frozenset({"cuda"}),
             # Both replace a batch-norm module's forward: islands runs it in float32 with autocast off.

@@ -1,0 +1,300 @@
+"""cudnn-batch-norm's ``fuse`` option: batch norm with the ReLU and residual add that follow it, in one cuDNN call.
+
+Three pieces, data flowing one way:
+
+* the operators ``ampsuite::fused_batch_norm`` and its backward: ``y = act(bn(x) [+ z])`` through cuDNN's Ex
+  calls (:mod:`._cudnn_api`) on CUDA, through PyTorch's native kernels elsewhere (the same arithmetic, which is
+  what the CPU tests hold the plumbing to);
+* :class:`FusedBatchNorm2d`, a ``BatchNorm2d`` over the very same parameters and buffers whose forward takes
+  the residual and applies the ReLU;
+* :func:`fuse_model`, which traces the model with ``torch.fx``, finds each ``BatchNorm2d -> ReLU`` and
+  ``BatchNorm2d -> add -> ReLU`` and rewrites it into one call of that module.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, fx, nn
+
+from plugins.techniques import _cudnn_api as api
+
+OP = "ampsuite::fused_batch_norm"
+BACKWARD_OP = "ampsuite::fused_batch_norm_backward"
+_INT32_MAX = 2**31 - 1
+OPS_NAMES = {api.OPS_BN: "bn", api.OPS_BN_RELU: "bn+relu", api.OPS_BN_ADD_RELU: "bn+add+relu"}
+
+
+def _cudnn(x: Tensor) -> bool:
+    return x.device.type == "cuda"
+
+
+def _layout(x: Tensor) -> torch.memory_format:
+    """The layout of every activation-shaped output: cuDNN's NHWC on CUDA, the input's own elsewhere."""
+    if _cudnn(x) or (x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()):
+        return torch.channels_last
+    return torch.contiguous_format
+
+
+# Functional, like cudnn-batch-norm's operator: the running statistics are updated on copies that come back as
+# outputs, because PyTorch registers autograd formulas only for operators that mutate nothing.
+@torch.library.custom_op(OP, mutates_args=())
+def fused_batch_norm(
+    x: Tensor,
+    z: Tensor | None,
+    weight: Tensor,
+    bias: Tensor,
+    running_mean: Tensor,
+    running_var: Tensor,
+    momentum: float,
+    eps: float,
+    ops: int,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Training-mode ``act(bn(x) [+ z])`` (``ops``: 0 bn, 1 bn+relu, 2 bn+add+relu).
+
+    Returns (y, saved mean, saved inverse std, cuDNN's reserve space, new running mean, new running var).
+    """
+    running_mean, running_var = running_mean.clone(), running_var.clone()
+    if _cudnn(x):
+        y, mean, invstd, reserve = api.forward_training(
+            x, z, weight, bias, running_mean, running_var, momentum, eps, ops
+        )
+        return y, mean, invstd, reserve, running_mean, running_var
+    y, mean, invstd = torch.ops.aten.native_batch_norm.default(
+        x, weight, bias, running_mean, running_var, True, momentum, eps
+    )
+    if ops == api.OPS_BN_ADD_RELU:
+        assert z is not None
+        y = y + z
+    if ops != api.OPS_BN:
+        y = torch.relu(y)
+    y = y.contiguous(memory_format=_layout(x))
+    return y, mean, invstd, x.new_empty((0,), dtype=torch.uint8), running_mean, running_var
+
+
+@fused_batch_norm.register_fake
+def _fused_batch_norm_fake(
+    x: Tensor,
+    z: Tensor | None,
+    weight: Tensor,
+    bias: Tensor,
+    running_mean: Tensor,
+    running_var: Tensor,
+    momentum: float,
+    eps: float,
+    ops: int,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    channels = x.shape[1]
+    reserve = api.reserve_size(x, ops) if _cudnn(x) else 0
+    return (
+        torch.empty_like(x, memory_format=_layout(x)),
+        x.new_empty((channels,), dtype=torch.float32),
+        x.new_empty((channels,), dtype=torch.float32),
+        x.new_empty((reserve,), dtype=torch.uint8),
+        torch.empty_like(running_mean),
+        torch.empty_like(running_var),
+    )
+
+
+@torch.library.custom_op(BACKWARD_OP, mutates_args=())
+def fused_batch_norm_backward(
+    grad_y: Tensor,
+    x: Tensor,
+    y: Tensor,
+    weight: Tensor,
+    bias: Tensor,
+    mean: Tensor,
+    invstd: Tensor,
+    reserve: Tensor,
+    eps: float,
+    ops: int,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Gradients for x, z (empty unless ``ops`` adds), weight and bias."""
+    if _cudnn(x):
+        grad_x, grad_z, grad_weight, grad_bias = api.backward(
+            grad_y.contiguous(memory_format=torch.channels_last), x, y, weight, bias, mean, invstd, reserve, eps, ops
+        )
+        return grad_x, grad_z if grad_z is not None else x.new_empty((0,)), grad_weight, grad_bias
+    grad = grad_y if ops == api.OPS_BN else torch.ops.aten.threshold_backward.default(grad_y, y, 0)
+    grad_x, grad_weight, grad_bias = torch.ops.aten.native_batch_norm_backward.default(
+        grad, x, weight, None, None, mean, invstd, True, eps, [True, True, True]
+    )
+    grad_z = grad.contiguous(memory_format=_layout(x)) if ops == api.OPS_BN_ADD_RELU else x.new_empty((0,))
+    return grad_x.contiguous(memory_format=_layout(x)), grad_z, grad_weight, grad_bias
+
+
+@fused_batch_norm_backward.register_fake
+def _fused_batch_norm_backward_fake(
+    grad_y: Tensor,
+    x: Tensor,
+    y: Tensor,
+    weight: Tensor,
+    bias: Tensor,
+    mean: Tensor,
+    invstd: Tensor,
+    reserve: Tensor,
+    eps: float,
+    ops: int,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    layout = _layout(x)
+    grad_x = torch.empty_like(x, memory_format=layout)
+    grad_z = torch.empty_like(x, memory_format=layout) if ops == api.OPS_BN_ADD_RELU else x.new_empty((0,))
+    return grad_x, grad_z, torch.empty_like(weight), torch.empty_like(bias)
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
+    x, _z, weight, bias, _running_mean, _running_var, _momentum, eps, ops = inputs
+    y, mean, invstd, reserve, _new_mean, _new_var = output
+    ctx.save_for_backward(x, y, weight, bias, mean, invstd, reserve)
+    ctx.eps, ctx.ops = eps, ops
+
+
+def _backward(ctx: Any, grad_y: Tensor, *_other_grads: Any) -> tuple[Tensor | None, ...]:
+    x, y, weight, bias, mean, invstd, reserve = ctx.saved_tensors
+    if _cudnn(x):
+        # Traced here, not only inside the operator, so inductor writes the gradient in the layout cuDNN reads.
+        grad_y = grad_y.contiguous(memory_format=torch.channels_last)
+    grad_x, grad_z, grad_weight, grad_bias = fused_batch_norm_backward(
+        grad_y, x, y, weight, bias, mean, invstd, reserve, ctx.eps, ctx.ops
+    )
+    return (
+        grad_x,
+        grad_z if ctx.ops == api.OPS_BN_ADD_RELU else None,
+        grad_weight,
+        grad_bias,
+        None, None, None, None, None,
+    )
+
+
+fused_batch_norm.register_autograd(_backward, setup_context=_setup_context)
+
+
+class FusedBatchNorm2d(nn.BatchNorm2d):
+    """``BatchNorm2d`` whose forward also adds a residual and applies a ReLU, as one cuDNN call where it can.
+
+    Built from an existing module, it holds that module's own parameters and buffers (the optimizer, the
+    state dict and every probe see the same tensors). ``forward(x, z=None)`` computes ``act(bn(x) [+ z])``:
+    through the operator when the call is one cuDNN's fused kernels take, through ``nn.BatchNorm2d`` and
+    PyTorch's add and ReLU otherwise (evaluation mode, a contiguous-format input, a dtype cuDNN refused).
+    """
+
+    def __init__(self, source: nn.BatchNorm2d, ops: int) -> None:
+        super().__init__(
+            source.num_features, source.eps, source.momentum, source.affine, source.track_running_stats,
+            device="meta",
+        )
+        self.weight, self.bias = source.weight, source.bias
+        self.running_mean, self.running_var = source.running_mean, source.running_var
+        self.num_batches_tracked = source.num_batches_tracked
+        self.train(source.training)
+        self.ops = ops
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, fused={OPS_NAMES[self.ops]}"
+
+    def _fusable(self, x: Tensor, z: Tensor | None) -> bool:
+        return bool(
+            self.training
+            and self.affine
+            and self.track_running_stats
+            and self.momentum is not None
+            and self.weight.dtype == torch.float32
+            and x.dim() == 4
+            and x.numel() <= _INT32_MAX
+            and (not _cudnn(x) or (x.dtype in api.DATA_TYPES and x.is_contiguous(memory_format=torch.channels_last)))
+            and (z is None or (z.shape == x.shape and z.dtype == x.dtype and z.stride() == x.stride()))
+        )
+
+    def forward(self, x: Tensor, z: Tensor | None = None) -> Tensor:  # type: ignore[override]
+        if not self._fusable(x, z):
+            y = super().forward(x)
+            if z is not None:
+                y = y + z
+            return F.relu(y) if self.ops != api.OPS_BN else y
+        assert self.running_mean is not None and self.running_var is not None and self.momentum is not None
+        assert self.num_batches_tracked is not None
+        self.num_batches_tracked.add_(1)
+        y, _mean, _invstd, _reserve, running_mean, running_var = fused_batch_norm(
+            x, z, self.weight, self.bias, self.running_mean, self.running_var, self.momentum, self.eps, self.ops
+        )
+        with torch.no_grad():
+            self.running_mean.copy_(running_mean)
+            self.running_var.copy_(running_var)
+        return y
+
+
+_RELUS: tuple[Callable[..., Any], ...] = (F.relu, F.relu_, torch.relu, torch.relu_)
+_ADDS: tuple[Callable[..., Any], ...] = (operator.add, operator.iadd, torch.add)
+_INPLACE = (operator.iadd, "add_")
+
+
+def _is_relu(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
+    if node.op == "call_module":
+        return type(modules[str(node.target)]) is nn.ReLU
+    if node.op == "call_function":
+        return node.target in _RELUS
+    return node.op == "call_method" and node.target in ("relu", "relu_")
+
+
+def _residual(add: fx.Node, bn: fx.Node) -> fx.Node | None:
+    """The other operand when ``add`` is ``bn + other`` (either order; an in-place add must write into ``bn``)."""
+    is_add = (add.op == "call_function" and add.target in _ADDS) or (
+        add.op == "call_method" and add.target in ("add", "add_")
+    )
+    if not is_add or add.kwargs or len(add.args) != 2:
+        return None
+    first, second = add.args
+    inplace = add.target in _INPLACE
+    if first is bn and isinstance(second, fx.Node) and second is not bn:
+        return second
+    if second is bn and isinstance(first, fx.Node) and first is not bn and not inplace:
+        return first
+    return None
+
+
+def _only_user(node: fx.Node) -> fx.Node | None:
+    users = list(node.users)
+    return users[0] if len(users) == 1 else None
+
+
+def fuse_model(model: nn.Module) -> tuple[fx.GraphModule, dict[str, str]]:
+    """``model`` traced, each ``BatchNorm2d`` replaced by a :class:`FusedBatchNorm2d` that took in what follows.
+
+    Returns the rewritten module (same parameter and buffer names and objects) and, per batch norm, the
+    operations its call now covers. Raises whatever ``torch.fx`` raises on a model it cannot trace.
+    """
+    traced = fx.symbolic_trace(model)
+    modules = dict(traced.named_modules())
+    fused: dict[str, str] = {}
+    for node in list(traced.graph.nodes):
+        if node.op != "call_module" or type(modules[str(node.target)]) is not nn.BatchNorm2d:
+            continue
+        name = str(node.target)
+        ops, residual, tail = api.OPS_BN, None, node
+        user = _only_user(node)
+        if user is not None and _is_relu(user, modules):
+            ops, tail = api.OPS_BN_RELU, user
+        elif user is not None and (residual := _residual(user, node)) is not None:
+            relu = _only_user(user)
+            if relu is not None and _is_relu(relu, modules):
+                ops, tail = api.OPS_BN_ADD_RELU, relu
+            else:
+                residual = None
+        traced.set_submodule(name, FusedBatchNorm2d(modules[name], ops))  # type: ignore[arg-type]
+        fused[name] = OPS_NAMES[ops]
+        if tail is node:
+            continue
+        with traced.graph.inserting_after(tail):
+            call = traced.graph.call_module(name, (node.args[0],) if residual is None else (node.args[0], residual))
+        tail.replace_all_uses_with(call)
+        for dead in (tail, user) if ops == api.OPS_BN_ADD_RELU else (tail,):
+            traced.graph.erase_node(dead)
+        traced.graph.erase_node(node)
+    traced.graph.lint()
+    traced.delete_all_unused_submodules()
+    traced.recompile()
+    return traced, fused

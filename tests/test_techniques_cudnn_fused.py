@@ -187,9 +187,9 @@ def test_the_operators_pass_pytorchs_custom_op_checks() -> None:
     z = torch.randn(4, 3, 5, 5).contiguous(memory_format=torch.channels_last)
     weight, bias = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
     for ops, residual in ((api.OPS_BN, None), (api.OPS_BN_RELU, None), (api.OPS_BN_ADD_RELU, z)):
-        args = (x, residual, weight, bias, torch.zeros(3), torch.ones(3), 0.1, 1e-5, ops)
+        args = (x, residual, weight, bias, 1e-5, ops)
         torch.library.opcheck(fused.fused_batch_norm, args)
-        y, mean, invstd, reserve, _, _ = fused.fused_batch_norm(*args)
+        y, mean, invstd, reserve = fused.fused_batch_norm(*args)
         saved = (weight.detach(), bias.detach(), mean.detach(), invstd.detach(), reserve)
         torch.library.opcheck(
             fused.fused_batch_norm_backward, (torch.randn_like(y), x, y.detach(), *saved, 1e-5, ops)
@@ -200,7 +200,7 @@ def test_the_residual_gets_the_gradient_through_the_relu() -> None:
     x = torch.randn(4, 3, 5, 5)
     z = torch.randn(4, 3, 5, 5, requires_grad=True)
     weight, bias = torch.ones(3, requires_grad=True), torch.zeros(3, requires_grad=True)
-    y = fused.fused_batch_norm(x, z, weight, bias, torch.zeros(3), torch.ones(3), 0.1, 1e-5, api.OPS_BN_ADD_RELU)[0]
+    y = fused.fused_batch_norm(x, z, weight, bias, 1e-5, api.OPS_BN_ADD_RELU)[0]
     y.sum().backward()
     assert z.grad is not None
     torch.testing.assert_close(z.grad, (y > 0).float())
@@ -285,8 +285,7 @@ def test_cudnns_fused_kernels_compute_pytorchs_batch_norm(dtype: torch.dtype, op
     residual = z if ops == api.OPS_BN_ADD_RELU else None
     weight = torch.rand(64, device="cuda", requires_grad=True)
     bias = torch.randn(64, device="cuda", requires_grad=True)
-    mean, var = torch.zeros(64, device="cuda"), torch.ones(64, device="cuda")
-    y, _, _, _, new_mean, new_var = fused.fused_batch_norm(x, residual, weight, bias, mean, var, 0.1, 1e-5, ops)
+    y, mean, invstd, _ = fused.fused_batch_norm(x, residual, weight, bias, 1e-5, ops)
     assert y.dtype == dtype and y.is_contiguous(memory_format=cl)
     grad = torch.randn_like(y)
     y.backward(grad)
@@ -300,9 +299,9 @@ def test_cudnns_fused_kernels_compute_pytorchs_batch_norm(dtype: torch.dtype, op
     torch.testing.assert_close(y.float(), ref, atol=tol, rtol=tol)
     for a, b in zip(got, [t.grad for t in leaves], strict=True):
         torch.testing.assert_close(a.float(), b.float(), atol=tol * 10, rtol=tol)
-    torch.testing.assert_close(new_mean, 0.1 * x.float().mean(dim=(0, 2, 3)), atol=tol, rtol=tol)
-    torch.testing.assert_close(new_var, 0.9 + 0.1 * x.float().var(dim=(0, 2, 3)), atol=tol, rtol=tol)
-    assert torch.equal(mean, torch.zeros(64, device="cuda"))  # functional: the inputs stay
+    torch.testing.assert_close(mean, x.float().mean(dim=(0, 2, 3)), atol=tol, rtol=tol)
+    variance = x.float().var(dim=(0, 2, 3), unbiased=False)
+    torch.testing.assert_close(invstd, (variance + 1e-5).rsqrt(), atol=tol, rtol=tol)
 
 
 @needs_cuda
@@ -313,8 +312,11 @@ def test_the_fused_operators_pass_pytorchs_custom_op_checks_on_cuda() -> None:
     z = torch.randn(4, 8, 5, 5, device="cuda", dtype=torch.float16).contiguous(memory_format=cl)
     weight = torch.randn(8, device="cuda", requires_grad=True)
     bias = torch.randn(8, device="cuda", requires_grad=True)
-    stats = (torch.zeros(8, device="cuda"), torch.ones(8, device="cuda"))
-    torch.library.opcheck(fused.fused_batch_norm, (x, z, weight, bias, *stats, 0.1, 1e-5, api.OPS_BN_ADD_RELU))
+    torch.library.opcheck(fused.fused_batch_norm, (x, z, weight, bias, 1e-5, api.OPS_BN_ADD_RELU))
+    y, mean, invstd, reserve = fused.fused_batch_norm(x, z, weight, bias, 1e-5, api.OPS_BN_ADD_RELU)
+    saved = (weight.detach(), bias.detach(), mean, invstd, reserve)
+    args = (torch.randn_like(y), x, y, *saved, 1e-5, api.OPS_BN_ADD_RELU)
+    torch.library.opcheck(fused.fused_batch_norm_backward, args)
 
 
 @needs_cuda

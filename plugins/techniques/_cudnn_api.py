@@ -100,6 +100,8 @@ def _call(function: str, *args: object) -> None:
 
 
 _handles: dict[tuple[int, int], int] = {}
+_streams: dict[int, int] = {}
+"""The stream each handle was last bound to: binding costs a library call, and the stream rarely changes."""
 _lock = threading.Lock()
 
 
@@ -114,7 +116,10 @@ def _handle(device: torch.device) -> int:
             _call("cudnnCreate", ctypes.byref(created))
             assert created.value is not None
             handle = _handles[key] = created.value
-    _call("cudnnSetStream", handle, torch.cuda.current_stream(index).cuda_stream)
+    stream = torch._C._cuda_getCurrentRawStream(index)
+    if _streams.get(handle) != stream:
+        _call("cudnnSetStream", handle, stream)
+        _streams[handle] = stream
     return handle
 
 
@@ -156,15 +161,40 @@ def _activation(ops: int) -> int | None:
     return _relu() if ops != OPS_BN else None
 
 
-def reserve_size(x: Tensor, ops: int) -> int:
-    """Bytes the forward keeps for the backward (the ReLU's mask among them); shapes only, no data."""
-    desc = _descriptors(*_shape(x), x.dtype)
-    size = c_size_t()
+@dataclass(frozen=True)
+class _Sizes:
+    forward_workspace: int
+    backward_workspace: int
+    reserve: int
+    """Bytes the forward keeps for the backward (the ReLU's mask among them)."""
+
+
+@functools.cache
+def _sizes(device: torch.device, n: int, c: int, h: int, w: int, dtype: torch.dtype, ops: int) -> _Sizes:
+    # Asked once per shape: three library calls a step per batch norm are host time a compiled step waits for.
+    handle, desc, act = _handle(device), _descriptors(n, c, h, w, dtype), _activation(ops)
+    z = desc.x if ops == OPS_BN_ADD_RELU else None
+    y = desc.x if ops != OPS_BN else None
+    forward, backward, reserve = c_size_t(), c_size_t(), c_size_t()
+    _call(
+        "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize",
+        handle, SPATIAL_PERSISTENT, ops, desc.x, z, desc.x, desc.stats, act, ctypes.byref(forward),
+    )
+    _call(
+        "cudnnGetBatchNormalizationBackwardExWorkspaceSize",
+        handle, SPATIAL_PERSISTENT, ops, desc.x, y, desc.x, z, desc.x, desc.stats, act, ctypes.byref(backward),
+    )
     _call(
         "cudnnGetBatchNormalizationTrainingExReserveSpaceSize",
-        _handle(x.device), SPATIAL_PERSISTENT, ops, _activation(ops), desc.x, ctypes.byref(size),
+        handle, SPATIAL_PERSISTENT, ops, act, desc.x, ctypes.byref(reserve),
     )
-    return size.value
+    return _Sizes(forward.value, backward.value, reserve.value)
+
+
+def reserve_size(x: Tensor, ops: int) -> int:
+    """Bytes the forward keeps for the backward for ``x``'s shape and dtype (shapes only, no data)."""
+    device = x.device if x.device.index is not None else torch.device("cuda", torch.cuda.current_device())
+    return _sizes(device, *_shape(x), x.dtype, ops).reserve
 
 
 _ONE, _ZERO = c_float(1.0), c_float(0.0)  # cuDNN's blend factors are float for half, bfloat16 and float data
@@ -174,45 +204,35 @@ def _ptr(t: Tensor | None) -> int | None:
     return t.data_ptr() if t is not None else None
 
 
+def _buffer(size: int, device: torch.device) -> Tensor | None:
+    return torch.empty(size, dtype=torch.uint8, device=device) if size else None
+
+
 def forward_training(
-    x: Tensor,
-    z: Tensor | None,
-    weight: Tensor,
-    bias: Tensor,
-    running_mean: Tensor,
-    running_var: Tensor,
-    momentum: float,
-    eps: float,
-    ops: int,
+    x: Tensor, z: Tensor | None, weight: Tensor, bias: Tensor, eps: float, ops: int
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """``y = act(bn(x) [+ z])`` in training mode; updates the running statistics in place.
+    """``y = act(bn(x) [+ z])`` in training mode.
 
     ``x`` (and ``z``, same shape and dtype) are 4-D channels-last contiguous. Returns (y, saved mean, saved
-    inverse std, reserve space).
+    inverse std, reserve space). The running statistics are the caller's: cuDNN is given none to update
+    (both pointers NULL, as its API allows), because an operator that mutates nothing is one PyTorch can
+    register an autograd formula for, and the update from the saved statistics fuses into the compiled step.
     """
     handle = _handle(x.device)
-    desc = _descriptors(*_shape(x), x.dtype)
-    act = _activation(ops)
+    shape = _shape(x)
+    desc, sizes, act = _descriptors(*shape, x.dtype), _sizes(x.device, *shape, x.dtype, ops), _activation(ops)
     z_desc = desc.x if ops == OPS_BN_ADD_RELU else None
-    size = c_size_t()
-    _call(
-        "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize",
-        handle, SPATIAL_PERSISTENT, ops, desc.x, z_desc, desc.x, desc.stats, act, ctypes.byref(size),
-    )
-    workspace = torch.empty(size.value, dtype=torch.uint8, device=x.device)
-    reserve = torch.empty(reserve_size(x, ops), dtype=torch.uint8, device=x.device)
+    workspace = _buffer(sizes.forward_workspace, x.device)
+    reserve = torch.empty(sizes.reserve, dtype=torch.uint8, device=x.device)
     y = torch.empty_like(x, memory_format=torch.channels_last)
-    channels = x.shape[1]
-    mean = torch.empty(channels, dtype=torch.float32, device=x.device)
-    invstd = torch.empty(channels, dtype=torch.float32, device=x.device)
+    mean = torch.empty(shape[1], dtype=torch.float32, device=x.device)
+    invstd = torch.empty(shape[1], dtype=torch.float32, device=x.device)
     _call(
         "cudnnBatchNormalizationForwardTrainingEx",
         handle, SPATIAL_PERSISTENT, ops, ctypes.byref(_ONE), ctypes.byref(_ZERO),
         desc.x, x.data_ptr(), z_desc, _ptr(z) if z_desc else None, desc.x, y.data_ptr(),
-        desc.stats, weight.data_ptr(), bias.data_ptr(), c_double(momentum),
-        running_mean.data_ptr(), running_var.data_ptr(), c_double(eps), mean.data_ptr(), invstd.data_ptr(),
-        act, workspace.data_ptr() if size.value else None, size.value,
-        reserve.data_ptr() if reserve.numel() else None, reserve.numel(),
+        desc.stats, weight.data_ptr(), bias.data_ptr(), 0.0, None, None, eps, mean.data_ptr(), invstd.data_ptr(),
+        act, _ptr(workspace), sizes.forward_workspace, _ptr(reserve) if sizes.reserve else None, sizes.reserve,
     )
     return y, mean, invstd, reserve
 
@@ -231,17 +251,11 @@ def backward(
 ) -> tuple[Tensor, Tensor | None, Tensor, Tensor]:
     """Gradients of :func:`forward_training`: (dx, dz or None, d weight, d bias)."""
     handle = _handle(x.device)
-    desc = _descriptors(*_shape(x), x.dtype)
-    act = _activation(ops)
+    shape = _shape(x)
+    desc, sizes, act = _descriptors(*shape, x.dtype), _sizes(x.device, *shape, x.dtype, ops), _activation(ops)
     dz_desc = desc.x if ops == OPS_BN_ADD_RELU else None
     y_desc = desc.x if ops != OPS_BN else None
-    size = c_size_t()
-    _call(
-        "cudnnGetBatchNormalizationBackwardExWorkspaceSize",
-        handle, SPATIAL_PERSISTENT, ops, desc.x, y_desc, desc.x, dz_desc, desc.x, desc.stats, act,
-        ctypes.byref(size),
-    )
-    workspace = torch.empty(size.value, dtype=torch.uint8, device=x.device)
+    workspace = _buffer(sizes.backward_workspace, x.device)
     grad_x = torch.empty_like(x, memory_format=torch.channels_last)
     grad_z = torch.empty_like(x, memory_format=torch.channels_last) if dz_desc else None
     grad_weight, grad_bias = torch.empty_like(weight), torch.empty_like(bias)
@@ -252,8 +266,7 @@ def backward(
         desc.x, x.data_ptr(), y_desc, y.data_ptr() if y_desc else None, desc.x, grad_y.data_ptr(),
         dz_desc, _ptr(grad_z), desc.x, grad_x.data_ptr(),
         desc.stats, weight.data_ptr(), bias.data_ptr(), grad_weight.data_ptr(), grad_bias.data_ptr(),
-        c_double(eps), mean.data_ptr(), invstd.data_ptr(), act,
-        workspace.data_ptr() if size.value else None, size.value,
-        reserve.data_ptr() if reserve.numel() else None, reserve.numel(),
+        eps, mean.data_ptr(), invstd.data_ptr(), act,
+        _ptr(workspace), sizes.backward_workspace, _ptr(reserve) if sizes.reserve else None, sizes.reserve,
     )
     return grad_x, grad_z, grad_weight, grad_bias

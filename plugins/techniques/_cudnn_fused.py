@@ -40,63 +40,43 @@ def _layout(x: Tensor) -> torch.memory_format:
     return torch.contiguous_format
 
 
-# Functional, like cudnn-batch-norm's operator: the running statistics are updated on copies that come back as
-# outputs, because PyTorch registers autograd formulas only for operators that mutate nothing.
+# Functional: PyTorch registers autograd formulas only for operators that mutate nothing. The running
+# statistics are therefore the module's to update, from the saved mean and inverse std the operator returns.
 @torch.library.custom_op(OP, mutates_args=())
 def fused_batch_norm(
-    x: Tensor,
-    z: Tensor | None,
-    weight: Tensor,
-    bias: Tensor,
-    running_mean: Tensor,
-    running_var: Tensor,
-    momentum: float,
-    eps: float,
-    ops: int,
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    x: Tensor, z: Tensor | None, weight: Tensor, bias: Tensor, eps: float, ops: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Training-mode ``act(bn(x) [+ z])`` (``ops``: 0 bn, 1 bn+relu, 2 bn+add+relu).
 
-    Returns (y, saved mean, saved inverse std, cuDNN's reserve space, new running mean, new running var).
+    Returns (y, batch mean, batch inverse std, cuDNN's reserve space for the backward).
     """
-    running_mean, running_var = running_mean.clone(), running_var.clone()
     if _cudnn(x):
-        y, mean, invstd, reserve = api.forward_training(
-            x, z, weight, bias, running_mean, running_var, momentum, eps, ops
-        )
-        return y, mean, invstd, reserve, running_mean, running_var
-    y, mean, invstd = torch.ops.aten.native_batch_norm.default(
-        x, weight, bias, running_mean, running_var, True, momentum, eps
-    )
+        return api.forward_training(x, z, weight, bias, eps, ops)
+    y, mean, invstd = torch.ops.aten.native_batch_norm.default(x, weight, bias, None, None, True, 0.0, eps)
     if ops == api.OPS_BN_ADD_RELU:
         assert z is not None
         y = y + z
     if ops != api.OPS_BN:
         y = torch.relu(y)
-    y = y.contiguous(memory_format=_layout(x))
-    return y, mean, invstd, x.new_empty((0,), dtype=torch.uint8), running_mean, running_var
+    return y.contiguous(memory_format=_layout(x)), mean, invstd, x.new_empty((0,), dtype=torch.uint8)
 
 
 @fused_batch_norm.register_fake
 def _fused_batch_norm_fake(
-    x: Tensor,
-    z: Tensor | None,
-    weight: Tensor,
-    bias: Tensor,
-    running_mean: Tensor,
-    running_var: Tensor,
-    momentum: float,
-    eps: float,
-    ops: int,
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    x: Tensor, z: Tensor | None, weight: Tensor, bias: Tensor, eps: float, ops: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     channels = x.shape[1]
-    reserve = api.reserve_size(x, ops) if _cudnn(x) else 0
+    if not _cudnn(x):
+        reserve: Any = 0
+    elif all(isinstance(d, int) for d in x.shape):
+        reserve = api.reserve_size(x, ops)
+    else:  # symbolic shapes (opcheck's dynamic-shape test): the size is cuDNN's to say at run time
+        reserve = torch.library.get_ctx().new_dynamic_size()
     return (
         torch.empty_like(x, memory_format=_layout(x)),
         x.new_empty((channels,), dtype=torch.float32),
         x.new_empty((channels,), dtype=torch.float32),
         x.new_empty((reserve,), dtype=torch.uint8),
-        torch.empty_like(running_mean),
-        torch.empty_like(running_var),
     )
 
 
@@ -147,8 +127,8 @@ def _fused_batch_norm_backward_fake(
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
-    x, _z, weight, bias, _running_mean, _running_var, _momentum, eps, ops = inputs
-    y, mean, invstd, reserve, _new_mean, _new_var = output
+    x, _z, weight, bias, eps, ops = inputs
+    y, mean, invstd, reserve = output
     ctx.save_for_backward(x, y, weight, bias, mean, invstd, reserve)
     ctx.eps, ctx.ops = eps, ops
 
@@ -166,7 +146,8 @@ def _backward(ctx: Any, grad_y: Tensor, *_other_grads: Any) -> tuple[Tensor | No
         grad_z if ctx.ops == api.OPS_BN_ADD_RELU else None,
         grad_weight,
         grad_bias,
-        None, None, None, None, None,
+        None,
+        None,
     )
 
 
@@ -205,6 +186,7 @@ class FusedBatchNorm2d(nn.BatchNorm2d):
             and self.weight.dtype == torch.float32
             and x.dim() == 4
             and x.numel() <= _INT32_MAX
+            and x.numel() > x.shape[1]  # more than one value per channel, else nn.BatchNorm2d's own error
             and (not _cudnn(x) or (x.dtype in api.DATA_TYPES and x.is_contiguous(memory_format=torch.channels_last)))
             and (z is None or (z.shape == x.shape and z.dtype == x.dtype and z.stride() == x.stride()))
         )
@@ -217,13 +199,14 @@ class FusedBatchNorm2d(nn.BatchNorm2d):
             return F.relu(y) if self.ops != api.OPS_BN else y
         assert self.running_mean is not None and self.running_var is not None and self.momentum is not None
         assert self.num_batches_tracked is not None
-        self.num_batches_tracked.add_(1)
-        y, _mean, _invstd, _reserve, running_mean, running_var = fused_batch_norm(
-            x, z, self.weight, self.bias, self.running_mean, self.running_var, self.momentum, self.eps, self.ops
-        )
+        y, mean, invstd, _reserve = fused_batch_norm(x, z, self.weight, self.bias, self.eps, self.ops)
         with torch.no_grad():
-            self.running_mean.copy_(running_mean)
-            self.running_var.copy_(running_var)
+            # nn.BatchNorm's update: the unbiased batch variance, from invstd = 1 / sqrt(var + eps).
+            count = x.numel() // x.shape[1]
+            variance = (invstd.pow(-2) - self.eps) * (count / (count - 1))
+            self.running_mean.lerp_(mean, self.momentum)
+            self.running_var.lerp_(variance, self.momentum)
+            self.num_batches_tracked.add_(1)
         return y
 
 

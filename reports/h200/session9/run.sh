@@ -27,12 +27,63 @@ cuda_tests() { # GPU: the fused operators' tests and cudnn-batch-norm's, once
         tests/test_techniques_cudnn_fused.py tests/test_techniques_cudnn_batch_norm.py >"$S/cuda-tests.log" 2>&1
 }
 
+done_tune() { # results.json: every workload has a winner and a full ablation, and the run was not cut
+    python3 - "$1" <<'PY'
+import json, sys
+try:
+    tune = json.load(open(sys.argv[1]))["run"]["tune"]
+except (OSError, KeyError, TypeError, ValueError):
+    sys.exit(1)
+rows = [r for w in tune["workloads"] for r in w.get("ablation") or []]
+ok = not tune.get("incomplete") and all(w.get("winner") for w in tune["workloads"]) and rows
+sys.exit(0 if ok and all(r["status"] not in ("interrupted", "not started (budget)") for r in rows) else 1)
+PY
+}
+
+tune() { # GPU SUITE NAME
+    local out=$S/$3 budget=$(($(left) - 25))
+    [ -e "$out/finished" ] && return 0
+    [ "$budget" -lt 60 ] && return 1
+    echo "== $(date -u +%T) tune $3 on GPU $1, budget ${budget}s" >>"$S/$3.log"
+    CUDA_VISIBLE_DEVICES=$1 timeout -s INT $((budget + 20)) \
+        ampsuite tune "$2" --budget "${budget}s" --resume --report-dir "$out" >>"$S/$3.log" 2>&1
+    done_tune "$out/results.json" && date -u +%FT%TZ >"$out/finished"
+}
+
+selfcheck() { # GPU NAME: the winner's selfcheck, unless its JSON already checks that winner
+    python3 - "$S/tune-$2/results.json" "$S/selfcheck-$2.json" <<'PY' && return 0
+import json, sys
+try:
+    winners = {f"tuned {w['winner']['cell_id']}" for w in json.load(open(sys.argv[1]))["run"]["tune"]["workloads"]}
+    checked = {c["name"] for c in json.load(open(sys.argv[2]))["checks"]}
+except (OSError, KeyError, TypeError, ValueError):
+    sys.exit(1)
+sys.exit(0 if winners <= checked else 1)
+PY
+    [ "$(left)" -lt 90 ] && return 1
+    echo "== $(date -u +%T) selfcheck $2 on GPU $1" >>"$S/selfcheck-$2.log"
+    CUDA_VISIBLE_DEVICES=$1 timeout -s INT $(($(left) - 10)) ampsuite selfcheck --device cuda \
+        --tuned "$S/tune-$2/results.json" -o "$S/selfcheck-$2.json" >>"$S/selfcheck-$2.log" 2>&1
+}
+
 nvidia-smi --query-gpu=index,name,power.limit,clocks.max.sm,temperature.gpu --format=csv >"$S/env-$(date +%s).txt" 2>&1
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version())" >>"$S/env-versions.txt" 2>&1
 case "${2:-1}" in
 1)
     (cuda_tests 0; run 0 tests/gpu/cudnn-fused.toml cudnn-fused-bf16 -k "fp32 or bf16") &
     (run 1 tests/gpu/cudnn-fused.toml cudnn-fused-fp16 -k "fp32 or fp16") &
+    ;;
+2) # call 2: the operator without running-statistics copies and with its sizes cached (host time), and the
+    # kernels probe of it (GPU 0); tune with fuse = true in the space, from session 7's results less its
+    # cudnn-batch-norm records, which were unfused (GPU 1)
+    rm -f "$S/cuda-tests.log"
+    (cuda_tests 0; run 0 tests/gpu/cudnn-fused.toml cudnn-fused-call2 -k "fp32 or bf16"
+     [ "$(left)" -gt 150 ] && run 0 tests/gpu/cudnn-fused.toml cudnn-fused-kernels -p plugins.probes.kernels \
+        -k "bf16-cl-compile-fused and not graphs") &
+    (tune 1 tests/gpu/tune-resnet50.toml tune-resnet50 && selfcheck 1 resnet50) &
+    ;;
+*) # call 3: the tune goes on, and its winner against a plain loop
+    (tune 0 tests/gpu/tune-resnet50.toml tune-resnet50 && selfcheck 0 resnet50) &
     ;;
 esac
 wait

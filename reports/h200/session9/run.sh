@@ -23,7 +23,7 @@ run() { # GPU SUITE NAME [ARGS...]
 
 cuda_tests() { # GPU: the fused operators' tests and cudnn-batch-norm's, once
     [ -e "$S/cuda-tests.log" ] && grep -q " passed" "$S/cuda-tests.log" && ! grep -q " failed" "$S/cuda-tests.log" && return 0
-    CUDA_VISIBLE_DEVICES=$1 timeout 240 python3 -m pytest -q -m cuda -p no:cacheprovider -x \
+    CUDA_VISIBLE_DEVICES=$1 timeout 240 python3 -m pytest -q -m cuda -p no:cacheprovider \
         tests/test_techniques_cudnn_fused.py tests/test_techniques_cudnn_batch_norm.py >"$S/cuda-tests.log" 2>&1
 }
 
@@ -82,8 +82,11 @@ case "${2:-1}" in
         -k "bf16-cl-compile-fused and not graphs") &
     (tune 1 tests/gpu/tune-resnet50.toml tune-resnet50 && selfcheck 1 resnet50) &
     ;;
-*) # call 3: the tune goes on, and its winner against a plain loop
-    (tune 0 tests/gpu/tune-resnet50.toml tune-resnet50 && selfcheck 0 resnet50) &
+*) # call 3: the tune goes on, and its winner against a plain loop (GPU 1); the CUDA tests, and CUDA graphs
+    # with and without the fusion on one GPU (GPU 0), since call 1's gain came with CUDA graphs
+    rm -f "$S/cuda-tests.log"
+    (cuda_tests 0; run 0 tests/gpu/cudnn-fused.toml cudnn-fused-call3 -k "fp32 or (bf16 and graphs)") &
+    (tune 1 tests/gpu/tune-resnet50.toml tune-resnet50 && selfcheck 1 resnet50) &
     ;;
 esac
 wait

@@ -82,11 +82,16 @@ case "${2:-1}" in
         -k "bf16-cl-compile-fused and not graphs") &
     (tune 1 tests/gpu/tune-resnet50.toml tune-resnet50 && selfcheck 1 resnet50) &
     ;;
-*) # call 3: the tune goes on, and its winner against a plain loop (GPU 1); the CUDA tests, and CUDA graphs
+3) # call 3: the tune goes on, and its winner against a plain loop (GPU 1); the CUDA tests, and CUDA graphs
     # with and without the fusion on one GPU (GPU 0), since call 1's gain came with CUDA graphs
     rm -f "$S/cuda-tests.log"
     (cuda_tests 0; run 0 tests/gpu/cudnn-fused.toml cudnn-fused-call3 -k "fp32 or (bf16 and graphs)") &
     (tune 1 tests/gpu/tune-resnet50.toml tune-resnet50 && selfcheck 1 resnet50) &
+    ;;
+*) # call 4: the tune measures the candidate call 2's budget left out (GPU 1; call 3 found the run marked
+    # finished and did not tune); the compiled step with and without CUDA graphs on one GPU (GPU 0)
+    (tune 1 tests/gpu/tune-resnet50.toml tune-resnet50) &
+    (run 0 tests/gpu/cudnn-fused.toml cudnn-fused-call4 -k "fp32 or bf16-cl-compile/ or bf16-cl-compile-graphs") &
     ;;
 esac
 wait

@@ -397,6 +397,7 @@ def test_channels_last_needs_a_conv_workload() -> None:
 def baseline_flags() -> Iterator[None]:
     """The worker's FP32 baseline, restored afterwards (the flags are process-wide)."""
     saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
+    limit = torch.backends.cudnn.benchmark_limit
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.benchmark = False
@@ -404,6 +405,7 @@ def baseline_flags() -> Iterator[None]:
         yield
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = saved
+        torch.backends.cudnn.benchmark_limit = limit
 
 
 def _cuda_step_without_tensors() -> TrainStep:
@@ -422,7 +424,22 @@ def test_tf32_turns_on_tf32_and_every_api_can_still_read_it(baseline_flags: None
 def test_cudnn_benchmark_turns_on_autotuning(baseline_flags: None) -> None:
     step = use(_cuda_step_without_tensors(), "cudnn-benchmark")
     assert torch.backends.cudnn.benchmark is True
-    assert step.notes["cudnn_benchmark"] == {"torch.backends.cudnn.benchmark": True}
+    assert step.notes["cudnn_benchmark"] == {
+        "torch.backends.cudnn.benchmark": True,
+        "torch.backends.cudnn.benchmark_limit": 10,  # PyTorch's own default
+    }
+
+
+def test_cudnn_benchmark_times_as_many_algorithms_as_its_limit_says(baseline_flags: None) -> None:
+    step = use(_cuda_step_without_tensors(), "cudnn-benchmark", limit=0)
+    assert torch.backends.cudnn.benchmark_limit == 0
+    assert step.notes["cudnn_benchmark"]["torch.backends.cudnn.benchmark_limit"] == 0
+
+
+@pytest.mark.parametrize("limit", [-1, True, 2.5])
+def test_cudnn_benchmark_refuses_a_limit_that_is_no_count(limit: Any) -> None:
+    with pytest.raises(Exception, match="limit must be an integer >= 0"):
+        build_options(TECHNIQUES["cudnn-benchmark"].options, {"limit": limit})
 
 
 @pytest.mark.parametrize("name", ["tf32", "cudnn-benchmark"])

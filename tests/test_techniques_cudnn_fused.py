@@ -163,6 +163,25 @@ def test_a_batch_norm_output_used_twice_is_not_fused() -> None:
     torch.testing.assert_close(model(x), ref(x))
 
 
+def test_a_batch_norm_module_called_twice_stays_plain_batch_norm_at_each_call() -> None:
+    """One module has one ``ops``: fusing its first call's ReLU would apply a ReLU at the second call too."""
+
+    class Shared(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bn = nn.BatchNorm2d(4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(self.bn(x)) - self.bn(x * 2)
+
+    torch.manual_seed(0)
+    ref = Shared()
+    model, kinds = fused.fuse_model(copy.deepcopy(ref))
+    assert kinds == {"bn": "bn"}
+    x = torch.randn(2, 4, 3, 3)
+    torch.testing.assert_close(model(x), ref(x))
+
+
 def test_evaluation_mode_runs_pytorchs_batch_norm_add_and_relu(monkeypatch: pytest.MonkeyPatch) -> None:
     torch.manual_seed(0)
     ref = Residual(operator.add)
@@ -191,9 +210,7 @@ def test_the_operators_pass_pytorchs_custom_op_checks() -> None:
         torch.library.opcheck(fused.fused_batch_norm, args)
         y, mean, invstd, reserve = fused.fused_batch_norm(*args)
         saved = (weight.detach(), bias.detach(), mean.detach(), invstd.detach(), reserve)
-        torch.library.opcheck(
-            fused.fused_batch_norm_backward, (torch.randn_like(y), x, y.detach(), *saved, 1e-5, ops)
-        )
+        torch.library.opcheck(fused.fused_batch_norm_backward, (torch.randn_like(y), x, y.detach(), *saved, 1e-5, ops))
 
 
 def test_the_residual_gets_the_gradient_through_the_relu() -> None:
@@ -250,6 +267,17 @@ def test_fuse_refuses_a_model_torch_fx_cannot_trace_with_the_reason() -> None:
     step = resnet_step()
     step.model = Branchy()
     with pytest.raises(SkipCell, match=r"torch\.fx cannot trace this model: TraceError"):
+        TECHNIQUE.apply(step, FUSE)
+
+
+def test_fuse_on_cuda_without_channels_last_is_a_skip_with_the_reason() -> None:
+    """Every call would fall back to PyTorch's batch norm: the cell would measure the model without the option.
+
+    Decided before any CUDA call, so a CPU machine checks it with a step that names a CUDA device.
+    """
+    step = resnet_step()
+    step.device = torch.device("cuda")
+    with pytest.raises(SkipCell, match=r"fused kernels take channels-last input; add channels-last"):
         TECHNIQUE.apply(step, FUSE)
 
 

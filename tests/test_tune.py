@@ -655,3 +655,44 @@ def test_tune_leaves_no_temporary_folder(tmp_path: Path, monkeypatch: pytest.Mon
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
     tune(plan, config, lambda line: None, measure=fake)
     assert not list(scratch.glob("ampsuite-tune-*"))
+
+
+class IdsWorker(FakeWorker):
+    """FakeWorker that remembers which cells it measured."""
+
+    def __call__(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
+        self.ids.append(cell.id)
+        return super().__call__(cell, spec, timeout)
+
+    ids: list[str]
+
+
+def test_resume_measures_again_a_record_whose_options_the_suite_file_changed(tmp_path: Path) -> None:
+    """Session 9 on an H200: cudnn-batch-norm gained `fuse = true` in the tune file, and its earlier records,
+    measured unfused, had the ids of the new candidates; they had to be taken out of the file by hand."""
+    extra = 'accumulated = ["amp-bf16", "grad-accumulation"]\n[techniques.grad-accumulation]\nsteps = {steps}'
+    suite = tmp_path / "s.toml"
+    suite.write_text(TOY_SUITE.format(extra=extra.format(steps=2)), encoding="utf-8")
+    plan = session.plan(suite)
+    fake = IdsWorker(plan.registry, 1.0)
+    fake.ids = []
+    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
+    tune(plan, config, lambda line: None, measure=fake)
+    first = {r["id"]: r for r in results.load(config.output)["cells"]}
+    accumulated = {i for i, r in first.items() if "grad-accumulation" in {t["name"] for t in r["techniques"]}}
+    assert accumulated
+
+    suite.write_text(TOY_SUITE.format(extra=extra.format(steps=4)), encoding="utf-8")
+    plan = session.plan(suite)
+    fake.ids, lines = [], []
+    tune(plan, dataclasses.replace(config, resume=True), lines.append, measure=fake)
+    assert fake.ids and set(fake.ids) <= accumulated  # the others are the file's records, unchanged
+    assert sum("the file's record measured other technique options" in line for line in lines) == len(fake.ids)
+    after = {r["id"]: r for r in results.load(config.output)["cells"]}
+    for cell_id in fake.ids:
+        (options,) = [t["options"] for t in after[cell_id]["techniques"] if t["name"] == "grad-accumulation"]
+        assert options == {"steps": 4}
+    for cell_id in set(first) - accumulated:
+        assert after[cell_id] == first[cell_id]
+    (backup,) = (tmp_path / "out").glob("results.*.json")  # the file as it was: nothing measured is lost
+    assert {r["id"]: r for r in results.load(backup)["cells"]} == first

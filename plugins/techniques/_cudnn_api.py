@@ -46,17 +46,29 @@ _SIGNATURES: dict[str, list[type]] = {
     "cudnnDeriveBNTensorDescriptor": [c_void_p, c_void_p, c_int],
     "cudnnCreateActivationDescriptor": [POINTER(c_void_p)],
     "cudnnSetActivationDescriptor": [c_void_p, c_int, c_int, c_double],
-    "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize": [c_void_p, c_int, c_int] + [c_void_p] * 5
+    "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize": [c_void_p, c_int, c_int]
+    + [c_void_p] * 5
     + [POINTER(c_size_t)],
-    "cudnnGetBatchNormalizationTrainingExReserveSpaceSize": [c_void_p, c_int, c_int, c_void_p, c_void_p,
-                                                            POINTER(c_size_t)],
-    "cudnnGetBatchNormalizationBackwardExWorkspaceSize": [c_void_p, c_int, c_int] + [c_void_p] * 7
+    "cudnnGetBatchNormalizationTrainingExReserveSpaceSize": [
+        c_void_p,
+        c_int,
+        c_int,
+        c_void_p,
+        c_void_p,
+        POINTER(c_size_t),
+    ],
+    "cudnnGetBatchNormalizationBackwardExWorkspaceSize": [c_void_p, c_int, c_int]
+    + [c_void_p] * 7
     + [POINTER(c_size_t)],
     "cudnnBatchNormalizationForwardTrainingEx": [c_void_p, c_int, c_int, c_void_p, c_void_p]
-    + [c_void_p] * 6 + [c_void_p, c_void_p, c_void_p, c_double, c_void_p, c_void_p, c_double, c_void_p, c_void_p]
+    + [c_void_p] * 6
+    + [c_void_p, c_void_p, c_void_p, c_double, c_void_p, c_void_p, c_double, c_void_p, c_void_p]
     + [c_void_p, c_void_p, c_size_t, c_void_p, c_size_t],
-    "cudnnBatchNormalizationBackwardEx": [c_void_p, c_int, c_int] + [c_void_p] * 4 + [c_void_p] * 10
-    + [c_void_p] * 5 + [c_double, c_void_p, c_void_p, c_void_p, c_void_p, c_size_t, c_void_p, c_size_t],
+    "cudnnBatchNormalizationBackwardEx": [c_void_p, c_int, c_int]
+    + [c_void_p] * 4
+    + [c_void_p] * 10
+    + [c_void_p] * 5
+    + [c_double, c_void_p, c_void_p, c_void_p, c_void_p, c_size_t, c_void_p, c_size_t],
 }
 
 
@@ -178,15 +190,38 @@ def _sizes(device: torch.device, n: int, c: int, h: int, w: int, dtype: torch.dt
     forward, backward, reserve = c_size_t(), c_size_t(), c_size_t()
     _call(
         "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize",
-        handle, SPATIAL_PERSISTENT, ops, desc.x, z, desc.x, desc.stats, act, ctypes.byref(forward),
+        handle,
+        SPATIAL_PERSISTENT,
+        ops,
+        desc.x,
+        z,
+        desc.x,
+        desc.stats,
+        act,
+        ctypes.byref(forward),
     )
     _call(
         "cudnnGetBatchNormalizationBackwardExWorkspaceSize",
-        handle, SPATIAL_PERSISTENT, ops, desc.x, y, desc.x, z, desc.x, desc.stats, act, ctypes.byref(backward),
+        handle,
+        SPATIAL_PERSISTENT,
+        ops,
+        desc.x,
+        y,
+        desc.x,
+        z,
+        desc.x,
+        desc.stats,
+        act,
+        ctypes.byref(backward),
     )
     _call(
         "cudnnGetBatchNormalizationTrainingExReserveSpaceSize",
-        handle, SPATIAL_PERSISTENT, ops, act, desc.x, ctypes.byref(reserve),
+        handle,
+        SPATIAL_PERSISTENT,
+        ops,
+        act,
+        desc.x,
+        ctypes.byref(reserve),
     )
     return _Sizes(forward.value, backward.value, reserve.value)
 
@@ -229,10 +264,31 @@ def forward_training(
     invstd = torch.empty(shape[1], dtype=torch.float32, device=x.device)
     _call(
         "cudnnBatchNormalizationForwardTrainingEx",
-        handle, SPATIAL_PERSISTENT, ops, ctypes.byref(_ONE), ctypes.byref(_ZERO),
-        desc.x, x.data_ptr(), z_desc, _ptr(z) if z_desc else None, desc.x, y.data_ptr(),
-        desc.stats, weight.data_ptr(), bias.data_ptr(), 0.0, None, None, eps, mean.data_ptr(), invstd.data_ptr(),
-        act, _ptr(workspace), sizes.forward_workspace, _ptr(reserve) if sizes.reserve else None, sizes.reserve,
+        handle,
+        SPATIAL_PERSISTENT,
+        ops,
+        ctypes.byref(_ONE),
+        ctypes.byref(_ZERO),
+        desc.x,
+        x.data_ptr(),
+        z_desc,
+        _ptr(z) if z_desc else None,
+        desc.x,
+        y.data_ptr(),
+        desc.stats,
+        weight.data_ptr(),
+        bias.data_ptr(),
+        0.0,
+        None,
+        None,
+        eps,
+        mean.data_ptr(),
+        invstd.data_ptr(),
+        act,
+        _ptr(workspace),
+        sizes.forward_workspace,
+        _ptr(reserve) if sizes.reserve else None,
+        sizes.reserve,
     )
     return y, mean, invstd, reserve
 
@@ -261,12 +317,35 @@ def backward(
     grad_weight, grad_bias = torch.empty_like(weight), torch.empty_like(bias)
     _call(
         "cudnnBatchNormalizationBackwardEx",
-        handle, SPATIAL_PERSISTENT, ops,
-        ctypes.byref(_ONE), ctypes.byref(_ZERO), ctypes.byref(_ONE), ctypes.byref(_ZERO),
-        desc.x, x.data_ptr(), y_desc, y.data_ptr() if y_desc else None, desc.x, grad_y.data_ptr(),
-        dz_desc, _ptr(grad_z), desc.x, grad_x.data_ptr(),
-        desc.stats, weight.data_ptr(), bias.data_ptr(), grad_weight.data_ptr(), grad_bias.data_ptr(),
-        eps, mean.data_ptr(), invstd.data_ptr(), act,
-        _ptr(workspace), sizes.backward_workspace, _ptr(reserve) if sizes.reserve else None, sizes.reserve,
+        handle,
+        SPATIAL_PERSISTENT,
+        ops,
+        ctypes.byref(_ONE),
+        ctypes.byref(_ZERO),
+        ctypes.byref(_ONE),
+        ctypes.byref(_ZERO),
+        desc.x,
+        x.data_ptr(),
+        y_desc,
+        y.data_ptr() if y_desc else None,
+        desc.x,
+        grad_y.data_ptr(),
+        dz_desc,
+        _ptr(grad_z),
+        desc.x,
+        grad_x.data_ptr(),
+        desc.stats,
+        weight.data_ptr(),
+        bias.data_ptr(),
+        grad_weight.data_ptr(),
+        grad_bias.data_ptr(),
+        eps,
+        mean.data_ptr(),
+        invstd.data_ptr(),
+        act,
+        _ptr(workspace),
+        sizes.backward_workspace,
+        _ptr(reserve) if sizes.reserve else None,
+        sizes.reserve,
     )
     return grad_x, grad_z, grad_weight, grad_bias

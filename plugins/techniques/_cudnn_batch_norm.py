@@ -224,6 +224,9 @@ def _apply_fused(step: TrainStep) -> TrainStep:
     assert step.model is not None
     if not any(type(m) is nn.BatchNorm2d for m in step.model.modules()):
         raise SkipCell("cudnn-batch-norm (fuse) found no BatchNorm2d module in this workload's model")
+    if step.device.type == "cuda" and step.memory_format != torch.channels_last:
+        # Every call would fall back to PyTorch's batch norm: the cell would measure the model without the option.
+        raise SkipCell("cudnn-batch-norm (fuse): cuDNN's fused kernels take channels-last input; add channels-last")
     dtype = step.autocast_dtype or torch.float32
     reason = fused_refusal(step.device, dtype)
     if reason is not None:
@@ -231,7 +234,9 @@ def _apply_fused(step: TrainStep) -> TrainStep:
     try:
         model, fused = _cudnn_fused.fuse_model(step.model)
     except Exception as exc:  # torch.fx raises many kinds on a model it cannot trace; each is this skip
-        raise SkipCell(f"cudnn-batch-norm (fuse): torch.fx cannot trace this model: {type(exc).__name__}: {exc}")
+        raise SkipCell(
+            f"cudnn-batch-norm (fuse): torch.fx cannot trace this model: {type(exc).__name__}: {exc}"
+        ) from exc
     step.model = model
     kinds: dict[str, int] = {}
     for ops in fused.values():

@@ -165,7 +165,11 @@ class FusedBatchNorm2d(nn.BatchNorm2d):
 
     def __init__(self, source: nn.BatchNorm2d, ops: int) -> None:
         super().__init__(
-            source.num_features, source.eps, source.momentum, source.affine, source.track_running_stats,
+            source.num_features,
+            source.eps,
+            source.momentum,
+            source.affine,
+            source.track_running_stats,
             device="meta",
         )
         self.weight, self.bias = source.weight, source.bias
@@ -252,13 +256,18 @@ def fuse_model(model: nn.Module) -> tuple[fx.GraphModule, dict[str, str]]:
     """
     traced = fx.symbolic_trace(model)
     modules = dict(traced.named_modules())
+    calls: dict[str, int] = {}
+    for node in traced.graph.nodes:
+        if node.op == "call_module":
+            calls[str(node.target)] = calls.get(str(node.target), 0) + 1
     fused: dict[str, str] = {}
     for node in list(traced.graph.nodes):
         if node.op != "call_module" or type(modules[str(node.target)]) is not nn.BatchNorm2d:
             continue
         name = str(node.target)
         ops, residual, tail = api.OPS_BN, None, node
-        user = _only_user(node)
+        # A module called more than once has one ``ops`` for all its calls: only plain batch norm fits each.
+        user = _only_user(node) if calls[name] == 1 else None
         if user is not None and _is_relu(user, modules):
             ops, tail = api.OPS_BN_RELU, user
         elif user is not None and (residual := _residual(user, node)) is not None:
@@ -267,8 +276,9 @@ def fuse_model(model: nn.Module) -> tuple[fx.GraphModule, dict[str, str]]:
                 ops, tail = api.OPS_BN_ADD_RELU, relu
             else:
                 residual = None
-        traced.set_submodule(name, FusedBatchNorm2d(modules[name], ops))  # type: ignore[arg-type]
-        fused[name] = OPS_NAMES[ops]
+        if name not in fused:
+            traced.set_submodule(name, FusedBatchNorm2d(modules[name], ops))  # type: ignore[arg-type]
+            fused[name] = OPS_NAMES[ops]
         if tail is node:
             continue
         with traced.graph.inserting_after(tail):

@@ -6,7 +6,12 @@ import contextlib
 
 import torch
 
+from typing import TYPE_CHECKING
+
 from suite import NoOptions, SkipCell, TrainStep
+
+if TYPE_CHECKING:
+    from plugins.techniques.precision_flags import CudnnBenchmarkOptions
 
 
 def tf32_state() -> dict[str, str]:
@@ -35,9 +40,13 @@ def apply_tf32(step: TrainStep, options: NoOptions) -> TrainStep:
     return step
 
 
-def apply_cudnn_benchmark(step: TrainStep, options: NoOptions) -> TrainStep:
+def apply_cudnn_benchmark(step: TrainStep, options: CudnnBenchmarkOptions) -> TrainStep:
     if step.device.type != "cuda":
         raise SkipCell(f"cudnn-benchmark needs a CUDA device; this step runs on {step.device.type}")
     torch.backends.cudnn.benchmark = True
-    step.notes["cudnn_benchmark"] = {"torch.backends.cudnn.benchmark": torch.backends.cudnn.benchmark}
+    torch.backends.cudnn.benchmark_limit = options.limit
+    step.notes["cudnn_benchmark"] = {
+        "torch.backends.cudnn.benchmark": torch.backends.cudnn.benchmark,
+        "torch.backends.cudnn.benchmark_limit": torch.backends.cudnn.benchmark_limit,
+    }
     return step

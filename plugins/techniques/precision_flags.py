@@ -15,10 +15,26 @@ the backends report afterwards is recorded, read through the new API.
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
 from suite import NoOptions, Technique, TrainStep, hookimpl
+
+
+@dataclass(frozen=True)
+class CudnnBenchmarkOptions:
+    limit: int = field(
+        default=10,
+        metadata={
+            "help": "torch.backends.cudnn.benchmark_limit: how many of the algorithms cuDNN's heuristics rank "
+            "benchmark mode times per convolution shape (0: every algorithm; 10 is PyTorch's default)"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 0:
+            raise ValueError(f"limit must be an integer >= 0, got {self.limit!r}")
 
 
 def _impl() -> ModuleType:
@@ -31,7 +47,7 @@ def apply_tf32(step: TrainStep, options: NoOptions) -> TrainStep:
     return _impl().apply_tf32(step, options)
 
 
-def apply_cudnn_benchmark(step: TrainStep, options: NoOptions) -> TrainStep:
+def apply_cudnn_benchmark(step: TrainStep, options: CudnnBenchmarkOptions) -> TrainStep:
     return _impl().apply_cudnn_benchmark(step, options)
 
 
@@ -49,6 +65,7 @@ def ampsuite_techniques() -> list[Technique]:
             name="cudnn-benchmark",
             summary="let cuDNN time its algorithms per shape and keep the fastest (first steps pay for it)",
             apply=apply_cudnn_benchmark,
+            options=CudnnBenchmarkOptions,
             order=5,
             requires=frozenset({"cuda"}),
         ),

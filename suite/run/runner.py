@@ -45,7 +45,7 @@ from suite.contract.wire import Cell, Outcome, Status
 from suite.host import environment, executors
 from suite.host.manager import PluginSettings, Registry, load_registry
 from suite.host.session import Plan
-from suite.run import attempt
+from suite.run import attempt, definition
 from suite.run.attempt import CellJob, in_worker
 from suite.run.pool import measure_processes, pool_outcomes, process_count
 from suite.spec.suitefile import SuiteSpec
@@ -221,16 +221,43 @@ def backup_path(out: Path) -> Path:
 
 
 def open_results(
-    spec: SuiteSpec, config: RunConfig, device: str, registry: Registry, ids: set[str]
+    spec: SuiteSpec,
+    config: RunConfig,
+    device: str,
+    registry: Registry,
+    ids: set[str],
+    cells: Sequence[Cell] = (),
+    message: typing.Callable[[str], None] | None = None,
 ) -> results.ResultsWriter:
     """The writer of this run's results file: resumed from ``config.output`` when asked, else a new
-    document (an existing file is renamed to :func:`backup_path`, never overwritten)."""
+    document (an existing file is renamed to :func:`backup_path`, never overwritten).
+
+    Resuming keeps the finished records of ``ids``; of those among ``cells``, only the ones that measured
+    the same definition (:func:`suite.run.definition.difference`): the others run again, and the file as it
+    was is copied to :func:`backup_path` first, so nothing measured is lost.
+    """
     doc = _new_document(spec, config, device, registry)
     out = config.output
     if config.resume and out.exists():
         old = results.load(out)
         results.check_comparable(str(out), old["environment"], doc["environment"])
-        old["cells"] = [r for r in old["cells"] if r["status"] in results.TERMINAL and r["id"] in ids]
+        by_id = {c.id: c for c in cells}
+        changed = {}
+        for r in old["cells"]:
+            cell = by_id.get(r["id"])
+            if cell is not None and r["status"] in results.TERMINAL:
+                why = definition.difference(r, cell, registry)
+                if why is not None:
+                    changed[r["id"]] = why
+        if changed:
+            backup = backup_path(out)
+            shutil.copy2(out, backup)
+            for cell_id, why in changed.items():
+                if message is not None:
+                    message(f"{cell_id} runs again: its record measured other {why} (the file as it was: {backup})")
+        old["cells"] = [
+            r for r in old["cells"] if r["status"] in results.TERMINAL and r["id"] in ids and r["id"] not in changed
+        ]
         old["run"]["finished"] = None
         old["run"].setdefault("resumed", []).append(now())
         return results.ResultsWriter(out, old)
@@ -486,7 +513,7 @@ def run_cells(
         reason = chosen.executor.check(chosen.options)
         if reason:
             raise PluginError(registry.owner[("executor", chosen.executor.name)], reason)
-    writer = open_results(spec, config, device, registry, {c.id for c in cells})
+    writer = open_results(spec, config, device, registry, {c.id for c in cells}, cells, observer.message)
     kept = {r["id"]: r for r in writer.doc["cells"]}
     local = chosen.executor.name == executors.DEFAULT
     ctx = None if config.in_process else worker_context()

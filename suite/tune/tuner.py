@@ -22,7 +22,7 @@ from suite import analysis, results
 from suite.contract.wire import Cell, Status
 from suite.host.manager import PluginSettings
 from suite.host.session import Plan
-from suite.run import runner
+from suite.run import definition, runner
 from suite.spec.suitefile import SuiteSpec
 from suite.tune import space
 from suite.tune.budget import Budget
@@ -78,6 +78,7 @@ class Tuner:
         self.writer = runner.open_results(plan.spec, self.run_config, plan.device, plan.registry, old_ids)
         self.kept = {r["id"]: r for r in self.writer.doc["cells"]}
         self.from_file = set(self.kept)  # records taken from the file and not measured again in this run
+        self.backup: Path | None = None
         self.logdir = Path(tempfile.mkdtemp(prefix="ampsuite-tune-"))
         self._ctx: BaseContext | None = None
         self.measure = measure or self._run_record
@@ -118,8 +119,8 @@ class Tuner:
 
     def known(self, config: WorkloadConfig, candidate: Candidate, phase: str) -> bool:
         """Whether :meth:`run` would return a record already at hand (``--resume``) without measuring: free."""
-        cell_id = self._cell(config, candidate, phase).id
-        return cell_id in self.kept and self._stale(cell_id, phase) is None
+        cell = self._cell(config, candidate, phase)
+        return cell.id in self.kept and self._stale(cell, phase) is None
 
     def run(self, config: WorkloadConfig, candidate: Candidate, phase: str) -> dict[str, Any] | None:
         """Measure ``candidate`` (``phase`` SCREEN or FULL): its record, or None when the budget does not allow it.
@@ -133,13 +134,14 @@ class Tuner:
         cell = self._cell(config, candidate, phase)
         spec = self.screen_spec if phase == SCREEN else self.spec
         previous = self.kept.get(cell.id)
-        stale = self._stale(cell.id, phase)
+        stale = self._stale(cell, phase)
         if previous is not None and stale is None:
             self._consider(config, candidate, phase, previous)  # --resume: still the best so far
             return previous
         if stale is not None:
             name = f"{candidate.combination}/bs{candidate.batch_size}"
-            self._line(f"{config.key}: {name} ({phase}) measured again, the file's record says {stale}")
+            self._line(f"{config.key}: {name} ({phase}) measured again: {stale}")
+            self._back_up()
         if cell.skip_reason:
             record = runner.base_record(cell, self.plan.registry)
             record.update(status=Status.SKIPPED, evidence={"reason": cell.skip_reason})
@@ -180,12 +182,27 @@ class Tuner:
         self.from_file.discard(record["id"])
         return record
 
-    def _stale(self, cell_id: str, phase: str) -> str | None:
-        """Why the full record taken from the file (``--resume``) is measured again: throttled clocks measure
-        the cooling, not the recipe (screens count for their numerics only and are kept)."""
-        if phase == SCREEN or cell_id not in self.from_file:
+    def _stale(self, cell: Cell, phase: str) -> str | None:
+        """Why the record taken from the file (``--resume``) under ``cell``'s id is measured again: it measured
+        another definition (the suite file changed), or, for a full record, throttled clocks, which measure the
+        cooling, not the recipe (screens count for their numerics only and are kept)."""
+        if cell.id not in self.from_file:
             return None
-        return throttled_reason(self.kept[cell_id])
+        changed = definition.difference(self.kept[cell.id], cell, self.plan.registry)
+        if changed is not None:
+            return f"the file's record measured other {changed}"
+        if phase == SCREEN:
+            return None
+        reason = throttled_reason(self.kept[cell.id])
+        return None if reason is None else f"the file's record says {reason}"
+
+    def _back_up(self) -> None:
+        """Before the first record from the file is replaced, a copy of the file as it was: nothing measured is
+        lost, even a record this run measures again."""
+        if self.backup is None and self.config.output.exists():
+            self.backup = runner.backup_path(self.config.output)
+            shutil.copy2(self.config.output, self.backup)
+            self._line(f"the results file as it was: {self.backup}")
 
     def untrusted(self, record: dict[str, Any], phase: str) -> str | None:
         """Screening figures are too short to meet the noise target: only their numerics count."""

@@ -88,10 +88,15 @@ case "${2:-1}" in
     (cuda_tests 0; run 0 tests/gpu/cudnn-fused.toml cudnn-fused-call3 -k "fp32 or (bf16 and graphs)") &
     (tune 1 tests/gpu/tune-resnet50.toml tune-resnet50 && selfcheck 1 resnet50) &
     ;;
-*) # call 4: the tune measures the candidate call 2's budget left out (GPU 1; call 3 found the run marked
+4) # call 4: the tune measures the candidate call 2's budget left out (GPU 1; call 3 found the run marked
     # finished and did not tune); the compiled step with and without CUDA graphs on one GPU (GPU 0)
     (tune 1 tests/gpu/tune-resnet50.toml tune-resnet50) &
     (run 0 tests/gpu/cudnn-fused.toml cudnn-fused-call4 -k "fp32 or bf16-cl-compile/ or bf16-cl-compile-graphs") &
+    ;;
+*) # call 5: ViT-B/16's tune from a copy of session 8's results, for the two ablation rows its budget left
+    # out (GPU 0); cuDNN's benchmark mode timing every algorithm for ResNet-50 (GPU 1)
+    (tune 0 tests/gpu/tune-vit-b16.toml tune-vit-b16) &
+    (run 1 tests/gpu/cudnn-limit.toml cudnn-limit) &
     ;;
 esac
 wait

@@ -1,0 +1,115 @@
+"""--resume keeps a record only when it measured the cell of the same id as the suite file now defines it.
+
+A cell id names workload entry, combination and batch size, not the options: an edited suite file gives a
+cell the id of a record that measured something else. Run and tune measure such a cell again, and keep the
+file as it was beside it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from suite import results
+from suite.host.manager import Registry
+from suite.run import definition
+from suite.spec.matrix import expand
+from suite.spec.suitefile import loads
+
+SUITE = """
+[suite]
+name = "edited"
+device = "cpu"
+timeout = 120
+
+[measure]
+warmup_steps = 1
+min_steps = 3
+max_steps = 5
+max_seconds = 0.5
+numerics_steps = 2
+
+[workloads.toy]
+batch_size = 8
+
+[combinations]
+fp32 = []
+accumulated = ["grad-accumulation"]
+
+[techniques.grad-accumulation]
+steps = {steps}
+"""
+
+
+def _cells(path: Path, registry: Registry) -> dict[str, Any]:
+    return {c.id: c for c in expand(loads(path.read_text(), str(path)), registry, "cpu")}
+
+
+def _run(suite_path: Path, out: Path, *extra: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "suite", "run", str(suite_path), "-o", str(out), "--no-report", "--no-peaks", *extra],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=out.parent,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout + proc.stderr
+
+
+def test_a_record_matches_its_own_cell_and_names_what_changed(tmp_path: Path, registry: Registry) -> None:
+    path = tmp_path / "suite.toml"
+    path.write_text(SUITE.format(steps=2))
+    cell = _cells(path, registry)["toy/accumulated/bs8"]
+    from suite.run.runner import base_record
+
+    record = results.sanitize(base_record(cell, registry))
+    assert definition.difference(record, cell, registry) is None
+    path.write_text(SUITE.format(steps=4))
+    edited = _cells(path, registry)["toy/accumulated/bs8"]
+    assert edited.id == cell.id
+    assert definition.difference(record, edited, registry) == "technique options"
+    other = {**record, "batch_size": 16, "techniques": [{"name": "noop", "options": {}}]}
+    assert definition.difference(other, edited, registry) == "techniques noop, batch_size 16"
+
+
+def test_a_record_written_before_an_option_existed_matches_the_options_default(registry: Registry, tmp_path) -> None:
+    """Records from before a plugin gained an option with a default are that default's measurement."""
+    path = tmp_path / "suite.toml"
+    path.write_text(SUITE.format(steps=4))
+    cell = _cells(path, registry)["toy/accumulated/bs8"]
+    from suite.run.runner import base_record
+
+    record = results.sanitize(base_record(cell, registry))
+    record["techniques"] = [{"name": t["name"], "options": {}} for t in record["techniques"]]  # steps = 4, default
+    record["workload"]["options"] = {}
+    assert definition.difference(record, cell, registry) is None
+    record["techniques"][0]["options"] = {"gone": 1}  # an option the plugin no longer knows
+    assert definition.difference(record, cell, registry) == "technique options"
+
+
+def test_resume_runs_a_cell_whose_options_changed_again_and_keeps_the_file_as_it_was(tmp_path: Path) -> None:
+    suite_path = tmp_path / "suite.toml"
+    out = tmp_path / "results.json"
+    suite_path.write_text(SUITE.format(steps=2))
+    _run(suite_path, out)
+    first = {r["id"]: r for r in results.load(out)["cells"]}
+    assert first["toy/accumulated/bs8"]["techniques"][0]["options"] == {"steps": 2}
+
+    suite_path.write_text(SUITE.format(steps=4))
+    output = _run(suite_path, out, "--resume")
+    resumed = {r["id"]: r for r in results.load(out)["cells"]}
+    assert resumed["toy/fp32/bs8"] == first["toy/fp32/bs8"]  # unchanged: kept as it was
+    assert resumed["toy/accumulated/bs8"]["techniques"][0]["options"] == {"steps": 4}
+    assert resumed["toy/accumulated/bs8"]["status"] == "passed"
+    assert "toy/accumulated/bs8 runs again: its record measured other technique options" in output
+    backups = list(tmp_path.glob("results.*.json"))
+    assert len(backups) == 1
+    kept = {r["id"]: r for r in results.load(backups[0])["cells"]}
+    assert kept["toy/accumulated/bs8"] == first["toy/accumulated/bs8"]  # nothing measured is lost
+
+    _run(suite_path, out, "--resume")  # nothing changed now: nothing runs, no new copy
+    assert {r["id"]: r for r in results.load(out)["cells"]} == resumed
+    assert len(list(tmp_path.glob("results.*.json"))) == 1

@@ -29,7 +29,7 @@ from plugins.techniques import (
 )
 from plugins.workloads import toy
 from suite import Batch, BuildContext, CheckContext, SkipCell, Technique, TrainStep, Workload
-from suite.spec.options import build_options
+from suite.spec.options import OptionError, build_options
 
 MODULES = (amp, islands, cuda_graphs, loading, channels_last, precision_flags, compile_, fused_optimizer)
 TECHNIQUES: dict[str, Technique] = {t.name: t for m in MODULES for t in m.ampsuite_techniques()}
@@ -436,9 +436,16 @@ def test_cudnn_benchmark_times_as_many_algorithms_as_its_limit_says(baseline_fla
     assert step.notes["cudnn_benchmark"]["torch.backends.cudnn.benchmark_limit"] == 0
 
 
-@pytest.mark.parametrize("limit", [-1, True, 2.5])
-def test_cudnn_benchmark_refuses_a_limit_that_is_no_count(limit: Any) -> None:
-    with pytest.raises(Exception, match="limit must be an integer >= 0"):
+@pytest.mark.parametrize(
+    ("limit", "match"),
+    [
+        (-1, "limit must be an integer >= 0, got -1"),
+        (True, "expected an integer, got True"),
+        (2.5, "expected an integer"),
+    ],
+)
+def test_cudnn_benchmark_refuses_a_limit_that_is_no_count(limit: Any, match: str) -> None:
+    with pytest.raises(OptionError, match=match):
         build_options(TECHNIQUES["cudnn-benchmark"].options, {"limit": limit})
 
 

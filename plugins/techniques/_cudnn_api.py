@@ -38,7 +38,7 @@ _NOT_PROPAGATE_NAN = 0
 DATA_TYPES: dict[torch.dtype, int] = {torch.float32: 0, torch.float16: 2, torch.bfloat16: 9}
 """cudnnDataType_t of each input dtype cuDNN's batch norm may take (statistics and weights stay float32)."""
 
-_SIGNATURES: dict[str, list[type]] = {
+_SIGNATURES: dict[str, list[type[ctypes._CData]]] = {
     "cudnnCreate": [POINTER(c_void_p)],
     "cudnnSetStream": [c_void_p, c_void_p],
     "cudnnCreateTensorDescriptor": [POINTER(c_void_p)],
@@ -76,23 +76,24 @@ class CudnnError(RuntimeError):
     """A cuDNN call returned an error status; the message carries cuDNN's own words."""
 
 
+def _open(name: str) -> ctypes.CDLL:
+    try:
+        # torch has loaded it already; dlopen by soname returns that very copy.
+        return ctypes.CDLL(name)
+    except OSError:
+        for root in torch.__path__:
+            for path in glob.glob(os.path.join(root, "..", "nvidia", "cudnn", "lib", name)):
+                return ctypes.CDLL(path)
+    raise CudnnError(f"cannot load {name}, the cuDNN that torch {torch.__version__} uses")
+
+
 @functools.cache
 def _library() -> ctypes.CDLL:
     version = torch.backends.cudnn.version()
     if version is None:
         raise CudnnError("this torch build has no cuDNN")
     name = f"libcudnn.so.{version // 10000 if version >= 10000 else version // 1000}"
-    try:
-        # torch has loaded it already; dlopen by soname returns that very copy.
-        lib = ctypes.CDLL(name)
-    except OSError:
-        lib = None
-        for root in torch.__path__:
-            for path in glob.glob(os.path.join(root, "..", "nvidia", "cudnn", "lib", name)):
-                lib = ctypes.CDLL(path)
-                break
-        if lib is None:
-            raise CudnnError(f"cannot load {name}, the cuDNN that torch {torch.__version__} uses") from None
+    lib = _open(name)
     for function, argtypes in _SIGNATURES.items():
         getattr(lib, function).argtypes = argtypes
         getattr(lib, function).restype = c_int

@@ -195,7 +195,7 @@ class FusedBatchNorm2d(nn.BatchNorm2d):
             and (z is None or (z.shape == x.shape and z.dtype == x.dtype and z.stride() == x.stride()))
         )
 
-    def forward(self, x: Tensor, z: Tensor | None = None) -> Tensor:  # type: ignore[override]
+    def forward(self, x: Tensor, z: Tensor | None = None) -> Tensor:
         if not self._fusable(x, z):
             y = super().forward(x)
             if z is not None:
@@ -277,15 +277,19 @@ def fuse_model(model: nn.Module) -> tuple[fx.GraphModule, dict[str, str]]:
             else:
                 residual = None
         if name not in fused:
-            traced.set_submodule(name, FusedBatchNorm2d(modules[name], ops))  # type: ignore[arg-type]
+            source = modules[name]
+            assert isinstance(source, nn.BatchNorm2d)
+            traced.set_submodule(name, FusedBatchNorm2d(source, ops))
             fused[name] = OPS_NAMES[ops]
         if tail is node:
             continue
         with traced.graph.inserting_after(tail):
             call = traced.graph.call_module(name, (node.args[0],) if residual is None else (node.args[0], residual))
         tail.replace_all_uses_with(call)
-        for dead in (tail, user) if ops == api.OPS_BN_ADD_RELU else (tail,):
-            traced.graph.erase_node(dead)
+        traced.graph.erase_node(tail)
+        if ops == api.OPS_BN_ADD_RELU:
+            assert user is not None
+            traced.graph.erase_node(user)
         traced.graph.erase_node(node)
     traced.graph.lint()
     traced.delete_all_unused_submodules()

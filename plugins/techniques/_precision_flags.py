@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+from typing import TYPE_CHECKING
 
 import torch
-
-from typing import TYPE_CHECKING
 
 from suite import NoOptions, SkipCell, TrainStep
 

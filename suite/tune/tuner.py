@@ -140,7 +140,7 @@ class Tuner:
             return previous
         if stale is not None:
             name = f"{candidate.combination}/bs{candidate.batch_size}"
-            self._line(f"{config.key}: {name} ({phase}) measured again: {stale}")
+            self._line(f"{config.key}: {name} ({phase}) measured again, {stale}")
             self._back_up()
         if cell.skip_reason:
             record = runner.base_record(cell, self.plan.registry)

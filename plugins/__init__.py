@@ -51,6 +51,7 @@ BUILTIN_IMPLEMENTATIONS: tuple[str, ...] = (
     "plugins.techniques._amp",
     "plugins.techniques._islands",
     "plugins.techniques._cudnn_batch_norm",
+    "plugins.techniques._cudnn_api",
     "plugins.techniques._cudnn_fused",
     "plugins.techniques._cuda_graphs",
     "plugins.techniques._loading",

@@ -229,8 +229,7 @@ def _sizes(device: torch.device, n: int, c: int, h: int, w: int, dtype: torch.dt
 
 def reserve_size(x: Tensor, ops: int) -> int:
     """Bytes the forward keeps for the backward for ``x``'s shape and dtype (shapes only, no data)."""
-    device = x.device if x.device.index is not None else torch.device("cuda", torch.cuda.current_device())
-    return _sizes(device, *_shape(x), x.dtype, ops).reserve
+    return _sizes(x.device, *_shape(x), x.dtype, ops).reserve
 
 
 _ONE, _ZERO = c_float(1.0), c_float(0.0)  # cuDNN's blend factors are float for half, bfloat16 and float data

@@ -8,6 +8,7 @@ AOTAutograd applies above autograd, which is exactly what this avoids.
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -238,12 +239,9 @@ def _apply_fused(step: TrainStep) -> TrainStep:
             f"cudnn-batch-norm (fuse): torch.fx cannot trace this model: {type(exc).__name__}: {exc}"
         ) from exc
     step.model = model
-    kinds: dict[str, int] = {}
-    for ops in fused.values():
-        kinds[ops] = kinds.get(ops, 0) + 1
     step.notes["cudnn_batch_norm"] = {
         "modules": len(fused),
-        "fused": kinds,
+        "fused": dict(Counter(fused.values())),
         "kernel": "cudnn-ex" if step.device.type == "cuda" else "native",
         "input_dtype": str(dtype).removeprefix("torch."),
     }

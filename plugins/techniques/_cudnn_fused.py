@@ -14,6 +14,7 @@ Three pieces, data flowing one way:
 from __future__ import annotations
 
 import operator
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -22,10 +23,10 @@ import torch.nn.functional as F
 from torch import Tensor, fx, nn
 
 from plugins.techniques import _cudnn_api as api
+from plugins.techniques._cudnn_batch_norm import _INT32_MAX, _memory_format
 
 OP = "ampsuite::fused_batch_norm"
 BACKWARD_OP = "ampsuite::fused_batch_norm_backward"
-_INT32_MAX = 2**31 - 1
 OPS_NAMES = {api.OPS_BN: "bn", api.OPS_BN_RELU: "bn+relu", api.OPS_BN_ADD_RELU: "bn+add+relu"}
 
 
@@ -35,9 +36,7 @@ def _cudnn(x: Tensor) -> bool:
 
 def _layout(x: Tensor) -> torch.memory_format:
     """The layout of every activation-shaped output: cuDNN's NHWC on CUDA, the input's own elsewhere."""
-    if _cudnn(x) or (x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()):
-        return torch.channels_last
-    return torch.contiguous_format
+    return torch.channels_last if _cudnn(x) else _memory_format(x)
 
 
 # Functional: PyTorch registers autograd formulas only for operators that mutate nothing. The running
@@ -256,10 +255,7 @@ def fuse_model(model: nn.Module) -> tuple[fx.GraphModule, dict[str, str]]:
     """
     traced = fx.symbolic_trace(model)
     modules = dict(traced.named_modules())
-    calls: dict[str, int] = {}
-    for node in traced.graph.nodes:
-        if node.op == "call_module":
-            calls[str(node.target)] = calls.get(str(node.target), 0) + 1
+    calls = Counter(str(node.target) for node in traced.graph.nodes if node.op == "call_module")
     fused: dict[str, str] = {}
     for node in list(traced.graph.nodes):
         if node.op != "call_module" or type(modules[str(node.target)]) is not nn.BatchNorm2d:

@@ -220,6 +220,13 @@ def backup_path(out: Path) -> Path:
     return candidate
 
 
+def copy_aside(out: Path) -> Path:
+    """A copy of the results file ``out`` at :func:`backup_path`, before records in it are replaced; its path."""
+    backup = backup_path(out)
+    shutil.copy2(out, backup)
+    return backup
+
+
 def open_results(
     spec: SuiteSpec,
     config: RunConfig,
@@ -250,8 +257,7 @@ def open_results(
                 if why is not None:
                     changed[r["id"]] = why
         if changed:
-            backup = backup_path(out)
-            shutil.copy2(out, backup)
+            backup = copy_aside(out)
             for cell_id, why in changed.items():
                 if message is not None:
                     message(f"{cell_id} runs again: its record measured other {why} (the file as it was: {backup})")

@@ -200,8 +200,7 @@ class Tuner:
         """Before the first record from the file is replaced, a copy of the file as it was: nothing measured is
         lost, even a record this run measures again."""
         if self.backup is None and self.config.output.exists():
-            self.backup = runner.backup_path(self.config.output)
-            shutil.copy2(self.config.output, self.backup)
+            self.backup = runner.copy_aside(self.config.output)
             self._line(f"the results file as it was: {self.backup}")
 
     def untrusted(self, record: dict[str, Any], phase: str) -> str | None:

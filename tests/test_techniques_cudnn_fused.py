@@ -19,7 +19,6 @@ import torchvision
 from torch import nn
 
 from plugins.techniques import _cudnn_api as api
-from plugins.techniques import _cudnn_batch_norm as impl
 from plugins.techniques import _cudnn_fused as fused
 from plugins.techniques import cudnn_batch_norm
 from plugins.workloads import cnn, toy
@@ -302,7 +301,7 @@ def _reference(x: torch.Tensor, z: torch.Tensor | None, weight: torch.Tensor, bi
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("ops", [api.OPS_BN, api.OPS_BN_RELU, api.OPS_BN_ADD_RELU])
 def test_cudnns_fused_kernels_compute_pytorchs_batch_norm(dtype: torch.dtype, ops: int) -> None:
-    reason = impl.fused_refusal(torch.device("cuda"), dtype)
+    reason = fused.refusal(torch.device("cuda"), dtype)
     if reason is not None:
         assert dtype != torch.float16, reason  # float16 is what the fused kernels were built for
         pytest.skip(f"cuDNN refuses {dtype}: {reason}")
@@ -360,7 +359,7 @@ def test_the_fused_operators_pass_pytorchs_custom_op_checks_on_cuda() -> None:
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
 def test_a_compiled_fused_resnet_trains_like_the_original_under_autocast(dtype: torch.dtype, mode: str) -> None:
     """Inductor compiles around the operators (and CUDA graphs capture them); training matches eager PyTorch."""
-    reason = impl.fused_refusal(torch.device("cuda"), dtype)
+    reason = fused.refusal(torch.device("cuda"), dtype)
     if reason is not None:
         pytest.skip(f"cuDNN refuses {dtype}: {reason}")
     torch.manual_seed(0)

@@ -8,7 +8,6 @@ AOTAutograd applies above autograd, which is exactly what this avoids.
 from __future__ import annotations
 
 import functools
-from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -202,57 +201,9 @@ def refusal(device: torch.device, dtype: torch.dtype) -> str | None:
     return None
 
 
-def fused_refusal(device: torch.device, dtype: torch.dtype) -> str | None:
-    """cuDNN's own words when its fused batch norm + add + ReLU will not take ``dtype`` input (None when it will)."""
-    if device.type != "cuda":
-        return None
-    from plugins.techniques import _cudnn_api as api
-
-    if dtype not in api.DATA_TYPES:
-        return f"no cuDNN data type for {dtype}"
-    x = torch.randn((2, 8, 4, 4), device=device).to(dtype).contiguous(memory_format=torch.channels_last)
-    ones, zeros = torch.ones(8, device=device), torch.zeros(8, device=device)
-    try:
-        api.forward_training(x, x, ones, zeros, 1e-5, api.OPS_BN_ADD_RELU)
-    except api.CudnnError as exc:
-        return str(exc)
-    return None
-
-
-def _apply_fused(step: TrainStep) -> TrainStep:
-    from plugins.techniques import _cudnn_fused
-
-    assert step.model is not None
-    if not any(type(m) is nn.BatchNorm2d for m in step.model.modules()):
-        raise SkipCell("cudnn-batch-norm (fuse) found no BatchNorm2d module in this workload's model")
-    if step.device.type == "cuda" and step.memory_format != torch.channels_last:
-        # Every call would fall back to PyTorch's batch norm: the cell would measure the model without the option.
-        raise SkipCell("cudnn-batch-norm (fuse): cuDNN's fused kernels take channels-last input; add channels-last")
-    dtype = step.autocast_dtype or torch.float32
-    reason = fused_refusal(step.device, dtype)
-    if reason is not None:
-        raise SkipCell(f"cudnn-batch-norm (fuse): cuDNN refuses {dtype} input on this build: {reason}")
-    try:
-        model, fused = _cudnn_fused.fuse_model(step.model)
-    except Exception as exc:  # torch.fx raises many kinds on a model it cannot trace; each is this skip
-        raise SkipCell(
-            f"cudnn-batch-norm (fuse): torch.fx cannot trace this model: {type(exc).__name__}: {exc}"
-        ) from exc
-    step.model = model
-    step.notes["cudnn_batch_norm"] = {
-        "modules": len(fused),
-        "fused": dict(Counter(fused.values())),
-        "kernel": "cudnn-ex" if step.device.type == "cuda" else "native",
-        "input_dtype": str(dtype).removeprefix("torch."),
-    }
-    return step
-
-
 def apply(step: TrainStep, options: CudnnBatchNormOptions) -> TrainStep:
     if step.model is None:
         raise SkipCell("cudnn-batch-norm needs a workload with a model")
-    if options.fuse:
-        return _apply_fused(step)
     modules = [m for m in step.model.modules() if isinstance(m, BATCH_NORMS)]
     if not modules:
         raise SkipCell("cudnn-batch-norm found no BatchNorm1d/2d/3d module in this workload's model")

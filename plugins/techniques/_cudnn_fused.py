@@ -24,6 +24,7 @@ from torch import Tensor, fx, nn
 
 from plugins.techniques import _cudnn_api as api
 from plugins.techniques._cudnn_batch_norm import _INT32_MAX, _memory_format
+from suite import SkipCell, TrainStep
 
 OP = "ampsuite::fused_batch_norm"
 BACKWARD_OP = "ampsuite::fused_batch_norm_backward"
@@ -291,3 +292,47 @@ def fuse_model(model: nn.Module) -> tuple[fx.GraphModule, dict[str, str]]:
     traced.delete_all_unused_submodules()
     traced.recompile()
     return traced, fused
+
+
+def refusal(device: torch.device, dtype: torch.dtype) -> str | None:
+    """cuDNN's own words when its fused batch norm + add + ReLU will not take ``dtype`` input (None when it will)."""
+    if device.type != "cuda":
+        return None
+    if dtype not in api.DATA_TYPES:
+        return f"no cuDNN data type for {dtype}"
+    x = torch.randn((2, 8, 4, 4), device=device).to(dtype).contiguous(memory_format=torch.channels_last)
+    ones, zeros = torch.ones(8, device=device), torch.zeros(8, device=device)
+    try:
+        api.forward_training(x, x, ones, zeros, 1e-5, api.OPS_BN_ADD_RELU)
+    except api.CudnnError as exc:
+        return str(exc)
+    return None
+
+
+def apply(step: TrainStep) -> TrainStep:
+    """cudnn-batch-norm with ``fuse = true``: the model rewritten by :func:`fuse_model`, and the notes."""
+    if step.model is None:
+        raise SkipCell("cudnn-batch-norm needs a workload with a model")
+    if not any(type(m) is nn.BatchNorm2d for m in step.model.modules()):
+        raise SkipCell("cudnn-batch-norm (fuse) found no BatchNorm2d module in this workload's model")
+    if step.device.type == "cuda" and step.memory_format != torch.channels_last:
+        # Every call would fall back to PyTorch's batch norm: the cell would measure the model without the option.
+        raise SkipCell("cudnn-batch-norm (fuse): cuDNN's fused kernels take channels-last input; add channels-last")
+    dtype = step.autocast_dtype or torch.float32
+    reason = refusal(step.device, dtype)
+    if reason is not None:
+        raise SkipCell(f"cudnn-batch-norm (fuse): cuDNN refuses {dtype} input on this build: {reason}")
+    try:
+        model, fused = fuse_model(step.model)
+    except Exception as exc:  # torch.fx raises many kinds on a model it cannot trace; each is this skip
+        raise SkipCell(
+            f"cudnn-batch-norm (fuse): torch.fx cannot trace this model: {type(exc).__name__}: {exc}"
+        ) from exc
+    step.model = model
+    step.notes["cudnn_batch_norm"] = {
+        "modules": len(fused),
+        "fused": dict(Counter(fused.values())),
+        "kernel": "cudnn-ex" if step.device.type == "cuda" else "native",
+        "input_dtype": str(dtype).removeprefix("torch."),
+    }
+    return step

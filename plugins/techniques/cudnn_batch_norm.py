@@ -98,6 +98,9 @@ def check(ctx: CheckContext) -> str | None:
 
 
 def apply(step: TrainStep, options: CudnnBatchNormOptions) -> TrainStep:
+    if options.fuse:
+        # Its own module, which builds on the plain operator's (layout, bounds): one direction of import.
+        return importlib.import_module("plugins.techniques._cudnn_fused").apply(step)
     return _impl().apply(step, options)
 
 

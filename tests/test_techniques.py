@@ -514,6 +514,7 @@ def test_torch_compile_wraps_the_model_and_keeps_the_losses(tmp_path: Any) -> No
         "fullgraph": False,
         "dynamic": False,
         "coordinate_descent": False,
+        "pointwise_autotune": False,
     }
     assert losses(step, 3) == pytest.approx(reference, rel=1e-5)
 
@@ -540,11 +541,43 @@ def test_torch_compile_coordinate_descent_is_the_mode_as_options_plus_the_tuning
 
 
 @pytest.mark.parametrize(
+    ("chosen", "settings"),
+    [
+        ({"pointwise_autotune": True}, {"max_autotune_pointwise": True}),
+        (
+            {"pointwise_autotune": True, "coordinate_descent": True},
+            {"max_autotune_pointwise": True, "coordinate_descent_tuning": True},
+        ),
+    ],
+)
+def test_torch_compile_pointwise_autotune_reaches_inductor(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, chosen: dict[str, bool], settings: dict[str, bool]
+) -> None:
+    import torch._inductor
+
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(torch, "compile", lambda model, **kwargs: calls.append(kwargs) or model)
+    step = use(toy_step(tmp_path), "torch-compile", mode="reduce-overhead", **chosen)
+    (kwargs,) = calls
+    assert kwargs["options"] == {**torch._inductor.list_mode_options("reduce-overhead"), **settings}
+    assert step.notes["torch_compile"]["pointwise_autotune"] is True
+
+
+def test_torch_compile_without_extra_settings_passes_the_mode(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(torch, "compile", lambda model, **kwargs: calls.append(kwargs) or model)
+    use(toy_step(tmp_path), "torch-compile", mode="reduce-overhead")
+    (kwargs,) = calls
+    assert kwargs["mode"] == "reduce-overhead" and "options" not in kwargs
+
+
+@pytest.mark.parametrize(
     ("options", "message"),
     [
         ({"mode": "fast"}, "mode must be one of .* got 'fast'"),
         ({"mode": "max-autotune", "backend": "eager"}, "applies to the inductor backend only"),
         ({"coordinate_descent": True, "backend": "aot_eager"}, "coordinate_descent applies to the inductor backend"),
+        ({"pointwise_autotune": True, "backend": "aot_eager"}, "pointwise_autotune applies to the inductor backend"),
     ],
 )
 def test_torch_compile_rejects_bad_options(options: dict[str, Any], message: str) -> None:

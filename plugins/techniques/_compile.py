@@ -14,10 +14,10 @@ from suite import SkipCell, TrainStep
 def apply(step: TrainStep, options: CompileOptions) -> TrainStep:
     if step.model is None:
         raise SkipCell("torch-compile needs a workload with a model (this step has its own phases)")
-    if options.backend == "inductor" and options.coordinate_descent:
+    if options.backend == "inductor" and options.inductor_settings():
         from torch._inductor import list_mode_options  # not imported by `import torch`
 
-        inductor = {**list_mode_options(options.mode), "coordinate_descent_tuning": True}
+        inductor = {**list_mode_options(options.mode), **options.inductor_settings()}
         compiled = torch.compile(step.model, options=inductor, fullgraph=options.fullgraph, dynamic=False)
     elif options.backend == "inductor":
         compiled = torch.compile(step.model, mode=options.mode, fullgraph=options.fullgraph, dynamic=False)
@@ -30,5 +30,6 @@ def apply(step: TrainStep, options: CompileOptions) -> TrainStep:
         "fullgraph": options.fullgraph,
         "dynamic": False,
         "coordinate_descent": options.coordinate_descent,
+        "pointwise_autotune": options.pointwise_autotune,
     }
     return step

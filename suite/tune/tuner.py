@@ -83,7 +83,8 @@ class Tuner:
         self._ctx: BaseContext | None = None
         self.measure = measure or self._run_record
         self.started = 0
-        self.best: dict[str, tuple[str, float]] = {}
+        # Per workload configuration, per cell name: a trusted full figure and the name progress shows it under.
+        self._figures: dict[str, dict[str, tuple[float, str]]] = {}
         if previous is not None:
             self._best_from(previous)
 
@@ -95,8 +96,8 @@ class Tuner:
             winner = workload.get("winner") or {}
             record = self.kept.get(str(winner.get("cell_id")))
             if record is not None:
-                name = f"{winner['combination']}/bs{winner['batch_size']} (the file's last winner)"
-                self._offer(str(workload.get("key")), name, FULL, record)
+                name = f"{winner['combination']}/bs{winner['batch_size']}"
+                self._offer(str(workload.get("key")), name, FULL, record, f"{name} (the file's last winner)")
 
     def close(self) -> None:
         """Remove the folder of the workers' logs (each cell's log is read into its record)."""
@@ -122,12 +123,19 @@ class Tuner:
         cell = self._cell(config, candidate, phase)
         return cell.id in self.kept and self._stale(cell, phase) is None
 
-    def run(self, config: WorkloadConfig, candidate: Candidate, phase: str) -> dict[str, Any] | None:
+    def here(self, record: dict[str, Any]) -> bool:
+        """Whether ``record`` was measured in this run, not taken from the file by ``--resume``."""
+        return record["id"] not in self.from_file
+
+    def run(
+        self, config: WorkloadConfig, candidate: Candidate, phase: str, again: str | None = None
+    ) -> dict[str, Any] | None:
         """Measure ``candidate`` (``phase`` SCREEN or FULL): its record, or None when the budget does not allow it.
 
         A record already in the file (``--resume``) is returned as it is, unless its clocks were
-        throttled: then it is measured again, and kept when that measurement is cut short. A pruned
-        candidate gets a skipped record without a worker.
+        throttled, or ``again`` gives a reason to measure it in this run: then it is measured again,
+        and kept when that measurement is cut short or the budget refuses it. A pruned candidate gets
+        a skipped record without a worker.
 
         :raises KeyboardInterrupt: after writing the record, when Ctrl-C or SIGTERM interrupted the cell.
         """
@@ -135,6 +143,8 @@ class Tuner:
         spec = self.screen_spec if phase == SCREEN else self.spec
         previous = self.kept.get(cell.id)
         stale = self._stale(cell, phase)
+        if stale is None and again is not None and cell.id in self.from_file:
+            stale = again
         if previous is not None and stale is None:
             self._consider(config, candidate, phase, previous)  # --resume: still the best so far
             return previous
@@ -173,6 +183,8 @@ class Tuner:
             raise KeyboardInterrupt(cell.id)
         self.budget.record((config.key, phase), float(record.get("wall_seconds") or 0.0))
         self._keep(record)
+        if stale is not None and phase != SCREEN:  # the figure measured again replaces the file's in the best so far
+            self._figures.get(config.key, {}).pop(f"{candidate.combination}/bs{candidate.batch_size}", None)
         self._report(config, candidate, phase, record)
         return record
 
@@ -209,6 +221,14 @@ class Tuner:
             return numerics_reason(record, self.writer.doc)
         return untrusted_reason(record, self.writer.doc)
 
+    def best(self, key: str) -> tuple[str, float] | None:
+        """The fastest trusted full figure of workload configuration ``key`` so far: (name, throughput)."""
+        figures = self._figures.get(key)
+        if not figures:
+            return None
+        value, label = max(figures.values(), key=lambda item: item[0])
+        return label, value
+
     def _consider(
         self, config: WorkloadConfig, candidate: Candidate, phase: str, record: dict[str, Any]
     ) -> tuple[float | None, str | None]:
@@ -216,20 +236,21 @@ class Tuner:
         its (throughput, why it is not trusted)."""
         return self._offer(config.key, f"{candidate.combination}/bs{candidate.batch_size}", phase, record)
 
-    def _offer(self, key: str, name: str, phase: str, record: dict[str, Any]) -> tuple[float | None, str | None]:
-        """:meth:`_consider` for the workload configuration ``key``, the record shown as ``name``."""
+    def _offer(
+        self, key: str, name: str, phase: str, record: dict[str, Any], label: str | None = None
+    ) -> tuple[float | None, str | None]:
+        """:meth:`_consider` for the workload configuration ``key``, the record of cell ``name`` (shown as
+        ``label``, else ``name``)."""
         value = analysis.throughput(as_record(record))
         why = self.untrusted(record, phase)
         if value is not None and phase != SCREEN and why is None:
-            current = self.best.get(key)
-            if current is None or value > current[1]:
-                self.best[key] = (name, value)
+            self._figures.setdefault(key, {})[name] = (value, label or name)
         return value, why
 
     def _report(self, config: WorkloadConfig, candidate: Candidate, phase: str, record: dict[str, Any]) -> None:
         value, why = self._consider(config, candidate, phase, record)
         figure = f"{value:,.0f} {config.unit}/s" if value is not None else str(record["status"])
-        best = self.best.get(config.key)
+        best = self.best(config.key)
         best_text = f"best so far {best[0]} {best[1]:,.0f} {config.unit}/s" if best else "no trusted figure yet"
         self._line(
             f"{config.key}: {candidate.combination}/bs{candidate.batch_size} ({phase}) {figure}"

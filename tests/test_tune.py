@@ -762,3 +762,39 @@ def test_finalists_from_the_file_are_measured_again_before_one_measured_now_lose
     assert first["winner"]["cell_id"] in fake.ids  # measured again, on this machine
     assert any("held against a candidate measured in this run" in line for line in lines)
     assert "(the file's last winner)" not in lines[-1]  # progress goes on from the figure measured again
+
+
+class NoisyAgainWorker(CoordinateWorker):
+    """As CoordinateWorker, but the second measurement of ``noisy`` comes back far noisier than the target."""
+
+    noisy = ""
+    seen: list[str]
+
+    def __call__(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
+        record = super().__call__(cell, spec, timeout)
+        if cell.id == self.noisy and cell.id in self.seen:
+            record["metrics"]["step_time"]["noise"] = 0.9
+        self.seen.append(cell.id)
+        return record
+
+
+def test_a_winner_measured_again_without_a_trusted_figure_keeps_the_files_record(tmp_path: Path) -> None:
+    suite = tmp_path / "s.toml"
+    compiled = 'compiled = ["amp-bf16", "torch-compile"]\n'
+    suite.write_text(TOY_SUITE.format(extra=compiled), encoding="utf-8")
+    fake = NoisyAgainWorker(session.plan(suite).registry, 1.0)
+    fake.seen = []
+    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
+    (first,) = tune(session.plan(suite), config, lambda line: None, measure=fake)["workloads"]
+    fake.noisy = first["winner"]["cell_id"]
+    elsewhere = _as_if_faster(config.output, 1.08)
+
+    suite.write_text(TOY_SUITE.format(extra=compiled + "[tune.torch-compile]\ncoordinate_descent = [true]"))
+    (toy,) = tune(session.plan(suite), dataclasses.replace(config, resume=True), lambda line: None, measure=fake)[
+        "workloads"
+    ]
+    assert toy["winner"]["cell_id"] == fake.noisy  # the variant is not clearly faster than the file's figure
+    (step,) = [s for s in toy["steps"] if s["cell_id"] == fake.noisy and s["decision"].startswith("measured again")]
+    assert step["decision"] == "measured again, not trusted: the file's record stays" and step["untrusted"]
+    after = {r["id"]: r for r in results.load(config.output)["cells"]}
+    assert after[fake.noisy] == elsewhere[fake.noisy]

@@ -198,10 +198,12 @@ def _finals(
             step["decision"] = "trusted"
         else:
             step["decision"] = "not trusted"
-    return _choose(_from_this_machine(tuner, config, trusted))
+    return _choose(_from_this_machine(tuner, config, trusted, steps))
 
 
-def _from_this_machine(tuner: Tuner, config: WorkloadConfig, trusted: list[Measured]) -> list[Measured]:
+def _from_this_machine(
+    tuner: Tuner, config: WorkloadConfig, trusted: list[Measured], steps: list[dict[str, Any]]
+) -> list[Measured]:
     """``trusted``, where a record taken from the file (``--resume``) is faster than every one measured in this
     run, with that record measured again in this run (fastest first, while one is faster), so the choice is made
     between figures of one machine (:func:`_like_with_like` says why)."""
@@ -210,15 +212,14 @@ def _from_this_machine(tuner: Tuner, config: WorkloadConfig, trusted: list[Measu
         return trusted
     best_here, out = max(here), list(trusted)
     for i in sorted(range(len(out)), key=lambda i: -_value(out[i][1])):
-        candidate, record = out[i]
+        record = out[i][1]
         if tuner.here(record):
             continue
         if _value(record) <= best_here:
             break
-        again = tuner.run(config, candidate, FULL, again=AGAIN)
-        if again is not None and again is not record and _ok(tuner, again, FULL):
-            out[i] = (candidate, again)
-            best_here = max(best_here, _value(again))
+        out[i] = _again(tuner, config, out[i], (steps, "final"))
+        if out[i][1] is not record:
+            best_here = max(best_here, _value(out[i][1]))
     return out
 
 
@@ -249,7 +250,9 @@ def _variant(tuner: Tuner, winner: Candidate, step: OptionStep) -> Candidate:
     return winner.with_option(technique, option, value, _suite_options(tuner, technique).get(option))
 
 
-def _like_with_like(tuner: Tuner, config: WorkloadConfig, winner: Measured, record: dict[str, Any]) -> Measured:
+def _like_with_like(
+    tuner: Tuner, config: WorkloadConfig, winner: Measured, record: dict[str, Any], step: tuple[list[Any], str]
+) -> Measured:
     """``winner``, measured again in this run when ``record`` (a trusted full measurement of a candidate) was
     measured in this run and the winner's record was taken from the file (``--resume``).
 
@@ -257,13 +260,28 @@ def _like_with_like(tuner: Tuner, config: WorkloadConfig, winner: Measured, reco
     was lent, one recipe ran 6,758 to 7,139 img/s from machine to machine (ResNet-50, sessions 5-10),
     more than most option steps gain. A variant is kept only when it beats the winner on one machine.
     The winner keeps its file record when the budget refuses the measurement or it is not trusted.
+    ``step`` is (the search's steps, the phase) the measurement is logged under.
     """
     if not tuner.here(record) or tuner.here(winner[1]):
         return winner
-    again = tuner.run(config, winner[0], FULL, again=AGAIN)
-    if again is None or again is winner[1] or not _ok(tuner, again, FULL):
-        return winner
-    return (winner[0], again)
+    return _again(tuner, config, winner, step)
+
+
+def _again(tuner: Tuner, config: WorkloadConfig, measured: Measured, step: tuple[list[Any], str]) -> Measured:
+    """``measured`` with its record measured again in this run (:data:`AGAIN`) and logged as a step, or as it
+    was when the budget refuses the measurement or the new one is not trusted."""
+    again = tuner.run(config, measured[0], FULL, again=AGAIN)
+    if again is None or again is measured[1]:
+        return measured
+    _step(step[0], tuner, step[1], measured[0], again)
+    if _ok(tuner, again, FULL):
+        step[0][-1]["decision"] = "measured again in this run"
+        return (measured[0], again)
+    # Not trusted: no figure of this machine to compare with. The file's record goes on, in the search and in the
+    # results file; this measurement stays in the step log (its figure and why it is not trusted).
+    step[0][-1]["decision"] = "measured again, not trusted: the file's record stays"
+    tuner.restore(config, measured[0], measured[1])
+    return measured
 
 
 def _refine(tuner: Tuner, config: WorkloadConfig, winner: Measured, steps: list[dict[str, Any]]) -> Measured:
@@ -288,7 +306,7 @@ def _refine(tuner: Tuner, config: WorkloadConfig, winner: Measured, steps: list[
         record = tuner.run(config, variant, FULL)
         step = _step(steps, tuner, "option", variant, record)
         if record is not None and _ok(tuner, record, FULL):
-            winner = _like_with_like(tuner, config, winner, record)
+            winner = _like_with_like(tuner, config, winner, record, (steps, "option"))
         adopt = record is not None and _ok(tuner, record, FULL) and _gain_over(record, winner[1])
         step["decision"] = "kept" if adopt else "not better"
         if adopt and record is not None:
@@ -305,7 +323,7 @@ def _refine(tuner: Tuner, config: WorkloadConfig, winner: Measured, steps: list[
         record = fp32 if not resized.techniques else tuner.run(config, resized, FULL)
         step = _step(steps, tuner, "batch", resized, record) if resized.techniques else steps[-1]
         if record is not None and _ok(tuner, record, FULL):
-            winner = _like_with_like(tuner, config, winner, record)
+            winner = _like_with_like(tuner, config, winner, record, (steps, "batch"))
         adopt = record is not None and _ok(tuner, record, FULL) and _gain_over(record, winner[1])
         step["decision"] = "kept" if adopt else ("reference" if not resized.techniques else "not better")
         if adopt and record is not None:

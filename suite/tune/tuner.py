@@ -221,6 +221,13 @@ class Tuner:
             return numerics_reason(record, self.writer.doc)
         return untrusted_reason(record, self.writer.doc)
 
+    def restore(self, config: WorkloadConfig, candidate: Candidate, record: dict[str, Any]) -> None:
+        """Put the file's ``record`` back after a measurement of its cell in this run that the search does not use
+        (not trusted): the results file keeps the figure the search goes on with."""
+        self._keep(record)
+        self.from_file.add(record["id"])
+        self._consider(config, candidate, FULL, record)
+
     def best(self, key: str) -> tuple[str, float] | None:
         """The fastest trusted full figure of workload configuration ``key`` so far: (name, throughput)."""
         figures = self._figures.get(key)

@@ -798,3 +798,25 @@ def test_a_winner_measured_again_without_a_trusted_figure_keeps_the_files_record
     assert step["decision"] == "measured again, not trusted: the file's record stays" and step["untrusted"]
     after = {r["id"]: r for r in results.load(config.output)["cells"]}
     assert after[fake.noisy] == elsewhere[fake.noisy]
+
+
+def test_a_winner_the_budget_cannot_measure_again_keeps_the_files_record_and_says_so(tmp_path: Path) -> None:
+    suite = tmp_path / "s.toml"
+    compiled = 'compiled = ["amp-bf16", "torch-compile"]\n'
+    suite.write_text(TOY_SUITE.format(extra=compiled), encoding="utf-8")
+    fake = CoordinateWorker(session.plan(suite).registry, 1.0)
+    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
+    (first,) = tune(session.plan(suite), config, lambda line: None, measure=fake)["workloads"]
+    elsewhere = _as_if_faster(config.output, 1.08)
+
+    suite.write_text(TOY_SUITE.format(extra=compiled + "[tune.torch-compile]\ncoordinate_descent = [true]"))
+    # Room for one cell beside the ablation's 20% share: the variant (estimated ~6.5 s before any cell of this run,
+    # then 5 s), not the winner (then estimated 6.25 s, with 3 s left).
+    fake.cost = 5.0
+    short = dataclasses.replace(config, resume=True, budget_seconds=10.0)
+    (toy,) = tune(session.plan(suite), short, lambda line: None, measure=fake)["workloads"]
+    winner = first["winner"]["cell_id"]
+    assert toy["winner"]["cell_id"] == winner
+    (step,) = [s for s in toy["steps"] if s["decision"] == "not measured again: the file's record stays"]
+    assert step["status"] == "not started (budget)" and step["combination"] == first["winner"]["combination"]
+    assert {r["id"]: r for r in results.load(config.output)["cells"]}[winner] == elsewhere[winner]

@@ -271,7 +271,8 @@ def _again(tuner: Tuner, config: WorkloadConfig, measured: Measured, step: tuple
     """``measured`` with its record measured again in this run (:data:`AGAIN`) and logged as a step, or as it
     was when the budget refuses the measurement or the new one is not trusted."""
     again = tuner.run(config, measured[0], FULL, again=AGAIN)
-    if again is None or again is measured[1]:
+    if again is None or again is measured[1]:  # the budget refused it: the file's record goes on
+        _step(step[0], tuner, step[1], measured[0], None)["decision"] = "not measured again: the file's record stays"
         return measured
     _step(step[0], tuner, step[1], measured[0], again)
     if _ok(tuner, again, FULL):

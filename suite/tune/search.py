@@ -274,13 +274,13 @@ def _again(tuner: Tuner, config: WorkloadConfig, measured: Measured, step: tuple
     if again is None or again is measured[1]:  # the budget refused it: the file's record goes on
         _step(step[0], tuner, step[1], measured[0], None)["decision"] = "not measured again: the file's record stays"
         return measured
-    _step(step[0], tuner, step[1], measured[0], again)
+    logged = _step(step[0], tuner, step[1], measured[0], again)
     if _ok(tuner, again, FULL):
-        step[0][-1]["decision"] = "measured again in this run"
+        logged["decision"] = "measured again in this run"
         return (measured[0], again)
     # Not trusted: no figure of this machine to compare with. The file's record goes on, in the search and in the
     # results file; this measurement stays in the step log (its figure and why it is not trusted).
-    step[0][-1]["decision"] = "measured again, not trusted: the file's record stays"
+    logged["decision"] = "measured again, not trusted: the file's record stays"
     tuner.restore(config, measured[0], measured[1])
     return measured
 

@@ -18,6 +18,7 @@ from suite.contract.errors import ExitCode
 from suite.contract.wire import Cell, Status
 from suite.host import session
 from suite.host.manager import PluginSettings
+from suite.report.tune_page import tune_context
 from suite.run import runner, selfcheck
 from suite.spec.matrix import expand
 from suite.spec.suitefile import SuiteSpec, loads
@@ -740,6 +741,14 @@ def test_a_new_option_value_is_held_against_the_winner_measured_again_on_this_ma
     assert old[first["winner"]["cell_id"]] == elsewhere[first["winner"]["cell_id"]]
     ablation = {row["label"]: row for row in toy["ablation"]}
     assert ablation["without torch-compile.coordinate_descent=True"]["contribution"] == pytest.approx(0.05)
+    # FP32's record is the first run's: beside this run's figures, its row says so.
+    assert ablation["winner"]["earlier_run"] is None
+    note = ablation["FP32"]["earlier_run"]
+    assert note.startswith("measured in an earlier run (") and note.endswith("maybe on another machine")
+    summary = results.load(config.output)["run"]["tune"]
+    assert note in tune_module.tune_markdown(summary)
+    (page,) = tune_context(summary)["workloads"]
+    assert [r["note"] for r in page["ablation"] if r["label"] == "FP32"] == [note]
 
 
 def test_finalists_from_the_file_are_measured_again_before_one_measured_now_loses_to_them(tmp_path: Path) -> None:

@@ -109,6 +109,7 @@ def tune_markdown(summary: Mapping[str, Any]) -> str:
             ]
             for row in w["ablation"]:
                 note = (row.get("reason") if row["status"] != Status.PASSED else row.get("untrusted")) or ""
+                note = "; ".join(n for n in (note, row.get("earlier_run")) if n)
                 out.append(
                     f"| {row['label']} | {_recipe(row)} | {row['status']} | "
                     f"{_num(row['throughput'])} | {_x(row['speedup_vs_fp32'])} | {_x(row['speedup_vs_tf32'])} | "

@@ -377,6 +377,10 @@ def _ablation_rows(
     doc = tuner.writer.doc
     derived = analysis.derive(doc)
     win_value = analysis.throughput(as_record(winner[1]))
+    # Contributions set figures of this run beside records of earlier runs (--resume), which may come from
+    # another machine: each such row says so when the table mixes the two.
+    records = [r for _, _, _, r in measured if r is not None]
+    mixed = any(tuner.here(r) for r in records) and not all(tuner.here(r) for r in records)
     out = []
     for label, candidate, removed, record in measured:
         d = derived.get(record["id"]) if record is not None else None
@@ -396,6 +400,11 @@ def _ablation_rows(
                 "speedup_vs_tf32": None if d is None else d.speedup_vs_tf32,
                 "contribution": None if removed is None or not value or not win_value else win_value / value - 1.0,
                 "untrusted": None if record is None else untrusted_reason(record, doc),
+                "earlier_run": (
+                    f"measured in an earlier run ({str(record.get('started'))[:16]}), maybe on another machine"
+                    if mixed and record is not None and not tuner.here(record)
+                    else None
+                ),
             }
         )
     return out

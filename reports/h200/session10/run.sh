@@ -62,6 +62,10 @@ case "${2:-1}" in
     (run 0 tests/gpu/vit-tuned.toml vit-pointwise -k "tuned and not graphs") &
     (run 1 tests/gpu/vit-tuned.toml vit-pointwise-graphs -k "tuned-graphs") &
     ;;
+7) # the probe as committed (its graph builders factored after call 3), fp16, to check it measures what call 3 did
+    (CUDA_VISIBLE_DEVICES=0 timeout $(($(left) - 15)) python3 "$S/conv_bn_probe.py" --out "$S/probe-fp16-7.json" \
+        --dtype fp16 --plans 8 --budget $(($(left) - 60)) >"$S/probe-fp16-7.log" 2>&1) &
+    ;;
 esac
 wait
 tar -czf "$OUT/session10.tgz" "$S" 2>/dev/null

@@ -306,9 +306,10 @@ def _refine(tuner: Tuner, config: WorkloadConfig, winner: Measured, steps: list[
         tried.add(variant.combination)
         record = tuner.run(config, variant, FULL)
         step = _step(steps, tuner, "option", variant, record)
-        if record is not None and _ok(tuner, record, FULL):
-            winner = _like_with_like(tuner, config, winner, record, (steps, "option"))
-        adopt = record is not None and _ok(tuner, record, FULL) and _gain_over(record, winner[1])
+        trusted = record if _ok(tuner, record, FULL) else None
+        if trusted is not None:
+            winner = _like_with_like(tuner, config, winner, trusted, (steps, "option"))
+        adopt = trusted is not None and _gain_over(trusted, winner[1])
         step["decision"] = "kept" if adopt else "not better"
         if adopt and record is not None:
             winner = (variant, record)
@@ -323,9 +324,10 @@ def _refine(tuner: Tuner, config: WorkloadConfig, winner: Measured, steps: list[
         resized = dataclasses.replace(winner[0], batch_size=bs)
         record = fp32 if not resized.techniques else tuner.run(config, resized, FULL)
         step = _step(steps, tuner, "batch", resized, record) if resized.techniques else steps[-1]
-        if record is not None and _ok(tuner, record, FULL):
-            winner = _like_with_like(tuner, config, winner, record, (steps, "batch"))
-        adopt = record is not None and _ok(tuner, record, FULL) and _gain_over(record, winner[1])
+        trusted = record if _ok(tuner, record, FULL) else None
+        if trusted is not None:
+            winner = _like_with_like(tuner, config, winner, trusted, (steps, "batch"))
+        adopt = trusted is not None and _gain_over(trusted, winner[1])
         step["decision"] = "kept" if adopt else ("reference" if not resized.techniques else "not better")
         if adopt and record is not None:
             winner = (resized, record)

@@ -84,6 +84,11 @@ class Candidate:
             return FP32
         return "@".join(["+".join(self.techniques), *self.settings])
 
+    @property
+    def name(self) -> str:
+        """``COMBINATION/bsN``: how progress lines and the best so far name the candidate's cell."""
+        return f"{self.combination}/bs{self.batch_size}"
+
     def plus(self, technique: str) -> Candidate:
         return dataclasses.replace(self, techniques=(*self.techniques, technique))
 

@@ -149,8 +149,7 @@ class Tuner:
             self._consider(config, candidate, phase, previous)  # --resume: still the best so far
             return previous
         if stale is not None:
-            name = f"{candidate.combination}/bs{candidate.batch_size}"
-            self._line(f"{config.key}: {name} ({phase}) measured again, {stale}")
+            self._line(f"{config.key}: {candidate.name} ({phase}) measured again, {stale}")
             self._back_up()
         if cell.skip_reason:
             record = runner.base_record(cell, self.plan.registry)
@@ -184,7 +183,7 @@ class Tuner:
         self.budget.record((config.key, phase), float(record.get("wall_seconds") or 0.0))
         self._keep(record)
         if stale is not None and phase != SCREEN:  # the figure measured again replaces the file's in the best so far
-            self._figures.get(config.key, {}).pop(f"{candidate.combination}/bs{candidate.batch_size}", None)
+            self._figures.get(config.key, {}).pop(candidate.name, None)
         self._report(config, candidate, phase, record)
         return record
 
@@ -241,7 +240,7 @@ class Tuner:
     ) -> tuple[float | None, str | None]:
         """Remember ``record`` as the best so far when it is a trusted full measurement faster than the last;
         its (throughput, why it is not trusted)."""
-        return self._offer(config.key, f"{candidate.combination}/bs{candidate.batch_size}", phase, record)
+        return self._offer(config.key, candidate.name, phase, record)
 
     def _offer(
         self, key: str, name: str, phase: str, record: dict[str, Any], label: str | None = None
@@ -260,8 +259,7 @@ class Tuner:
         best = self.best(config.key)
         best_text = f"best so far {best[0]} {best[1]:,.0f} {config.unit}/s" if best else "no trusted figure yet"
         self._line(
-            f"{config.key}: {candidate.combination}/bs{candidate.batch_size} ({phase}) {figure}"
-            f"{'' if why is None else f' [{why}]'}; {best_text}"
+            f"{config.key}: {candidate.name} ({phase}) {figure}{'' if why is None else f' [{why}]'}; {best_text}"
         )
 
     def _line(self, text: str) -> None:

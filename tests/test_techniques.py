@@ -515,6 +515,7 @@ def test_torch_compile_wraps_the_model_and_keeps_the_losses(tmp_path: Any) -> No
         "dynamic": False,
         "coordinate_descent": False,
         "pointwise_autotune": False,
+        "tile_reductions": False,
     }
     assert losses(step, 3) == pytest.approx(reference, rel=1e-5)
 
@@ -548,9 +549,15 @@ def test_torch_compile_coordinate_descent_is_the_mode_as_options_plus_the_tuning
             {"pointwise_autotune": True, "coordinate_descent": True},
             {"max_autotune_pointwise": True, "coordinate_descent_tuning": True},
         ),
+        # tile_reductions brings the n-d tiling inductor's documentation pairs it with
+        ({"tile_reductions": True}, {"triton.tile_reductions": True, "triton.prefer_nd_tiling": True}),
+        (
+            {"tile_reductions": True, "pointwise_autotune": True},
+            {"triton.tile_reductions": True, "triton.prefer_nd_tiling": True, "max_autotune_pointwise": True},
+        ),
     ],
 )
-def test_torch_compile_pointwise_autotune_reaches_inductor(
+def test_torch_compile_inductor_settings_reach_inductor(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch, chosen: dict[str, bool], settings: dict[str, bool]
 ) -> None:
     import torch._inductor
@@ -560,7 +567,7 @@ def test_torch_compile_pointwise_autotune_reaches_inductor(
     step = use(toy_step(tmp_path), "torch-compile", mode="reduce-overhead", **chosen)
     (kwargs,) = calls
     assert kwargs["options"] == {**torch._inductor.list_mode_options("reduce-overhead"), **settings}
-    assert step.notes["torch_compile"]["pointwise_autotune"] is True
+    assert all(step.notes["torch_compile"][name] is True for name in chosen)
 
 
 def test_torch_compile_without_extra_settings_passes_the_mode(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -578,6 +585,7 @@ def test_torch_compile_without_extra_settings_passes_the_mode(tmp_path: Any, mon
         ({"mode": "max-autotune", "backend": "eager"}, "applies to the inductor backend only"),
         ({"coordinate_descent": True, "backend": "aot_eager"}, "coordinate_descent applies to the inductor backend"),
         ({"pointwise_autotune": True, "backend": "aot_eager"}, "pointwise_autotune applies to the inductor backend"),
+        ({"tile_reductions": True, "backend": "aot_eager"}, "tile_reductions applies to the inductor backend"),
     ],
 )
 def test_torch_compile_rejects_bad_options(options: dict[str, Any], message: str) -> None:

@@ -31,5 +31,6 @@ def apply(step: TrainStep, options: CompileOptions) -> TrainStep:
         "dynamic": False,
         "coordinate_descent": options.coordinate_descent,
         "pointwise_autotune": options.pointwise_autotune,
+        "tile_reductions": options.tile_reductions,
     }
     return step

@@ -27,7 +27,33 @@ SETTINGS: dict[str, dict] = {
     "no-split-reductions": {"split_reductions": False},
     "coordinate-descent": {"coordinate_descent_tuning": True},
     "pointwise-autotune-cd": {"max_autotune_pointwise": True, "coordinate_descent_tuning": True},
+    # session 11: the reduction schedules inductor offers for batch norm's column reductions
+    # (channels-last: each channel sums over batch x height x width, the channels contiguous)
+    "cooperative-reductions": {"triton.cooperative_reductions": True},
+    "tile-reductions": {"triton.tile_reductions": True},
+    "nd-tiling": {"triton.prefer_nd_tiling": True},
+    "tile-reductions-nd": {"triton.tile_reductions": True, "triton.prefer_nd_tiling": True},
+    "max-tiles-3": {"triton.max_tiles": 3},
+    "multi-kernel": {"triton.multi_kernel": 1},
+    "combo-kernels": {"combo_kernels": True},
+    "mix-order-on": {"triton.mix_order_reduction": True},
+    "mix-order-off": {"triton.mix_order_reduction": False},
+    "benchmark-fusion": {"benchmark_fusion": True},
+    "no-loop-ordering": {"loop_ordering_after_fusion": False},
 }
+
+
+def defaults() -> dict[str, object]:
+    """This torch's value of every setting above, so a setting that is already the default shows."""
+    import torch._inductor.config as config
+
+    found: dict[str, object] = {}
+    for key in sorted({k for settings in SETTINGS.values() for k in settings}):
+        value: object = config
+        for part in key.split("."):
+            value = getattr(value, part, "absent")
+        found[key] = value if isinstance(value, (bool, int, float, str, type(None))) else repr(value)
+    return found
 
 
 def measure(name: str, batch: int, steps: int) -> dict:
@@ -68,6 +94,8 @@ def measure(name: str, batch: int, steps: int) -> dict:
     median = times[len(times) // 2]
     return {
         "name": name,
+        "torch": torch.__version__,
+        "defaults": defaults() if name == "default" else {},
         "settings": SETTINGS[name],
         "first_step_s": first,
         "step_ms": [t * 1e3 for t in times],

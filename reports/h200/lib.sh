@@ -1,0 +1,44 @@
+# Helpers the per-session H200 drivers share (reports/h200/sessionN/run.sh sources this).
+#
+# Before sourcing: S (the session's folder under reports/h200) and END (epoch seconds by which
+# the call must be done). After it: left, run, probe_env, finish.
+export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor PYTHONUNBUFFERED=1
+mkdir -p "$TORCHINDUCTOR_CACHE_DIR"
+# inductor's caches of earlier calls, carried as .gpu/kernels: a compile found there takes seconds
+[ -d .gpu/kernels ] && cp -r .gpu/kernels/. "$TORCHINDUCTOR_CACHE_DIR/"
+
+left() { echo $((END - $(date +%s))); }
+
+# run GPU SUITE NAME [ARGS...]: `ampsuite run SUITE` on one GPU into $S/NAME/, resumable, ended in time
+run() {
+    local gpu=$1 suite=$2 name=$3
+    shift 3
+    echo "== $(date -u +%T) run $name on GPU $gpu" >>"$S/$name.log"
+    CUDA_VISIBLE_DEVICES=$gpu timeout -s INT $(($(left) - 10)) python3 -m suite run "$suite" \
+        --no-peaks --resume -o "$S/$name/results.json" --report-dir "$S/$name" "$@" >>"$S/$name.log" 2>&1
+}
+
+# tune GPU SUITE NAME [ARGS...]: `ampsuite tune SUITE --resume` on one GPU into $S/NAME/
+tune() {
+    local gpu=$1 suite=$2 name=$3
+    shift 3
+    echo "== $(date -u +%T) tune $name on GPU $gpu" >>"$S/$name.log"
+    CUDA_VISIBLE_DEVICES=$gpu timeout -s INT $(($(left) - 10)) python3 -m suite tune "$suite" \
+        --resume --budget $(($(left) - 40))s --report-dir "$S/$name" "$@" >>"$S/$name.log" 2>&1
+}
+
+probe_env() {
+    nvidia-smi --query-gpu=index,name,power.limit,clocks.max.sm,temperature.gpu --format=csv \
+        >"$S/env-$(date +%s).txt" 2>&1
+    python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version())" \
+        >>"$S/env-versions.txt" 2>&1
+}
+
+# finish NAME: wait for the call's jobs and send the session's folder back through $OUT, with inductor's
+# cache for the next call's .gpu/kernels (under $OUT's 16 MiB a file, or not at all)
+finish() {
+    wait
+    tar -czf "$OUT/$1.tgz" "$S" 2>/dev/null
+    tar -czf /tmp/inductor.tgz -C "$TORCHINDUCTOR_CACHE_DIR" . 2>/dev/null &&
+        [ "$(stat -c %s /tmp/inductor.tgz)" -lt 16000000 ] && cp /tmp/inductor.tgz "$OUT/"
+}

@@ -23,10 +23,10 @@ case "${2:-1}" in
     knobs 0 knobs-1-gpu0 default cooperative-reductions tile-reductions-nd mix-order-on multi-kernel &
     knobs 1 knobs-1-gpu1 default nd-tiling max-tiles-3 mix-order-off combo-kernels benchmark-fusion &
     ;;
-2) # the tune from a copy of session 9's results with tile_reductions in the space (GPU 0); the option's
-   # cells, all on one GPU (GPU 1)
+2 | 3) # the tune from a copy of session 9's results with tile_reductions in the space (GPU 0); the option's
+   # cells, all on one GPU (GPU 1, when the machine has one: from call 2 on only one-GPU machines were lent)
     tune 0 tests/gpu/tune-resnet50.toml tune-resnet50 &
-    run 1 tests/gpu/compile-tiling.toml tiling &
+    [ "$(nvidia-smi -L | wc -l)" -gt 1 ] && run 1 tests/gpu/compile-tiling.toml tiling &
     ;;
 esac
 finish session11

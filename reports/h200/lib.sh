@@ -27,6 +27,13 @@ tune() {
         --resume --budget $(($(left) - 40))s --report-dir "$S/$name" "$@" >>"$S/$name.log" 2>&1
 }
 
+# selfcheck GPU NAME: the winner of the tune in $S/NAME/ against a plain loop, into $S/selfcheck-NAME.json
+selfcheck() {
+    echo "== $(date -u +%T) selfcheck $2 on GPU $1" >>"$S/selfcheck-$2.log"
+    CUDA_VISIBLE_DEVICES=$1 timeout -s INT $(($(left) - 10)) python3 -m suite selfcheck --device cuda \
+        --tuned "$S/$2/results.json" -o "$S/selfcheck-$2.json" >>"$S/selfcheck-$2.log" 2>&1
+}
+
 probe_env() {
     nvidia-smi --query-gpu=index,name,power.limit,clocks.max.sm,temperature.gpu --format=csv \
         >"$S/env-$(date +%s).txt" 2>&1

@@ -28,5 +28,9 @@ case "${2:-1}" in
     tune 0 tests/gpu/tune-resnet50.toml tune-resnet50 &
     [ "$(nvidia-smi -L | wc -l)" -gt 1 ] && run 1 tests/gpu/compile-tiling.toml tiling &
     ;;
+4) # the winner of calls 2-3 against a plain loop (its compile then cached), then the tune goes on
+    selfcheck 0 tune-resnet50
+    tune 0 tests/gpu/tune-resnet50.toml tune-resnet50
+    ;;
 esac
 finish session11

@@ -208,6 +208,10 @@ def test_no_candidate_starts_after_the_budget(tmp_path: Path, registry: Any, cos
     assert summary["budget_spent"] and all("left]" in line for line in lines)
     if cost < budget:
         assert summary["refused_cells"] > 0 and any("not started" in line for line in lines)
+    # A candidate the budget left out was not found wanting: its step says so (session 11's tune page said
+    # "not better" of two option variants it never measured).
+    unmeasured = [s for w in summary["workloads"] for s in w["steps"] if s["status"] == "not started (budget)"]
+    assert all(s["decision"].startswith("not measured") for s in unmeasured)
     doc = results.load(config.output)
     if cost > budget:  # the one cell that ran was cut by the budget: interrupted, so --resume runs it again
         assert doc["cells"][0]["status"] == Status.INTERRUPTED
@@ -286,9 +290,8 @@ def test_between_figures_within_noise_bf16_wins_and_resume_keeps_the_best_so_far
     tune(plan, dataclasses.replace(config, resume=True), lines.append, measure=fake)
     (line,) = [line for line in lines if "best so far" in line or "no trusted" in line]
     assert f"{last.split('/')[1]}/bs64 (ablation)" in line
-    assert line.endswith(
-        f"best so far amp-fp16+fused-optimizer/bs64 {finals['amp-fp16+fused-optimizer']:,.0f} samples/s"
-    )
+    fp16 = finals["amp-fp16+fused-optimizer"]
+    assert line.endswith(f"best so far amp-fp16+fused-optimizer/bs64 (an earlier run) {fp16:,.0f} samples/s")
 
 
 class DtypeWorker(FakeWorker):
@@ -691,13 +694,19 @@ def test_resume_measures_again_a_record_whose_options_the_suite_file_changed(tmp
     plan = session.plan(suite)
     fake.ids, lines = [], []
     tune(plan, dataclasses.replace(config, resume=True), lines.append, measure=fake)
-    assert fake.ids and set(fake.ids) <= accumulated  # the others are the file's records, unchanged
-    assert sum("the file's record measured other technique options" in line for line in lines) == len(fake.ids)
+    changed = [i for i in fake.ids if i in accumulated]
+    assert changed and sum("the file's record measured other technique options" in line for line in lines) == len(
+        changed
+    )
+    # Beside them, only finalists measured again to be held against the new figures (like with like).
+    again = set(fake.ids) - accumulated
+    for cell_id in again:
+        assert any(f"{cell_id.split('/', 1)[1]} (full) measured again, held against" in line for line in lines)
     after = {r["id"]: r for r in results.load(config.output)["cells"]}
-    for cell_id in fake.ids:
+    for cell_id in changed:
         (options,) = [t["options"] for t in after[cell_id]["techniques"] if t["name"] == "grad-accumulation"]
         assert options == {"steps": 4}
-    for cell_id in set(first) - accumulated:
+    for cell_id in set(first) - accumulated - again:
         assert after[cell_id] == first[cell_id]
     (backup,) = (tmp_path / "out").glob("results.*.json")  # the file as it was: nothing measured is lost
     assert {r["id"]: r for r in results.load(backup)["cells"]} == first
@@ -829,3 +838,72 @@ def test_a_winner_the_budget_cannot_measure_again_keeps_the_files_record_and_say
     (step,) = [s for s in toy["steps"] if s["decision"] == "not measured again: the file's record stays"]
     assert step["status"] == "not started (budget)" and step["combination"] == first["winner"]["combination"]
     assert {r["id"]: r for r in results.load(config.output)["cells"]}[winner] == elsewhere[winner]
+
+
+def _as_if_two_runs(path: Path, later: set[str], factors: tuple[float, float]) -> None:
+    """Rewrite the file as two runs: the records in ``later`` measured by a ``--resume`` a day after the others,
+    full records of the first run and of the second as if on machines ``factors`` times faster than the fake."""
+    doc = results.load(path)
+    doc["run"]["started"], doc["run"]["resumed"] = "2026-01-01T00:00:00+00:00", ["2026-01-02T00:00:00+00:00"]
+    for record in doc["cells"]:
+        second = record["id"] in later
+        record["started"] = f"2026-01-0{2 if second else 1}T00:00:01+00:00"
+        if record["status"] == Status.PASSED and not record["id"].endswith("/screen"):
+            median = record["metrics"]["step_time"]["median"] / factors[second]
+            record["metrics"] = {"step_time": _step_time(median), "throughput": record["batch_size"] / median}
+    results.ResultsWriter(path, doc)
+
+
+def test_finalists_of_two_earlier_runs_are_measured_again_before_one_is_chosen(tmp_path: Path) -> None:
+    """Session 11 on an H200: a resumed ResNet-50 tune measured no finalist itself and chose between records of
+    two earlier runs on two machines; it crowned bf16 + compile (7,049 img/s on the faster one) over the winner
+    with channels-last (6,805, measured again on the slower one)."""
+    suite = tmp_path / "s.toml"
+    suite.write_text(TOY_SUITE.format(extra=""), encoding="utf-8")
+    fake = IdsWorker(session.plan(suite).registry, 1.0)
+    fake.ids = []
+    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
+    (first,) = tune(session.plan(suite), config, lambda line: None, measure=fake)["workloads"]
+    winner = first["winner"]["cell_id"]
+    rival = winner.replace("amp-bf16", "amp-fp16")  # level with the winner on one machine: bf16 wins the tie
+    finals = {s["cell_id"] for s in first["steps"] if s["phase"] == "final"}
+    assert sorted(first["winner"]["techniques"]) == ["amp-bf16", "fused-optimizer"] and rival in finals
+    _as_if_two_runs(config.output, {winner}, (1.0, 1 / 1.09))  # the winner measured again on a slower machine
+
+    fake.ids = []
+    (toy,) = tune(session.plan(suite), dataclasses.replace(config, resume=True), lambda line: None, measure=fake)[
+        "workloads"
+    ]
+    assert toy["winner"]["cell_id"] == winner
+    assert fake.ids[:2] == [rival, winner]  # the faster-looking record first, then those within the spread
+    again = [s["cell_id"] for s in toy["steps"] if s["decision"] == "measured again in this run"]
+    assert again[:2] == [rival, winner] and set(again) == set(fake.ids)
+
+
+class CoordinateIdsWorker(IdsWorker, CoordinateWorker):
+    """CoordinateWorker that remembers which cells it measured."""
+
+
+def test_a_variant_of_an_earlier_run_is_measured_again_against_a_winner_of_this_run(tmp_path: Path) -> None:
+    """A resumed search holds an option variant from the file against the winner only once both are figures of
+    one run: the variant's record came from a machine 8% slower than the winner's."""
+    suite = tmp_path / "s.toml"
+    compiled = 'compiled = ["amp-bf16", "torch-compile"]\n[tune.torch-compile]\ncoordinate_descent = [true]'
+    suite.write_text(TOY_SUITE.format(extra=compiled), encoding="utf-8")
+    fake = CoordinateIdsWorker(session.plan(suite).registry, 1.0)
+    fake.ids = []
+    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
+    (first,) = tune(session.plan(suite), config, lambda line: None, measure=fake)["workloads"]
+    variant = first["winner"]["cell_id"]
+    assert variant.endswith("@torch-compile.coordinate_descent=True/bs64")
+    plain = variant.replace("@torch-compile.coordinate_descent=True", "")
+    _as_if_two_runs(config.output, {plain}, (1 / 1.08, 1.0))  # the first run's machine was 8% slower
+
+    fake.ids = []
+    (toy,) = tune(session.plan(suite), dataclasses.replace(config, resume=True), lambda line: None, measure=fake)[
+        "workloads"
+    ]
+    assert toy["winner"]["cell_id"] == variant  # 5% faster on one machine, 3% slower across the two
+    option = [s for s in toy["steps"] if s["cell_id"] == variant and s["phase"] == "option"]
+    assert [s["decision"] for s in option] == ["kept", "measured again in this run"]
+    assert option[1]["throughput"] == pytest.approx(option[0]["throughput"] * 1.08)

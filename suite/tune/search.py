@@ -54,6 +54,9 @@ def _gain_over(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 Measured = tuple[Candidate, dict[str, Any]]
 
+NOT_MEASURED = "not measured: the budget was spent"
+"""A step's decision, and an ablation row's reason, when the budget left its candidate unmeasured."""
+
 AGAIN = "held against a candidate measured in this run: both figures from this run's machine"
 """Why a record taken from the file is measured again (:func:`_like_with_like`)."""
 
@@ -109,7 +112,7 @@ def _greedy(
             if record is not None and record["status"] == Status.SKIPPED:
                 pool.remove(technique)  # pruned: a longer combination cannot lift a conflict or requirement
             if record is None or not _ok(tuner, record, SCREEN):
-                step["decision"] = "rejected"
+                step["decision"] = "rejected" if record is not None else NOT_MEASURED
                 continue
             healthy.append((trial, record))
             step["decision"] = "not faster"
@@ -141,7 +144,7 @@ def _screen(
         record = fp32[1] if start == fp32[0] else tuner.run(config, start, SCREEN)
         step = _step(steps, tuner, "start", start, record)
         if record is None or not _ok(tuner, record, SCREEN):
-            step["decision"] = "rejected"
+            step["decision"] = "rejected" if record is not None else NOT_MEASURED
             continue
         healthy.append((start, record))
         starts.append((start, record))
@@ -197,30 +200,49 @@ def _finals(
             trusted.append((candidate, record))
             step["decision"] = "trusted"
         else:
-            step["decision"] = "not trusted"
+            step["decision"] = "not trusted" if record is not None else NOT_MEASURED
     return _choose(_from_this_machine(tuner, config, trusted, steps))
+
+
+MACHINE_SPREAD = 0.10
+"""How much slower than a figure of this run a record of an earlier run may be and still win once measured here.
+One ResNet-50 recipe ran 6,758 to 7,139 img/s (5.6% apart) on the H200s of sessions 5-11; twice that."""
 
 
 def _from_this_machine(
     tuner: Tuner, config: WorkloadConfig, trusted: list[Measured], steps: list[dict[str, Any]]
 ) -> list[Measured]:
-    """``trusted``, where a record taken from the file (``--resume``) is faster than every one measured in this
-    run, with that record measured again in this run (fastest first, while one is faster), so the choice is made
-    between figures of one machine (:func:`_like_with_like` says why)."""
-    here = [_value(m[1]) for m in trusted if tuner.here(m[1])]
-    if not here:
+    """``trusted``, with the records of earlier runs (``--resume``) that could win measured again in this run, so
+    the choice is made between figures of one machine (:func:`_like_with_like` says why).
+
+    Nothing is measured when every record comes from one run. Otherwise records of earlier runs are measured
+    again, fastest first, while one is faster than the best figure of this run less :data:`MACHINE_SPREAD`
+    (the first of them when this run has none). Session 11 on an H200: a resumed ResNet-50 tune with no
+    finalist measured in its own run chose bf16 + compile (7,049 img/s, session 5's machine) over bf16 +
+    compile + channels-last (6,805, measured again the call before on a slower machine)."""
+    if len({tuner.run_of(m[1]) for m in trusted}) <= 1:
         return trusted
-    best_here, out = max(here), list(trusted)
+    here = [_value(m[1]) for m in trusted if tuner.here(m[1])]
+    best_here, out = max(here, default=None), list(trusted)
     for i in sorted(range(len(out)), key=lambda i: -_value(out[i][1])):
         record = out[i][1]
         if tuner.here(record):
             continue
-        if _value(record) <= best_here:
+        if best_here is not None and _value(record) <= best_here * (1.0 - MACHINE_SPREAD):
             break
         out[i] = _again(tuner, config, out[i], (steps, "final"))
         if out[i][1] is not record:
-            best_here = max(best_here, _value(out[i][1]))
+            best_here = max(best_here or 0.0, _value(out[i][1]))
+        elif best_here is None:
+            break  # not measured again, and nothing of this run to hold the others against: the file decides
     return out
+
+
+def _decision(adopt: bool, record: dict[str, Any] | None) -> str:
+    """A refining step's decision: a candidate the budget left unmeasured was not found wanting."""
+    if adopt:
+        return "kept"
+    return "not better" if record is not None else NOT_MEASURED
 
 
 OptionStep = tuple[str, str, Any]
@@ -251,20 +273,25 @@ def _variant(tuner: Tuner, winner: Candidate, step: OptionStep) -> Candidate:
 
 
 def _like_with_like(
-    tuner: Tuner, config: WorkloadConfig, winner: Measured, record: dict[str, Any], step: tuple[list[Any], str]
-) -> Measured:
-    """``winner``, measured again in this run when ``record`` (a trusted full measurement of a candidate) was
-    measured in this run and the winner's record was taken from the file (``--resume``).
+    tuner: Tuner, config: WorkloadConfig, winner: Measured, variant: Measured, step: tuple[list[Any], str]
+) -> tuple[Measured, Measured]:
+    """(``winner``, ``variant``), each measured again in this run when the two records come from different runs
+    (``--resume``) and it was taken from the file; ``variant`` is a trusted full measurement.
 
     A resumed file holds records of earlier runs, often on other machines: on the H200s this project
     was lent, one recipe ran 6,758 to 7,139 img/s from machine to machine (ResNet-50, sessions 5-10),
     more than most option steps gain. A variant is kept only when it beats the winner on one machine.
-    The winner keeps its file record when the budget refuses the measurement or it is not trusted.
-    ``step`` is (the search's steps, the phase) the measurement is logged under.
+    Two records of one earlier run are compared as they are. A record keeps the file's figure when the budget
+    refuses the measurement or it is not trusted; the step log says so.
+    ``step`` is (the search's steps, the phase) the measurements are logged under.
     """
-    if not tuner.here(record) or tuner.here(winner[1]):
-        return winner
-    return _again(tuner, config, winner, step)
+    if tuner.run_of(winner[1]) == tuner.run_of(variant[1]):
+        return winner, variant
+    if not tuner.here(winner[1]):
+        winner = _again(tuner, config, winner, step)
+    if not tuner.here(variant[1]):
+        variant = _again(tuner, config, variant, step)
+    return winner, variant
 
 
 def _again(tuner: Tuner, config: WorkloadConfig, measured: Measured, step: tuple[list[Any], str]) -> Measured:
@@ -308,11 +335,11 @@ def _refine(tuner: Tuner, config: WorkloadConfig, winner: Measured, steps: list[
         step = _step(steps, tuner, "option", variant, record)
         trusted = record if _ok(tuner, record, FULL) else None
         if trusted is not None:
-            winner = _like_with_like(tuner, config, winner, trusted, (steps, "option"))
+            winner, (_, trusted) = _like_with_like(tuner, config, winner, (variant, trusted), (steps, "option"))
         adopt = trusted is not None and _gain_over(trusted, winner[1])
-        step["decision"] = "kept" if adopt else "not better"
-        if adopt and record is not None:
-            winner = (variant, record)
+        step["decision"] = _decision(adopt, record)
+        if adopt and trusted is not None:
+            winner = (variant, trusted)
     for bs in config.batch_sizes:
         if bs == winner[0].batch_size:
             continue
@@ -326,11 +353,11 @@ def _refine(tuner: Tuner, config: WorkloadConfig, winner: Measured, steps: list[
         step = _step(steps, tuner, "batch", resized, record) if resized.techniques else steps[-1]
         trusted = record if _ok(tuner, record, FULL) else None
         if trusted is not None:
-            winner = _like_with_like(tuner, config, winner, trusted, (steps, "batch"))
+            winner, (_, trusted) = _like_with_like(tuner, config, winner, (resized, trusted), (steps, "batch"))
         adopt = trusted is not None and _gain_over(trusted, winner[1])
-        step["decision"] = "kept" if adopt else ("reference" if not resized.techniques else "not better")
-        if adopt and record is not None:
-            winner = (resized, record)
+        step["decision"] = "reference" if not adopt and not resized.techniques else _decision(adopt, record)
+        if adopt and trusted is not None:
+            winner = (resized, trusted)
     return winner
 
 
@@ -365,7 +392,7 @@ def _ablation(tuner: Tuner, config: WorkloadConfig, winner: Measured, out: list[
     out.extend(_ablation_rows(tuner, winner, measured, BUDGET_ROW))
 
 
-BUDGET_ROW = ("not started (budget)", "not measured: the budget was spent")
+BUDGET_ROW = ("not started (budget)", NOT_MEASURED)
 INTERRUPTED_ROW = (str(Status.INTERRUPTED), "not measured: the run was interrupted (--resume measures it)")
 
 
@@ -382,7 +409,7 @@ def _ablation_rows(
     # Contributions set figures of this run beside records of earlier runs (--resume), which may come from
     # another machine: each such row says so when the table mixes the two.
     records = [r for _, _, _, r in measured if r is not None]
-    mixed = any(tuner.here(r) for r in records) and not all(tuner.here(r) for r in records)
+    mixed = len({tuner.run_of(r) for r in records}) > 1
     out = []
     for label, candidate, removed, record in measured:
         d = derived.get(record["id"]) if record is not None else None
@@ -414,7 +441,7 @@ def _ablation_rows(
 
 def _reason(record: dict[str, Any] | None) -> str | None:
     if record is None:
-        return "not measured: the budget was spent"
+        return NOT_MEASURED
     evidence = record.get("evidence") or {}
     return evidence.get("reason") or evidence.get("message")
 

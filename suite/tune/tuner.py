@@ -74,6 +74,9 @@ class Tuner:
         )
         previous = results.load(config.output) if config.resume and config.output.exists() else None
         old_ids = {r["id"] for r in previous["cells"]} if previous is not None else set()
+        earlier = (previous or {}).get("run") or {}
+        # When the file's runs began (the first and each --resume): which run measured a record (run_of).
+        self._earlier = sorted(str(s) for s in (earlier.get("started"), *(earlier.get("resumed") or [])) if s)
         self.run_config.resume = config.resume
         self.writer = runner.open_results(plan.spec, self.run_config, plan.device, plan.registry, old_ids)
         self.kept = {r["id"]: r for r in self.writer.doc["cells"]}
@@ -126,6 +129,18 @@ class Tuner:
     def here(self, record: dict[str, Any]) -> bool:
         """Whether ``record`` was measured in this run, not taken from the file by ``--resume``."""
         return record["id"] not in self.from_file
+
+    def run_of(self, record: dict[str, Any]) -> str:
+        """Which run measured ``record``: ``""`` for this one, else the start of the earlier run (the first, or a
+        ``--resume`` of it) whose span holds the record's start. Two records of one run were measured on one
+        machine, one after another; records of two runs may come from two machines."""
+        if self.here(record):
+            return ""
+        began = str(record.get("started") or "")
+        # ISO 8601 in UTC to the second (runner.now) on both sides: the strings order as the times do. A cell
+        # takes seconds and a run starts after the last one ended, so a record never shares its second with the
+        # start of a later run.
+        return max((s for s in self._earlier if s <= began), default=self._earlier[0] if self._earlier else "")
 
     def run(
         self, config: WorkloadConfig, candidate: Candidate, phase: str, again: str | None = None
@@ -250,7 +265,10 @@ class Tuner:
         value = analysis.throughput(as_record(record))
         why = self.untrusted(record, phase)
         if value is not None and phase != SCREEN and why is None:
-            self._figures.setdefault(key, {})[name] = (value, label or name)
+            # A record of an earlier run says so: it may come from another machine, and the search holds it
+            # against figures of this run only once it is measured again (search._like_with_like).
+            label = label or (name if self.here(record) else f"{name} (an earlier run)")
+            self._figures.setdefault(key, {})[name] = (value, label)
         return value, why
 
     def _report(self, config: WorkloadConfig, candidate: Candidate, phase: str, record: dict[str, Any]) -> None:

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 11 on one nvidia-h200-x2 machine (issue 15, ResNet-50 batch 256, 7,950 img/s).
+# Session 11 (issue 15, ResNet-50 batch 256, 7,950 img/s): call 1 on nvidia-h200-x2, calls 2 and 4 on
+# nvidia-h200 (no two-GPU machine was lent after call 1).
 #
 #   bash reports/h200/session11/run.sh SECONDS CALL
 #
@@ -23,10 +24,9 @@ case "${2:-1}" in
     knobs 0 knobs-1-gpu0 default cooperative-reductions tile-reductions-nd mix-order-on multi-kernel &
     knobs 1 knobs-1-gpu1 default nd-tiling max-tiles-3 mix-order-off combo-kernels benchmark-fusion &
     ;;
-2 | 3) # the tune from a copy of session 9's results with tile_reductions in the space (GPU 0); the option's
-   # cells, all on one GPU (GPU 1, when the machine has one: from call 2 on only one-GPU machines were lent)
+2) # the tune from a copy of session 9's results with tile_reductions in the space (one GPU: from call 2
+   # on, no machine of two was lent)
     tune 0 tests/gpu/tune-resnet50.toml tune-resnet50 &
-    [ "$(nvidia-smi -L | wc -l)" -gt 1 ] && run 1 tests/gpu/compile-tiling.toml tiling &
     ;;
 4) # the winner of calls 2-3 against a plain loop (its compile then cached), then the tune goes on
     selfcheck 0 tune-resnet50

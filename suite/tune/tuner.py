@@ -140,7 +140,7 @@ class Tuner:
         # ISO 8601 in UTC to the second (runner.now) on both sides: the strings order as the times do. A cell
         # takes seconds and a run starts after the last one ended, so a record never shares its second with the
         # start of a later run.
-        return max((s for s in self._earlier if s <= began), default=self._earlier[0] if self._earlier else "")
+        return max((s for s in self._earlier if s <= began), default=self._earlier[0] if self._earlier else "earlier")
 
     def run(
         self, config: WorkloadConfig, candidate: Candidate, phase: str, again: str | None = None

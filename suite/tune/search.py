@@ -279,7 +279,7 @@ def _like_with_like(
     (``--resume``) and it was taken from the file; ``variant`` is a trusted full measurement.
 
     A resumed file holds records of earlier runs, often on other machines: on the H200s this project
-    was lent, one recipe ran 6,758 to 7,139 img/s from machine to machine (ResNet-50, sessions 5-10),
+    was lent, one recipe ran 6,758 to 7,139 img/s from machine to machine (ResNet-50, sessions 5-11),
     more than most option steps gain. A variant is kept only when it beats the winner on one machine.
     Two records of one earlier run are compared as they are. A record keeps the file's figure when the budget
     refuses the measurement or it is not trusted; the step log says so.

@@ -712,13 +712,18 @@ def test_resume_measures_again_a_record_whose_options_the_suite_file_changed(tmp
     assert {r["id"]: r for r in results.load(backup)["cells"]} == first
 
 
+def _rescale(record: dict[str, Any], factor: float) -> None:
+    """``record``, when a passed full measurement, as if measured on a machine ``factor`` times faster."""
+    if record["status"] == Status.PASSED and not record["id"].endswith("/screen"):
+        median = record["metrics"]["step_time"]["median"] / factor
+        record["metrics"] = {"step_time": _step_time(median), "throughput": record["batch_size"] / median}
+
+
 def _as_if_faster(path: Path, factor: float) -> dict[str, dict[str, Any]]:
     """Rewrite the file's full records as if measured on a machine ``factor`` times faster; the records after."""
     doc = results.load(path)
     for record in doc["cells"]:
-        if record["status"] == Status.PASSED and not record["id"].endswith("/screen"):
-            median = record["metrics"]["step_time"]["median"] / factor
-            record["metrics"] = {"step_time": _step_time(median), "throughput": record["batch_size"] / median}
+        _rescale(record, factor)
     results.ResultsWriter(path, doc)  # written with its checksum
     return {r["id"]: r for r in doc["cells"]}
 
@@ -848,9 +853,7 @@ def _as_if_two_runs(path: Path, later: set[str], factors: tuple[float, float]) -
     for record in doc["cells"]:
         second = record["id"] in later
         record["started"] = f"2026-01-0{2 if second else 1}T00:00:01+00:00"
-        if record["status"] == Status.PASSED and not record["id"].endswith("/screen"):
-            median = record["metrics"]["step_time"]["median"] / factors[second]
-            record["metrics"] = {"step_time": _step_time(median), "throughput": record["batch_size"] / median}
+        _rescale(record, factors[second])
     results.ResultsWriter(path, doc)
 
 

@@ -238,11 +238,26 @@ def _from_this_machine(
     return out
 
 
-def _decision(adopt: bool, record: dict[str, Any] | None) -> str:
-    """A refining step's decision: a candidate the budget left unmeasured was not found wanting."""
-    if adopt:
-        return "kept"
-    return "not better" if record is not None else NOT_MEASURED
+def _hold(
+    tuner: Tuner,
+    config: WorkloadConfig,
+    winner: Measured,
+    candidate: Candidate,
+    record: dict[str, Any] | None,
+    step: dict[str, Any],
+    log: tuple[list[Any], str],
+) -> tuple[Measured, bool]:
+    """Step 5's one comparison: ``candidate``'s full ``record`` against ``winner`` on one machine
+    (:func:`_like_with_like`, logged under ``log``); (the winner after it, whether the candidate was kept).
+    Sets ``step``'s decision: a candidate the budget left unmeasured was not found wanting."""
+    trusted = record if _ok(tuner, record, FULL) else None
+    if trusted is not None:
+        winner, (_, trusted) = _like_with_like(tuner, config, winner, (candidate, trusted), log)
+    if trusted is not None and _gain_over(trusted, winner[1]):
+        step["decision"] = "kept"
+        return (candidate, trusted), True
+    step["decision"] = "not better" if record is not None else NOT_MEASURED
+    return winner, False
 
 
 OptionStep = tuple[str, str, Any]
@@ -333,13 +348,7 @@ def _refine(tuner: Tuner, config: WorkloadConfig, winner: Measured, steps: list[
         tried.add(variant.combination)
         record = tuner.run(config, variant, FULL)
         step = _step(steps, tuner, "option", variant, record)
-        trusted = record if _ok(tuner, record, FULL) else None
-        if trusted is not None:
-            winner, (_, trusted) = _like_with_like(tuner, config, winner, (variant, trusted), (steps, "option"))
-        adopt = trusted is not None and _gain_over(trusted, winner[1])
-        step["decision"] = _decision(adopt, record)
-        if adopt and trusted is not None:
-            winner = (variant, trusted)
+        winner, _ = _hold(tuner, config, winner, variant, record, step, (steps, "option"))
     for bs in config.batch_sizes:
         if bs == winner[0].batch_size:
             continue
@@ -351,13 +360,9 @@ def _refine(tuner: Tuner, config: WorkloadConfig, winner: Measured, steps: list[
         resized = dataclasses.replace(winner[0], batch_size=bs)
         record = fp32 if not resized.techniques else tuner.run(config, resized, FULL)
         step = _step(steps, tuner, "batch", resized, record) if resized.techniques else steps[-1]
-        trusted = record if _ok(tuner, record, FULL) else None
-        if trusted is not None:
-            winner, (_, trusted) = _like_with_like(tuner, config, winner, (resized, trusted), (steps, "batch"))
-        adopt = trusted is not None and _gain_over(trusted, winner[1])
-        step["decision"] = "reference" if not adopt and not resized.techniques else _decision(adopt, record)
-        if adopt and trusted is not None:
-            winner = (resized, trusted)
+        winner, kept = _hold(tuner, config, winner, resized, record, step, (steps, "batch"))
+        if not kept and not resized.techniques:
+            step["decision"] = "reference"  # FP32 at this batch size: the reference step it already is
     return winner
 
 

@@ -6,6 +6,7 @@ test_techniques_cuda_graphs.py).
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -491,8 +492,41 @@ def test_fused_optimizer_keeps_class_params_and_hyperparameters(tmp_path: Any, m
     assert all(g["fused"] is True for g in new.param_groups)
     assert _hyperparameters(new) == _hyperparameters(old)
     assert [p for g in new.param_groups for p in g["params"]] == [p for g in old.param_groups for p in g["params"]]
-    assert step.notes["fused_optimizer"] == {"class": type(old).__name__, "fused": True}
+    notes = {"class": type(old).__name__, "fused": True}
+    if isinstance(old, torch.optim.SGD):
+        count = len(list(reference_step.model.parameters()))
+        notes["momentum_buffers"] = f"{count} started at zero (a skipped first step)"
+    assert step.notes["fused_optimizer"] == notes
     assert losses(step, 4) == pytest.approx(reference, rel=1e-4)
+
+
+def test_fused_sgd_keeps_its_momentum_through_a_skipped_first_step(tmp_path: Any) -> None:
+    """torch's fused SGD fills its momentum buffers on the first step, which a loss scaler may skip."""
+
+    def make(ps: Any) -> torch.optim.Optimizer:
+        return torch.optim.SGD(ps, lr=0.05, momentum=0.9, weight_decay=1e-4)
+
+    reference_step = _with_optimizer(tmp_path, make)
+    step = use(_with_optimizer(tmp_path, make), "fused-optimizer")
+    optimizer, reference = step.optimizer, reference_step.optimizer
+    assert optimizer is not None and reference is not None
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    assert all(torch.equal(optimizer.state[p]["momentum_buffer"], torch.zeros_like(p)) for p in params)
+    # What GradScaler.step does with an optimizer that takes the scale itself, on an overflow:
+    for p in params:
+        p.grad = torch.full_like(p, float("inf"))
+    optimizer.grad_scale, optimizer.found_inf = torch.ones(()), torch.ones(())  # type: ignore[attr-defined]
+    optimizer.step()
+    del optimizer.grad_scale, optimizer.found_inf  # type: ignore[attr-defined]
+    assert all(torch.equal(optimizer.state[p]["momentum_buffer"], torch.zeros_like(p)) for p in params)
+    # ... and the next step is the reference's first one.
+    for p, q in zip(params, [p for g in reference.param_groups for p in g["params"]], strict=True):
+        p.grad = q.grad = torch.linspace(-1, 1, p.numel()).reshape(p.shape)
+    optimizer.step()
+    reference.step()
+    for p, q in zip(params, [p for g in reference.param_groups for p in g["params"]], strict=True):
+        assert torch.allclose(p, q, rtol=1e-6, atol=1e-7)
+        assert torch.allclose(optimizer.state[p]["momentum_buffer"], reference.state[q]["momentum_buffer"])
 
 
 def test_fused_optimizer_skips_an_optimizer_without_a_fused_kernel(tmp_path: Any) -> None:
@@ -518,6 +552,59 @@ def test_torch_compile_wraps_the_model_and_keeps_the_losses(tmp_path: Any) -> No
         "tile_reductions": False,
     }
     assert losses(step, 3) == pytest.approx(reference, rel=1e-5)
+
+
+class _DtypeBlindCacheDetails:
+    """The shape of torch 2.11's AOTAutograd cache details: autocast on or off, no dtype."""
+
+    def _record_runtime_state(self) -> None:
+        self.disable_amp = torch._C._is_any_autocast_enabled()
+
+
+def test_torch_compile_reads_whether_the_aot_cache_keys_the_autocast_dtype(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch._functorch._aot_autograd import autograd_cache
+
+    from plugins.techniques._compile import autocast_keyed_cache
+
+    monkeypatch.setattr(autograd_cache, "AOTAutogradCacheDetails", _DtypeBlindCacheDetails)
+    assert autocast_keyed_cache() is False
+    monkeypatch.undo()
+    fixed = "get_autocast_dtype" in inspect.getsource(autograd_cache.AOTAutogradCacheDetails)
+    assert autocast_keyed_cache() is fixed
+
+
+@pytest.mark.parametrize("autocast", [True, False], ids=["autocast", "fp32"])
+def test_torch_compile_turns_a_dtype_blind_aot_cache_off_under_autocast(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, autocast: bool
+) -> None:
+    import torch._functorch.config as functorch_config
+
+    from plugins.techniques import _compile
+
+    monkeypatch.setattr(functorch_config, "enable_autograd_cache", True)  # restored afterwards
+    monkeypatch.setattr(_compile, "autocast_keyed_cache", lambda: False)
+    step = toy_step(tmp_path)
+    if autocast:
+        step.autocast_dtype = torch.bfloat16
+    step = use(step, "torch-compile", backend="aot_eager")
+    assert functorch_config.enable_autograd_cache is (not autocast)
+    assert ("aot_autograd_cache" in step.notes["torch_compile"]) is autocast
+    if autocast:
+        assert "pytorch/pytorch#181564" in step.notes["torch_compile"]["aot_autograd_cache"]
+
+
+def test_torch_compile_leaves_a_dtype_keyed_aot_cache_on(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch._functorch.config as functorch_config
+
+    from plugins.techniques import _compile
+
+    monkeypatch.setattr(functorch_config, "enable_autograd_cache", True)
+    monkeypatch.setattr(_compile, "autocast_keyed_cache", lambda: True)
+    step = toy_step(tmp_path)
+    step.autocast_dtype = torch.float16
+    step = use(step, "torch-compile", backend="aot_eager")
+    assert functorch_config.enable_autograd_cache is True
+    assert "aot_autograd_cache" not in step.notes["torch_compile"]
 
 
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])

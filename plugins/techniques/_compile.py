@@ -2,18 +2,45 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import cast
 
 import torch
 from torch import nn
 
-from plugins.techniques.compile import CompileOptions
+from plugins.techniques.compile import AUTOCAST_CACHE_NOTE, CompileOptions
 from suite import SkipCell, TrainStep
+
+
+def autocast_keyed_cache() -> bool:
+    """Whether this torch's AOTAutograd cache tells autocast dtypes apart (pytorch/pytorch#181564).
+
+    Before that fix the cache key held only whether autocast was on, so a graph compiled under
+    float16 autocast was served to a bfloat16 cell (and the reverse) from the same cache folder.
+    """
+    try:
+        from torch._functorch._aot_autograd import autograd_cache
+    except ImportError:  # a torch without that cache: nothing to collide
+        return True
+    details = getattr(autograd_cache, "AOTAutogradCacheDetails", None)
+    if details is None:
+        return True
+    try:
+        source = inspect.getsource(details)
+    except (OSError, TypeError):  # no source to read: assume the old key
+        return False
+    return "get_autocast_dtype" in source
 
 
 def apply(step: TrainStep, options: CompileOptions) -> TrainStep:
     if step.model is None:
         raise SkipCell("torch-compile needs a workload with a model (this step has its own phases)")
+    aot_cache_off = step.autocast_dtype is not None and not autocast_keyed_cache()
+    if aot_cache_off:
+        # Inductor's own cache stays on: its key is the graph after AOTAutograd, casts included.
+        import torch._functorch.config as functorch_config
+
+        functorch_config.enable_autograd_cache = False
     if options.backend == "inductor" and options.inductor_settings():
         from torch._inductor import list_mode_options  # not imported by `import torch`
 
@@ -33,4 +60,6 @@ def apply(step: TrainStep, options: CompileOptions) -> TrainStep:
         "pointwise_autotune": options.pointwise_autotune,
         "tile_reductions": options.tile_reductions,
     }
+    if aot_cache_off:
+        step.notes["torch_compile"]["aot_autograd_cache"] = AUTOCAST_CACHE_NOTE
     return step

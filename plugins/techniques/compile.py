@@ -32,6 +32,17 @@ reduction); in the plain loop above it took the step from 38.05 to 37.01 ms
 
 torch.compile takes either a mode or an options dict, so with any of these
 the mode is passed as its options (``torch._inductor.list_mode_options``) plus them.
+
+Under autocast, on a torch whose AOTAutograd cache keys only whether autocast is
+on and not its dtype (torch 2.11 and earlier; fixed by pytorch/pytorch#181564),
+that cache is switched off for the cell: otherwise a bf16 cell is served the
+fp16 graph an earlier fp16 cell left in the same cache folder, or the reverse,
+and measures the other precision under its own name. On an H200 (session 12) a
+plain loop asked for bf16 ran fp16 convolution kernels at 33.64 ms a step
+against 35.7 for real bf16; session 7's kernels probe of its "bf16" compiled
+ResNet-50 cell lists fp16 kernels too. Inductor's own cache stays on (its key is
+the graph after AOTAutograd, casts included), so a warm cache still saves most of
+the compile. The cell's notes say when the cache was off.
 """
 
 from __future__ import annotations
@@ -44,6 +55,10 @@ from typing import Any
 from suite import Technique, TrainStep, hookimpl
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+AUTOCAST_CACHE_NOTE = (
+    "off: this torch's AOTAutograd cache key holds whether autocast is on, not its dtype "
+    "(pytorch/pytorch#181564), so a graph compiled for another AMP dtype could be served"
+)
 
 
 @dataclass(frozen=True)

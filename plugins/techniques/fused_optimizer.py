@@ -12,13 +12,18 @@ the fused kernel.
 
 With ``amp-fp16``'s loss scaler, a fused optimizer takes the scale and the
 inf check on the device (``_step_supports_amp_scaling``), so the step never
-waits for the host. Fused SGD with momentum does not honour a skipped step in
-torch 2.11: the overflow steps a dynamic loss scale starts with leave its
-momentum buffer corrupted and the weights blow up a step later (issue 15's
-ResNet-50 cell, non-finite at step 3 with the scale down to 6e-5;
-LibreYOLO/libreyolo#771 reports the same). ampsuite runs such a cell as
-declared; its numerics verdict says non-finite, and neither the report nor
-``ampsuite tune`` ever crowns it. Fused Adam and AdamW honour the skip.
+waits for the host. Fused SGD with momentum mishandles one skipped step (torch
+2.11 to 2.14 at least): on its first step it allocates the momentum buffers
+with ``empty_like`` and lets the kernel fill them, and a kernel told to skip
+(an overflow, which a dynamic loss scale starts with) leaves them uninitialised
+memory that every later step builds on. Issue 15's ResNet-50 cell went
+non-finite at step 3 with the scale down to 6e-5; LibreYOLO/libreyolo#771
+reports the same. This technique therefore starts fused SGD's momentum buffers
+at zero: SGD's first step sets the buffer to the gradient, and a later step
+from a zero buffer (``momentum * 0 + gradient``, no dampening) computes exactly
+that, so the trajectory is unchanged and a skipped first step leaves zeros.
+SGD with dampening keeps the first-step rule, and with it the torch behaviour.
+Fused Adam and AdamW honour the skip.
 """
 
 from __future__ import annotations
@@ -49,9 +54,30 @@ def apply(step: TrainStep, options: NoOptions) -> TrainStep:
         raise SkipCell(f"fused-optimizer: fused {cls.__name__} is not supported here: {exc}") from exc
     if old.state:
         new.load_state_dict(old.state_dict())
+    zeroed = _zero_momentum(new)
     step.optimizer = new
     step.notes["fused_optimizer"] = {"class": cls.__name__, "fused": True}
+    if zeroed:
+        step.notes["fused_optimizer"]["momentum_buffers"] = f"{zeroed} started at zero (a skipped first step)"
     return step
+
+
+def _zero_momentum(optimizer: Any) -> int:
+    """Start SGD's missing momentum buffers at zero (see the module's docstring); returns how many."""
+    import torch  # registering the plugin must not import torch
+
+    if not isinstance(optimizer, torch.optim.SGD):
+        return 0
+    count = 0
+    for group in optimizer.param_groups:
+        if group["momentum"] == 0 or group["dampening"] != 0:
+            continue
+        for p in group["params"]:
+            state = optimizer.state[p]
+            if state.get("momentum_buffer") is None:
+                state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                count += 1
+    return count
 
 
 @hookimpl

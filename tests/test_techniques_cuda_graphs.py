@@ -74,6 +74,19 @@ def test_capture_strategy_follows_the_scaler() -> None:
     assert partial.notes["cuda_graphs"]["capture"] == "forward-backward"
 
 
+def test_a_fused_optimizer_takes_the_scaler_into_the_whole_step_graph() -> None:
+    p = nn.Parameter(torch.zeros(2))
+    fused = torch.optim.SGD([p], lr=0.1, momentum=0.9, fused=True)
+    assert graphs(fake_cuda_step(scaler=object(), optimizer=fused)).notes["cuda_graphs"]["capture"] == "whole-step"
+    foreach = torch.optim.SGD([p], lr=0.1, momentum=0.9)
+    assert graphs(fake_cuda_step(scaler=object(), optimizer=foreach)).notes["cuda_graphs"]["capture"] == (
+        "forward-backward"
+    )
+    # A workload's own update may read the scaler on the host: it stays outside the graph.
+    custom = fake_cuda_step(scaler=object(), optimizer=fused, update=lambda: None)
+    assert graphs(custom).notes["cuda_graphs"]["capture"] == "forward-backward"
+
+
 def test_partial_capture_refuses_to_bypass_earlier_wrappers() -> None:
     step = fake_cuda_step(scaler=object())
     step.wrappers.append(lambda fn, st: fn)

@@ -55,7 +55,7 @@ class GraphedStep:
     def __init__(self, fn: Callable[[Batch], torch.Tensor], step: TrainStep, warmup_iters: int) -> None:
         self.step = step
         self.warmup_iters = warmup_iters
-        self.partial = step.scaler is not None
+        self.partial = needs_eager_update(step)
         forward_backward, update = step.phases()
         self.captured: Callable[[Batch], torch.Tensor] = forward_backward if self.partial else fn
         self.custom_update = step.update is not None
@@ -156,6 +156,18 @@ class GraphedStep:
                 p.grad = None
 
 
+def needs_eager_update(step: TrainStep) -> bool:
+    """Whether the update must run outside the graph: a GradScaler whose optimizer does not take its inf check.
+
+    An optimizer with ``_step_supports_amp_scaling`` (the fused ones) receives the scale and the inf
+    check as device tensors and skips an overflowing step in its kernel, and ``GradScaler.update``
+    moves the scale on the device: the whole step, scaler included, can then be captured.
+    """
+    if step.scaler is None:
+        return False
+    return not (step.update is None and getattr(step.optimizer, "_step_supports_amp_scaling", False))
+
+
 def check(ctx: CheckContext) -> str | None:
     if "dynamic-shapes" in ctx.workload.traits:
         return f"a captured graph needs static shapes; workload {ctx.workload.name!r} has dynamic shapes"
@@ -171,7 +183,7 @@ def apply(step: TrainStep, options: GraphOptions) -> TrainStep:
             f"cuda-graphs conflicts with torch-compile mode {mode!r}, which already captures CUDA graphs "
             "(cudagraph trees); use one or the other, or a compile mode without cudagraphs"
         )
-    partial = step.scaler is not None
+    partial = needs_eager_update(step)
     if partial and step.wrappers:
         raise SkipCell(
             "cuda-graphs with a GradScaler captures forward and backward alone and would bypass "

@@ -6,13 +6,17 @@ wrapper keeps static input buffers and copies each new batch into them.
 
 Two capture strategies:
 
-* whole-step (no GradScaler): forward, backward and optimizer step in one graph.
-  Optimizers with a ``capturable`` flag (Adam, AdamW) get it set, so their step
-  counter lives on the device; SGD needs nothing.
-* forward-backward (a GradScaler is in play): ``scaler.step`` reads the inf
-  check back to the host and ``scaler.update`` decides on the host, neither of
-  which can live in a graph. Only forward and backward are captured; the update
-  runs eagerly after each replay. The gradients are the graph's static outputs:
+* whole-step (no GradScaler, or one whose optimizer takes the scale itself):
+  forward, backward and optimizer step in one graph. Optimizers with a
+  ``capturable`` flag (Adam, AdamW) get it set, so their step counter lives on
+  the device; SGD needs nothing. A fused optimizer (``_step_supports_amp_scaling``)
+  receives GradScaler's scale and inf check as device tensors and skips an
+  overflowing step in its kernel, and ``GradScaler.update`` moves the scale on the
+  device, so with one the scaler is captured too.
+* forward-backward (a GradScaler with any other optimizer): ``scaler.step`` reads
+  the inf check back to the host to decide whether to step, which cannot live
+  in a graph. Only forward and backward are captured; the update runs eagerly
+  after each replay. The gradients are the graph's static outputs:
   they are set to None before capture, so backward assigns (not accumulates)
   into them and every replay overwrites them; they must never be dropped
   afterwards, so the update here does not zero them.

@@ -113,3 +113,18 @@ def test_resume_runs_a_cell_whose_options_changed_again_and_keeps_the_file_as_it
     _run(suite_path, out, "--resume")  # nothing changed now: nothing runs, no new copy
     assert {r["id"]: r for r in results.load(out)["cells"]} == resumed
     assert len(list(tmp_path.glob("results.*.json"))) == 1
+
+
+def test_a_resumed_run_narrowed_by_k_keeps_the_records_it_does_not_select(tmp_path: Path) -> None:
+    # Session 12 on the H200: `run --resume -k ONE -o results.json` wrote a file with ONE's record alone.
+    suite_path = tmp_path / "suite.toml"
+    out = tmp_path / "results.json"
+    suite_path.write_text(SUITE.format(steps=2))
+    _run(suite_path, out, "-k", "fp32")
+    first = {r["id"]: r for r in results.load(out)["cells"]}
+    assert set(first) == {"toy/fp32/bs8"}
+    _run(suite_path, out, "--resume", "-k", "accumulated")
+    resumed = {r["id"]: r for r in results.load(out)["cells"]}
+    assert set(resumed) == {"toy/fp32/bs8", "toy/accumulated/bs8"}
+    assert resumed["toy/fp32/bs8"] == first["toy/fp32/bs8"]
+    assert [r["id"] for r in results.load(out)["cells"]] == ["toy/accumulated/bs8", "toy/fp32/bs8"]

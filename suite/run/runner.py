@@ -241,7 +241,8 @@ def open_results(
 
     Resuming keeps the finished records of ``ids``; of those among ``cells``, only the ones that measured
     the same definition (:func:`suite.run.definition.difference`): the others run again, and the file as it
-    was is copied to :func:`backup_path` first, so nothing measured is lost.
+    was is copied to :func:`backup_path` first, so nothing measured is lost. Records of cells outside
+    ``ids`` (a run narrowed by ``-k``) are kept as they are.
     """
     doc = _new_document(spec, config, device, registry)
     out = config.output
@@ -261,8 +262,12 @@ def open_results(
             for cell_id, why in changed.items():
                 if message is not None:
                     message(f"{cell_id} runs again: its record measured other {why} (the file as it was: {backup})")
+        # A record of a cell this run does not select (-k, a narrower suite) stays as it is: a resumed
+        # run adds to the file, it never drops what an earlier run measured.
         old["cells"] = [
-            r for r in old["cells"] if r["status"] in results.TERMINAL and r["id"] in ids and r["id"] not in changed
+            r
+            for r in old["cells"]
+            if r["id"] not in changed and (r["status"] in results.TERMINAL or r["id"] not in ids)
         ]
         old["run"]["finished"] = None
         old["run"].setdefault("resumed", []).append(now())

@@ -340,8 +340,14 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--rounds", type=int, default=3, help="alternating harness/plain rounds")
     check.add_argument("--min-ratio", type=float, default=0.97, help="flag checks below this plain/harness ratio")
     check.add_argument("-o", "--output", help="write the figures as JSON")
-    check.add_argument(
+    source = check.add_mutually_exclusive_group()
+    source.add_argument(
         "--tuned", metavar="RESULTS", help="check the winners of this tune results file instead of the built-in checks"
+    )
+    source.add_argument(
+        "--cells",
+        metavar="RESULTS",
+        help="check every passed cell of this results file (-k matches 'cell ID') instead of the built-in checks",
     )
     # ampsuite tune (issue #15): a self-contained block.
     tn = command("tune", cmd_tune, "search the suite's techniques for the fastest trustworthy recipe per workload")

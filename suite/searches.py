@@ -23,13 +23,17 @@ def cmd_selfcheck(args: argparse.Namespace) -> ExitCode:
     from suite.spec.keyword import KeywordExpression
 
     device = session.resolve_device("auto", args.device)
-    if args.tuned:
+    if args.tuned or args.cells:
         from suite import results
 
-        checks = selfcheck.tuned_checks(results.load(args.tuned))
+        if args.tuned:
+            path, checks = args.tuned, selfcheck.tuned_checks(results.load(args.tuned))
+            missing = "no tune winner to check (not a tune results file?)"
+        else:
+            path, checks = args.cells, selfcheck.cell_checks(results.load(args.cells))
+            missing = "no passed single-process cell to check"
         if not checks:
-            console = make_console()
-            console.print(f"{args.tuned}: no tune winner to check (not a tune results file?)", markup=False)
+            make_console().print(f"{path}: {missing}", markup=False)
             return ExitCode.NO_CELLS
     else:
         checks = selfcheck.CHECKS[device]

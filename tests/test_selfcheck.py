@@ -77,3 +77,40 @@ def test_command_writes_its_figures(tmp_path: Path) -> None:
     doc = json.loads(out.read_text())
     assert [c["name"] for c in doc["checks"]] == ["toy-fp32-bs128"]
     assert doc["environment"]["device"] == "cpu"
+
+
+def test_cells_checks_every_passed_cell_of_a_results_file(tmp_path: Path) -> None:
+    suite = tmp_path / "suite.toml"
+    suite.write_text(
+        '[suite]\nname = "cells"\ndevice = "cpu"\ncpu_threads = 1\n'
+        "[measure]\nwarmup_steps = 1\nmin_steps = 5\nmax_steps = 20\nmax_seconds = 0.2\nnoise_target = 0.5\n"
+        '[workloads.toy]\nbatch_size = 16\nhidden = 32\n[combinations]\nfp32 = []\nbf16 = ["amp-bf16"]\n'
+        'broken = ["inject-fault"]\n[techniques.inject-fault]\nkind = "raise"\nat = "apply"\n',
+        encoding="utf-8",
+    )
+    out = tmp_path / "results.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "suite", "run", str(suite), "--no-peaks", "-o", str(out), "--report-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.exists(), run.stdout + run.stderr
+    from suite import results
+
+    doc = results.load(out)
+    passed = {r["id"] for r in doc["cells"] if r["status"] == "passed"}
+    checks = selfcheck.cell_checks(doc)
+    assert {c.name for c in checks} == {f"cell {i}" for i in passed} and len(passed) == 2  # the failed cell is not
+    bf16 = next(c for c in checks if "bf16" in c.name)
+    record = next(r for r in doc["cells"] if r["id"] in bf16.name)
+    assert bf16.techniques == tuple(t["name"] for t in record["techniques"]) and bf16.batch_size == 16
+    args = ["selfcheck", "--cells", str(out), "-k", "bf16", "--rounds", "1", "--min-ratio", "0"]
+    check = subprocess.run(
+        [sys.executable, "-m", "suite", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert check.returncode == 0, check.stderr
+    assert f"{bf16.name}: harness" in check.stdout and "fp32" not in check.stdout

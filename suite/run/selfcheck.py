@@ -33,7 +33,17 @@ from suite.run.worker import build_step
 from suite.spec.options import build_options, options_as_dict
 from suite.spec.suitefile import MeasureSpec
 
-__all__ = ["CHECKS", "Check", "CheckResult", "plain_graph_step", "plain_step", "run_check", "tuned_checks"]
+__all__ = [
+    "CHECKS",
+    "Check",
+    "CheckResult",
+    "cell_checks",
+    "plain_graph_step",
+    "plain_step",
+    "record_check",
+    "run_check",
+    "tuned_checks",
+]
 
 
 @dataclass(frozen=True)
@@ -107,32 +117,47 @@ CHECKS: dict[str, tuple[Check, ...]] = {
 }
 
 
-def tuned_checks(doc: Mapping[str, Any]) -> tuple[Check, ...]:
-    """One check per workload winner of a tune results document (``run.tune``), built from the winner's record.
+def record_check(record: Mapping[str, Any], name: str) -> Check:
+    """The check of one results record: its workload, options, techniques with their options, batch size.
 
     The record holds every technique with its options (the suite's base
-    techniques included), so the plain loop runs exactly the recipe tune chose.
+    techniques included), so the plain loop runs exactly the recipe measured.
     """
+    workload = record["workload"]
+    techniques = record.get("techniques") or []
+    return Check(
+        name=name,
+        workload=str(workload["plugin"]),
+        options=dict(workload.get("options") or {}),
+        techniques=tuple(str(t["name"]) for t in techniques),
+        batch_size=int(record["batch_size"]),
+        technique_options={str(t["name"]): dict(t.get("options") or {}) for t in techniques},
+    )
+
+
+def tuned_checks(doc: Mapping[str, Any]) -> tuple[Check, ...]:
+    """One check per workload winner of a tune results document (``run.tune``), built from the winner's record."""
     by_id = {str(r["id"]): r for r in doc.get("cells") or []}
     checks = []
     for w in (doc.get("run") or {}).get("tune", {}).get("workloads") or []:
         winner = w.get("winner") or {}
         record = by_id.get(str(winner.get("cell_id")))
-        if record is None:
-            continue
-        workload = record["workload"]
-        techniques = record.get("techniques") or []
-        checks.append(
-            Check(
-                name=f"tuned {record['id']}",
-                workload=str(workload["plugin"]),
-                options=dict(workload.get("options") or {}),
-                techniques=tuple(str(t["name"]) for t in techniques),
-                batch_size=int(record["batch_size"]),
-                technique_options={str(t["name"]): dict(t.get("options") or {}) for t in techniques},
-            )
-        )
+        if record is not None:
+            checks.append(record_check(record, f"tuned {record['id']}"))
     return tuple(checks)
+
+
+def cell_checks(doc: Mapping[str, Any]) -> tuple[Check, ...]:
+    """One check per passed single-process cell of any results document (``ampsuite run``'s or tune's).
+
+    Screened tune candidates (ids ending in ``/screen``) are left out: their full
+    measurement, where there is one, is the same recipe.
+    """
+    return tuple(
+        record_check(r, f"cell {r['id']}")
+        for r in doc.get("cells") or []
+        if r.get("status") == "passed" and int(r.get("world_size") or 1) == 1 and not str(r["id"]).endswith("/screen")
+    )
 
 
 def plain_step(step: TrainStep) -> Callable[[Batch], Any]:

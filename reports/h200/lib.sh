@@ -4,8 +4,10 @@
 # the call must be done). After it: left, run, probe_env, finish.
 export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor PYTHONUNBUFFERED=1
 mkdir -p "$TORCHINDUCTOR_CACHE_DIR"
-# inductor's caches of earlier calls, carried as .gpu/kernels: a compile found there takes seconds
+# inductor's caches of earlier calls, carried as .gpu/kernels or as the parts finish sent back
+# (.gpu/inductor.txz.partNN): a compile found there takes seconds
 [ -d .gpu/kernels ] && cp -r .gpu/kernels/. "$TORCHINDUCTOR_CACHE_DIR/"
+ls .gpu/inductor.txz.part* >/dev/null 2>&1 && cat .gpu/inductor.txz.part* | tar -xJf - -C "$TORCHINDUCTOR_CACHE_DIR"
 
 left() { echo $((END - $(date +%s))); }
 
@@ -42,10 +44,11 @@ probe_env() {
 }
 
 # finish NAME: wait for the call's jobs and send the session's folder back through $OUT, with inductor's
-# cache for the next call's .gpu/kernels (under $OUT's 16 MiB a file, or not at all)
+# cache for the next call's .gpu/ in parts of 15 MB ($OUT takes 16 MiB a file, 8 files and 64 MiB in
+# all; at most 4 parts, or none; xz, as cubins and generated code shrink far more than with gzip)
 finish() {
     wait
     tar -czf "$OUT/$1.tgz" "$S" 2>/dev/null
-    tar -czf /tmp/inductor.tgz -C "$TORCHINDUCTOR_CACHE_DIR" . 2>/dev/null &&
-        [ "$(stat -c %s /tmp/inductor.tgz)" -lt 16000000 ] && cp /tmp/inductor.tgz "$OUT/"
+    XZ_OPT=-T0 tar -cJf - -C "$TORCHINDUCTOR_CACHE_DIR" . 2>/dev/null | split -b 15000000 -d - /tmp/inductor.txz.part
+    [ "$(ls /tmp/inductor.txz.part* | wc -l)" -le 4 ] && cp /tmp/inductor.txz.part* "$OUT/"
 }

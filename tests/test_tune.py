@@ -910,3 +910,28 @@ def test_a_variant_of_an_earlier_run_is_measured_again_against_a_winner_of_this_
     option = [s for s in toy["steps"] if s["cell_id"] == variant and s["phase"] == "option"]
     assert [s["decision"] for s in option] == ["kept", "measured again in this run"]
     assert option[1]["throughput"] == pytest.approx(option[0]["throughput"] * 1.08)
+
+
+# -- the budget's estimates -------------------------------------------------------------------------------
+
+
+def test_a_compile_measured_once_prices_every_candidate_that_compiles_and_no_other() -> None:
+    """Session 12 on an H200: after one compiled screen (189 s, 157 of them its first step) the estimate of every
+    candidate became 236 s, eager ones of ~25 s included, and the tune started none of them."""
+    from suite.tune.budget import ESTIMATE_MARGIN, Budget
+
+    budget = Budget(600.0, clock=lambda: 0.0)
+    key = ("resnet50", "screen")
+    budget.record(key, 20.0, ("amp-fp16",), first_step_seconds=14.0)
+    budget.record(key, 189.0, ("amp-fp16", "torch-compile"), first_step_seconds=157.0)
+    rest = 189.0 - 157.0  # the largest cost beyond a first step
+    assert budget.estimate(key, 2.0, ("amp-fp16", "fused-optimizer")) == pytest.approx((rest + 14.0) * ESTIMATE_MARGIN)
+    compiled = (rest + 157.0) * ESTIMATE_MARGIN
+    assert budget.estimate(key, 2.0, ("amp-fp16", "torch-compile", "channels-last")) == pytest.approx(compiled)
+    assert budget.estimate(key, 2.0, ("amp-bf16", "torch-compile")) == pytest.approx(compiled)  # either dtype
+    assert budget.estimate(key, 2.0, ()) == pytest.approx(rest * ESTIMATE_MARGIN)
+    # Records without a first step (older callers, fakes) keep the largest wall as the estimate.
+    plain = Budget(600.0, clock=lambda: 0.0)
+    plain.record(key, 10.0)
+    plain.record(key, 30.0, ("x",))
+    assert plain.estimate(key, 2.0, ("y",)) == pytest.approx(30.0 * ESTIMATE_MARGIN)

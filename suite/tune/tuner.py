@@ -171,7 +171,9 @@ class Tuner:
             record.update(status=Status.SKIPPED, evidence={"reason": cell.skip_reason})
             return self._keep(record)
         measure = spec.measure
-        estimate = self.budget.estimate((config.key, phase), measure.max_seconds * measure.processes)
+        estimate = self.budget.estimate(
+            (config.key, phase), measure.max_seconds * measure.processes, candidate.techniques
+        )
         # The search phases leave a share of the budget for the ablation, which explains the recipe.
         reserve = 0.0 if phase == "ablation" else self.reserve
         if not self.budget.fits(estimate, reserve):
@@ -195,7 +197,10 @@ class Tuner:
         elif record["status"] == Status.INTERRUPTED:
             self._keep(record)
             raise KeyboardInterrupt(cell.id)
-        self.budget.record((config.key, phase), float(record.get("wall_seconds") or 0.0))
+        first = (record.get("metrics") or {}).get("first_step_seconds")
+        self.budget.record(
+            (config.key, phase), float(record.get("wall_seconds") or 0.0), candidate.techniques, float(first or 0.0)
+        )
         self._keep(record)
         if stale is not None and phase != SCREEN:  # the figure measured again replaces the file's in the best so far
             self._figures.get(config.key, {}).pop(candidate.name, None)

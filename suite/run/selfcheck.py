@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from suite.contract.step import Batch, TrainStep
+from suite.contract.wire import Status
 from suite.host.manager import PluginSettings, load_registry
 from suite.run.measure import summarize, time_steps
 from suite.run.worker import build_step
@@ -156,7 +157,9 @@ def cell_checks(doc: Mapping[str, Any]) -> tuple[Check, ...]:
     return tuple(
         record_check(r, f"cell {r['id']}")
         for r in doc.get("cells") or []
-        if r.get("status") == "passed" and int(r.get("world_size") or 1) == 1 and not str(r["id"]).endswith("/screen")
+        if r.get("status") == Status.PASSED
+        and int(r.get("world_size") or 1) == 1
+        and not str(r["id"]).endswith("/screen")
     )
 
 

@@ -581,13 +581,14 @@ def test_torch_compile_turns_a_dtype_blind_aot_cache_off_under_autocast(
 
     from plugins.techniques import _compile
 
-    monkeypatch.setattr(functorch_config, "enable_autograd_cache", True)  # restored afterwards
     monkeypatch.setattr(_compile, "autocast_keyed_cache", lambda: False)
     step = toy_step(tmp_path)
     if autocast:
         step.autocast_dtype = torch.bfloat16
-    step = use(step, "torch-compile", backend="aot_eager")
-    assert functorch_config.enable_autograd_cache is (not autocast)
+    # torch's config modules restore themselves with patch(); monkeypatch's undo may delete the key (pytest 9.2)
+    with functorch_config.patch(enable_autograd_cache=True):
+        step = use(step, "torch-compile", backend="aot_eager")
+        assert functorch_config.enable_autograd_cache is (not autocast)
     assert ("aot_autograd_cache" in step.notes["torch_compile"]) is autocast
     if autocast:
         assert "pytorch/pytorch#181564" in step.notes["torch_compile"]["aot_autograd_cache"]
@@ -598,12 +599,12 @@ def test_torch_compile_leaves_a_dtype_keyed_aot_cache_on(tmp_path: Any, monkeypa
 
     from plugins.techniques import _compile
 
-    monkeypatch.setattr(functorch_config, "enable_autograd_cache", True)
     monkeypatch.setattr(_compile, "autocast_keyed_cache", lambda: True)
     step = toy_step(tmp_path)
     step.autocast_dtype = torch.float16
-    step = use(step, "torch-compile", backend="aot_eager")
-    assert functorch_config.enable_autograd_cache is True
+    with functorch_config.patch(enable_autograd_cache=True):
+        step = use(step, "torch-compile", backend="aot_eager")
+        assert functorch_config.enable_autograd_cache is True
     assert "aot_autograd_cache" not in step.notes["torch_compile"]
 
 

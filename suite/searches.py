@@ -44,7 +44,12 @@ def cmd_selfcheck(args: argparse.Namespace) -> ExitCode:
     rows = []
     worst = ExitCode.OK
     for check in checks:
-        r = selfcheck.run_check(check, device, rounds=args.rounds)
+        try:
+            r = selfcheck.run_check(check, device, rounds=args.rounds)
+        except ValueError as exc:  # a recipe the plain loop cannot express (a wrapping technique, a scaler in a graph)
+            console.print(f"{check.name}: not checked: {exc}", markup=False)
+            rows.append({"name": check.name, "not_checked": str(exc)})
+            continue
         flag = "" if r.ratio >= args.min_ratio else f"  BELOW {args.min_ratio:.2f}"
         if flag:
             worst = ExitCode.CELLS_FAILED

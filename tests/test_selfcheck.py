@@ -85,7 +85,8 @@ def test_cells_checks_every_passed_cell_of_a_results_file(tmp_path: Path) -> Non
         '[suite]\nname = "cells"\ndevice = "cpu"\ncpu_threads = 1\n'
         "[measure]\nwarmup_steps = 1\nmin_steps = 5\nmax_steps = 20\nmax_seconds = 0.2\nnoise_target = 0.5\n"
         '[workloads.toy]\nbatch_size = 16\nhidden = 32\n[combinations]\nfp32 = []\nbf16 = ["amp-bf16"]\n'
-        'broken = ["inject-fault"]\n[techniques.inject-fault]\nkind = "raise"\nat = "apply"\n',
+        'broken = ["inject-fault"]\nslow = ["fault-delay"]\n[techniques.inject-fault]\nkind = "raise"\nat = "apply"\n'
+        "[techniques.fault-delay]\nseconds = 0.01\n",
         encoding="utf-8",
     )
     out = tmp_path / "results.json"
@@ -101,7 +102,7 @@ def test_cells_checks_every_passed_cell_of_a_results_file(tmp_path: Path) -> Non
     doc = results.load(out)
     passed = {r["id"] for r in doc["cells"] if r["status"] == "passed"}
     checks = selfcheck.cell_checks(doc)
-    assert {c.name for c in checks} == {f"cell {i}" for i in passed} and len(passed) == 2  # the failed cell is not
+    assert {c.name for c in checks} == {f"cell {i}" for i in passed} and len(passed) == 3  # the failed cell is not
     bf16 = next(c for c in checks if "bf16" in c.name)
     record = next(r for r in doc["cells"] if r["id"] in bf16.name)
     assert bf16.techniques == tuple(t["name"] for t in record["techniques"]) and bf16.batch_size == 16
@@ -114,3 +115,9 @@ def test_cells_checks_every_passed_cell_of_a_results_file(tmp_path: Path) -> Non
     )
     assert check.returncode == 0, check.stderr
     assert f"{bf16.name}: harness" in check.stdout and "fp32" not in check.stdout
+    # A passed cell the plain loop cannot express is named with the reason, and the others are still checked.
+    args = ["selfcheck", "--cells", str(out), "-k", "slow or fp32", "--rounds", "1", "--min-ratio", "0"]
+    both = subprocess.run([sys.executable, "-m", "suite", *args], capture_output=True, text=True, timeout=300)
+    assert both.returncode == 0, both.stderr
+    assert "cell toy/slow/bs16: not checked: " in both.stdout and "drop wrapping techniques" in both.stdout
+    assert "cell toy/fp32/bs16: harness" in both.stdout

@@ -206,7 +206,8 @@ def _finals(
 
 MACHINE_SPREAD = 0.10
 """How much slower than a figure of this run a record of an earlier run may be and still win once measured here.
-One ResNet-50 recipe ran 6,758 to 7,139 img/s (5.6% apart) on the H200s of sessions 5-11; twice that."""
+One ResNet-50 recipe ran 6,758 to 7,139 img/s (5.6% apart) on the H200s of sessions 5-11; twice that. (Session 12:
+the 7,139 most likely ran fp16 kernels from a dtype-blind compile cache, so the machines alone differ by less.)"""
 
 
 def _from_this_machine(

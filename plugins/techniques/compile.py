@@ -55,10 +55,6 @@ from typing import Any
 from suite import Technique, TrainStep, hookimpl
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-AUTOCAST_CACHE_NOTE = (
-    "off: this torch's AOTAutograd cache key holds whether autocast is on, not its dtype "
-    "(pytorch/pytorch#181564), so a graph compiled for another AMP dtype could be served"
-)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from suite.contract.step import Batch, TrainStep
-from suite.contract.wire import Status
+from suite.contract.wire import SCREEN_SUFFIX, Status
 from suite.host.manager import PluginSettings, load_registry
 from suite.run.measure import summarize, time_steps
 from suite.run.worker import build_step
@@ -38,6 +38,7 @@ __all__ = [
     "CHECKS",
     "Check",
     "CheckResult",
+    "NotComparable",
     "cell_checks",
     "plain_graph_step",
     "plain_step",
@@ -45,6 +46,10 @@ __all__ = [
     "run_check",
     "tuned_checks",
 ]
+
+
+class NotComparable(ValueError):
+    """The recipe has no plain-loop twin here (a wrapping technique, a GradScaler in a hand-captured graph)."""
 
 
 @dataclass(frozen=True)
@@ -159,7 +164,7 @@ def cell_checks(doc: Mapping[str, Any]) -> tuple[Check, ...]:
         for r in doc.get("cells") or []
         if r.get("status") == Status.PASSED
         and int(r.get("world_size") or 1) == 1
-        and not str(r["id"]).endswith("/screen")
+        and not str(r["id"]).endswith(SCREEN_SUFFIX)
     )
 
 
@@ -196,7 +201,7 @@ def plain_graph_step(step: TrainStep, example: Batch) -> Callable[[Batch], Any]:
     """The whole training step captured into one CUDA graph by hand, as PyTorch's documentation shows."""
     model, optimizer, loss_fn, dtype = step.model, step.optimizer, step.loss_fn, step.autocast_dtype
     if model is None or optimizer is None or loss_fn is None or step.scaler is not None:
-        raise ValueError("a hand-captured plain loop needs a model, an optimizer and no GradScaler")
+        raise NotComparable("a hand-captured plain loop needs a model, an optimizer and no GradScaler")
     for group in optimizer.param_groups:
         if "capturable" in group:
             group["capturable"] = True
@@ -265,12 +270,14 @@ def run_check(check: Check, device: str, *, rounds: int = 3, measure: MeasureSpe
         others = tuple(t for t in check.techniques if t != "cuda-graphs")
         own = build_step(registry, _cell(registry, check, others), dev, seed=0, data_dir="reports/data")
         if own.wrappers:
-            raise ValueError(f"{check.name}: the hand-captured side takes no wrapping techniques besides cuda-graphs")
+            raise NotComparable(
+                f"{check.name}: the hand-captured side takes no wrapping techniques besides cuda-graphs"
+            )
         plain = plain_graph_step(own, own.data())
         pool = [own.data() for _ in range(4)]
     else:
         if step.wrappers:
-            raise ValueError(f"{check.name}: selfcheck compares eager or compiled steps; drop wrapping techniques")
+            raise NotComparable(f"{check.name}: selfcheck compares eager or compiled steps; drop wrapping techniques")
         plain = plain_step(step)
         pool = [step.data() for _ in range(4)]
     spec = measure or MeasureSpec(warmup_steps=5, min_steps=20, max_steps=200, max_seconds=3.0, noise_target=0.005)

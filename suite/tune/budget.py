@@ -69,9 +69,8 @@ class Budget:
             mine = _kind(techniques)
             first = max((c.first for c in seen if c.techniques <= mine), default=0.0)
             return (max(c.rest for c in seen) + first) * ESTIMATE_MARGIN
-        known = [c for cs in self.walls.values() for c in cs]
         # Another phase or workload already paid the fork server's start: only the measurement is left.
-        return nominal * ESTIMATE_MARGIN + (1.0 if known else STARTUP_SECONDS)
+        return nominal * ESTIMATE_MARGIN + (1.0 if any(self.walls.values()) else STARTUP_SECONDS)
 
     def fits(self, estimate: float, reserve: float = 0.0) -> bool:
         """Whether a cell estimated at ``estimate`` seconds may start, keeping ``reserve`` seconds back."""

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from suite import analysis, results
-from suite.contract.wire import Cell, Status
+from suite.contract.wire import SCREEN_SUFFIX, Cell, Status
 from suite.host.manager import PluginSettings
 from suite.host.session import Plan
 from suite.run import definition, runner
@@ -119,7 +119,7 @@ class Tuner:
     def _cell(self, config: WorkloadConfig, candidate: Candidate, phase: str) -> Cell:
         """The cell measuring ``candidate`` in ``phase``: a screen has its own id, ``.../screen``."""
         cell = candidate.cell(self.spec, self.plan.registry, self.plan.device, config)
-        return dataclasses.replace(cell, id=f"{cell.id}/screen") if phase == SCREEN else cell
+        return dataclasses.replace(cell, id=cell.id + SCREEN_SUFFIX) if phase == SCREEN else cell
 
     def known(self, config: WorkloadConfig, candidate: Candidate, phase: str) -> bool:
         """Whether :meth:`run` would return a record already at hand (``--resume``) without measuring: free."""

@@ -610,6 +610,33 @@ def test_the_recipe_keeps_each_winners_own_option_values(registry: Any) -> None:
     assert modes[("a", "tuned-b")] == "max-autotune"  # the combination's, whichever workload runs it
 
 
+def test_the_recipe_carries_the_tune_suites_own_option_values(registry: Any) -> None:
+    """A winner measured with the tune suite's [techniques.torch-compile] values: the snippet sets them on its
+    combination, so a suite without that table runs the recipe as measured (session 13's ResNet-50 winner)."""
+    summary = {
+        "device": "cuda",
+        "workloads": [
+            {
+                "key": "a",
+                "unit": "samples",
+                "winner": {
+                    "techniques": ["amp-fp16", "torch-compile"],
+                    "options": {"torch-compile": {"mode": "reduce-overhead", "tile_reductions": True}},
+                    "overrides": {},
+                    "batch_size": 8,
+                    "throughput": 100.0,
+                    "speedup_vs_fp32": 2.0,
+                },
+            }
+        ],
+    }
+    recipe = recipe_toml(summary)
+    suite = "[workloads.a]\nplugin = 'toy'\nbatch_size = 8\n"
+    (cell,) = [c for c in expand(loads(suite + recipe, "recipe.toml"), registry, "cpu") if c.combination == "tuned-a"]
+    compile_options = dict(cell.techniques)["torch-compile"]
+    assert compile_options["mode"] == "reduce-overhead" and compile_options["tile_reductions"] is True
+
+
 def test_tune_builds_its_own_candidates_whatever_a_combination_sets(tmp_path: Path) -> None:
     """[combination_options] belong to the suite's rows; tune's candidates run with the suite-wide values."""
     extra = (

@@ -10,11 +10,14 @@ mkdir -p "$TORCHINDUCTOR_CACHE_DIR"
 ls .gpu/inductor.txz.part* >/dev/null 2>&1 && cat .gpu/inductor.txz.part* | tar -xJf - -C "$TORCHINDUCTOR_CACHE_DIR"
 
 left() { echo $((END - $(date +%s))); }
+# enough GPU time left for a step: a helper started with less (a negative timeout) would only fail
+enough() { [ "$(left)" -gt "${1:-60}" ]; }
 
 # run GPU SUITE NAME [ARGS...]: `ampsuite run SUITE` on one GPU into $S/NAME/, resumable, ended in time
 run() {
     local gpu=$1 suite=$2 name=$3
     shift 3
+    enough || return 1
     echo "== $(date -u +%T) run $name on GPU $gpu" >>"$S/$name.log"
     CUDA_VISIBLE_DEVICES=$gpu timeout -s INT $(($(left) - 10)) python3 -m suite run "$suite" \
         --no-peaks --resume -o "$S/$name/results.json" --report-dir "$S/$name" "$@" >>"$S/$name.log" 2>&1
@@ -24,6 +27,7 @@ run() {
 tune() {
     local gpu=$1 suite=$2 name=$3
     shift 3
+    enough 90 || return 1
     echo "== $(date -u +%T) tune $name on GPU $gpu" >>"$S/$name.log"
     CUDA_VISIBLE_DEVICES=$gpu timeout -s INT $(($(left) - 10)) python3 -m suite tune "$suite" \
         --resume --budget $(($(left) - 40))s --report-dir "$S/$name" "$@" >>"$S/$name.log" 2>&1
@@ -31,6 +35,7 @@ tune() {
 
 # selfcheck GPU NAME: the winner of the tune in $S/NAME/ against a plain loop, into $S/selfcheck-NAME.json
 selfcheck() {
+    enough || return 1
     echo "== $(date -u +%T) selfcheck $2 on GPU $1" >>"$S/selfcheck-$2.log"
     CUDA_VISIBLE_DEVICES=$1 timeout -s INT $(($(left) - 10)) python3 -m suite selfcheck --device cuda \
         --tuned "$S/$2/results.json" -o "$S/selfcheck-$2.json" >>"$S/selfcheck-$2.log" 2>&1

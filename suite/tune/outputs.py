@@ -24,7 +24,8 @@ def combination_name(key: str) -> str:
 
 def recipe_toml(summary: Mapping[str, Any]) -> str:
     """The winners as a suite-file snippet: one ``[combinations]`` entry per workload, then the option values
-    tune chose for each as ``[combination_options.COMBINATION.TECHNIQUE]`` (each winner keeps its own)."""
+    each ran with (the suite's ``[techniques]`` values and tune's choices) as
+    ``[combination_options.COMBINATION.TECHNIQUE]`` (each winner keeps its own)."""
     lines = [f"# ampsuite tune on {summary.get('device')}: the fastest trustworthy recipe per workload"]
     if summary.get("incomplete"):
         lines.append("# interrupted: the search so far (`ampsuite tune --resume` measures the rest)")
@@ -44,7 +45,11 @@ def recipe_toml(summary: Mapping[str, Any]) -> str:
         name = combination_name(w["key"])
         combos.append(f"# {w['key']}, batch_size = {winner['batch_size']}: {figure}")
         combos.append(f"{toml_key(name)} = {toml_value(winner['techniques'])}")
-        for technique, values in (winner.get("overrides") or {}).items():
+        # Every option value the winner ran with, the tune suite's own [techniques] tables included: pasted into
+        # another suite, a snippet with only tune's choices would run that suite's values instead (session 13's
+        # ResNet-50 recipe ran with compile's reduce-overhead, tile_reductions and pointwise_autotune, all
+        # from tests/gpu/tune-resnet50.toml). Summaries of older versions have only "overrides".
+        for technique, values in (winner.get("options") or winner.get("overrides") or {}).items():
             tables += [
                 "",
                 f"[combination_options.{toml_key(name)}.{toml_key(technique)}]",

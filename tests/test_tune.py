@@ -956,9 +956,35 @@ def test_a_compile_measured_once_prices_every_candidate_that_compiles_and_no_oth
     compiled = (rest + 157.0) * ESTIMATE_MARGIN
     assert budget.estimate(key, 2.0, ("amp-fp16", "torch-compile", "channels-last")) == pytest.approx(compiled)
     assert budget.estimate(key, 2.0, ("amp-bf16", "torch-compile")) == pytest.approx(compiled)  # either dtype
-    assert budget.estimate(key, 2.0, ()) == pytest.approx(rest * ESTIMATE_MARGIN)
+    assert budget.estimate(key, 2.0, ()) == pytest.approx((rest + 14.0) * ESTIMATE_MARGIN)  # FP32 as AMP eager
     # Records without a first step (older callers, fakes) keep the largest wall as the estimate.
     plain = Budget(600.0, clock=lambda: 0.0)
     plain.record(key, 10.0)
     plain.record(key, 30.0, ("x",))
     assert plain.estimate(key, 2.0, ("y",)) == pytest.approx(30.0 * ESTIMATE_MARGIN)
+
+
+def test_the_searchs_compiles_price_the_ablations_rows_fp32_included() -> None:
+    """Session 13 on an H200: the ablation's first row, FP32 + compile + channels-last + fused SGD, was priced from
+    no cell at all (no ablation cell had run, and no FP32 compile), started with 125 s left, and was cut by the
+    budget during its compile; the eager row after it never started."""
+    from suite.tune.budget import ESTIMATE_MARGIN, Budget
+
+    now = [0.0]
+    budget = Budget(442.0, clock=lambda: now[0])
+    screen, full = ("resnet50", "screen"), ("resnet50", "full")
+    budget.record(screen, 30.0, ("amp-fp16", "torch-compile", "fused-optimizer"), first_step_seconds=13.1)
+    budget.record(screen, 108.8, ("amp-bf16", "torch-compile"), first_step_seconds=91.7)
+    budget.record(screen, 10.2, ("amp-bf16", "fused-optimizer"), first_step_seconds=3.7)
+    winner = ("amp-fp16", "torch-compile", "fused-optimizer", "channels-last")
+    budget.record(full, 18.0, winner, first_step_seconds=11.1)
+    now[0] = 442.0 - 125.2
+    ablation = ("resnet50", "ablation")
+    fp32 = budget.estimate(ablation, 2.0, ("torch-compile", "fused-optimizer", "channels-last"))
+    assert fp32 == pytest.approx((108.8 - 91.7 + 91.7) * ESTIMATE_MARGIN) and not budget.fits(fp32)
+    eager = budget.estimate(ablation, 2.0, ("amp-fp16", "fused-optimizer", "channels-last"))
+    assert eager == pytest.approx((108.8 - 91.7 + 3.7) * ESTIMATE_MARGIN) and budget.fits(eager)
+    # A phase once measured prices its rest from its own cells: a screen is shorter than a full measurement.
+    assert budget.estimate(full, 2.0, ("amp-fp16",)) == pytest.approx((18.0 - 11.1) * ESTIMATE_MARGIN)
+    # Another workload is priced from nothing of this one's.
+    assert budget.estimate(("bert", "screen"), 2.0, ("torch-compile",)) == pytest.approx(2.0 * ESTIMATE_MARGIN + 1.0)

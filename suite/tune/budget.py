@@ -57,19 +57,23 @@ class Budget:
         """Expected wall time of the next cell under ``key`` with ``techniques`` (with a margin).
 
         The rest of a cell (start, warm-up, timed steps, numerics) costs about the same whatever its
-        techniques: the largest measured. Its first step is what techniques change by minutes
-        (torch.compile of ResNet-50: 157 s on an H200, against 14 s eager): the largest first step of a
-        measured cell whose techniques are among the candidate's, AMP dtypes counted as one (a candidate
-        costs at least what its most expensive measured part did, and a compile costs about the same in
-        either dtype). Before any cell of ``key``: ``nominal`` (the measurement's own seconds) plus
-        :data:`STARTUP_SECONDS`.
+        techniques: the largest measured in the same phase (a screen times fewer steps than a full
+        measurement), or in any phase of the workload before one of this phase. Its first step is what
+        techniques change by minutes (torch.compile of ResNet-50: 157 s on an H200, against 14 s eager),
+        and it does not depend on the phase: the largest first step of a measured cell of the workload,
+        any phase, whose techniques other than AMP are among the candidate's (a candidate costs at least
+        what its most expensive measured part did, and a compile costs about the same in either AMP dtype
+        or in FP32). Session 13's ablation priced its first row, FP32 + compile, from no cell at all,
+        started it with 125 s left, and the budget cut it before its first step was done. Before any cell
+        of the workload: ``nominal`` (the measurement's own seconds) plus :data:`STARTUP_SECONDS`.
         """
-        seen = self.walls.get(key)
-        if seen:
+        workload = [c for (w, _), costs in self.walls.items() if w == key[0] for c in costs]
+        if workload:
             mine = _kind(techniques)
-            first = max((c.first for c in seen if c.techniques <= mine), default=0.0)
-            return (max(c.rest for c in seen) + first) * ESTIMATE_MARGIN
-        # Another phase or workload already paid the fork server's start: only the measurement is left.
+            rest = max(c.rest for c in self.walls.get(key) or workload)
+            first = max((c.first for c in workload if c.techniques <= mine), default=0.0)
+            return (rest + first) * ESTIMATE_MARGIN
+        # Another workload already paid the fork server's start: only the measurement is left.
         return nominal * ESTIMATE_MARGIN + (1.0 if any(self.walls.values()) else STARTUP_SECONDS)
 
     def fits(self, estimate: float, reserve: float = 0.0) -> bool:
@@ -91,5 +95,5 @@ class _Cost:
 
 
 def _kind(techniques: Iterable[str]) -> frozenset[str]:
-    """The techniques as a cost sees them: both AMP dtypes as one."""
-    return frozenset("amp" if t in AMP else t for t in techniques)
+    """The techniques as a first step's cost sees them: without AMP, which changes a graph's dtypes, not its size."""
+    return frozenset(t for t in techniques if t not in AMP)

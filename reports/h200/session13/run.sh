@@ -3,11 +3,13 @@
 #
 #   bash reports/h200/session13/run.sh SECONDS CALL
 #
-# Call 1: inductor's cache warmed for every graph the ResNet-50 tune still needs and for the tuned
-# BERT-base and ViT-B/16 recipes, all compiled at once (warm.py); then those two recipes measured
-# again as cells beside FP32 with the kernels probe (the AMP dtype fix of session 12), then the
-# ResNet-50 tune resumed from session 12's results (tests/gpu/tune-resnet50.toml) on the warm cache.
-# Call 2: the tune goes on (its results come back with each call), its winner's selfcheck.
+# Call 1: every graph the ResNet-50 tune still needs and the tuned BERT-base and ViT-B/16 recipes compiled
+# at once (warm.py), then those two recipes measured again as cells beside FP32 with the kernels probe
+# (the AMP dtype fix of session 12), then the ResNet-50 tune resumed from session 12's results
+# (tests/gpu/tune-resnet50.toml). The warms ran to their deadline unfinished, BERT-base's recipe was
+# measured, ViT-B/16's was cut while compiling, and no time was left for the tune.
+# Call 2: four warms (ResNet-50's graphs) with a load monitor, unfinished again, then the tune.
+# Call 3: the tune alone, on call 2's cache carried in .gpu/: it chose its winner.
 set -u
 S=reports/h200/session13
 END=$(($(date +%s) + ${1:-540}))

@@ -984,6 +984,11 @@ def test_the_searchs_compiles_price_the_ablations_rows_fp32_included() -> None:
     assert fp32 == pytest.approx((108.8 - 91.7 + 91.7) * ESTIMATE_MARGIN) and not budget.fits(fp32)
     eager = budget.estimate(ablation, 2.0, ("amp-fp16", "fused-optimizer", "channels-last"))
     assert eager == pytest.approx((108.8 - 91.7 + 3.7) * ESTIMATE_MARGIN) and budget.fits(eager)
+    # A refusal names the cell whose first step it charged.
+    compiled = ("torch-compile", "fused-optimizer", "channels-last")
+    assert budget.priced_by(ablation, compiled) == ("amp-bf16+torch-compile", pytest.approx(91.7))
+    assert budget.priced_by(ablation, ("amp-fp16", "fused-optimizer")) == ("amp-bf16+fused-optimizer", 3.7)
+    assert budget.priced_by(ablation, ("amp-fp16",)) is None and budget.priced_by(("bert", "screen"), compiled) is None
     # A phase once measured prices its rest from its own cells: a screen is shorter than a full measurement.
     assert budget.estimate(full, 2.0, ("amp-fp16",)) == pytest.approx((18.0 - 11.1) * ESTIMATE_MARGIN)
     # Another workload is priced from nothing of this one's.

@@ -51,7 +51,9 @@ class Budget:
         """Remember a measured cell's wall time under ``key`` (workload configuration, phase), with its
         techniques and the part of it its first step took (compilation, capture, autotuning)."""
         first = min(max(0.0, first_step_seconds), wall_seconds)
-        self.walls.setdefault(key, []).append(_Cost(_kind(techniques), wall_seconds - first, first))
+        techniques = tuple(techniques)
+        cost = _Cost(_kind(techniques), wall_seconds - first, first, "+".join(techniques) or "fp32")
+        self.walls.setdefault(key, []).append(cost)
 
     def estimate(self, key: tuple[str, str], nominal: float, techniques: Iterable[str] = ()) -> float:
         """Expected wall time of the next cell under ``key`` with ``techniques`` (with a margin).
@@ -67,14 +69,28 @@ class Budget:
         started it with 125 s left, and the budget cut it before its first step was done. Before any cell
         of the workload: ``nominal`` (the measurement's own seconds) plus :data:`STARTUP_SECONDS`.
         """
-        workload = [c for (w, _), costs in self.walls.items() if w == key[0] for c in costs]
+        workload = self._workload(key)
         if workload:
-            mine = _kind(techniques)
             rest = max(c.rest for c in self.walls.get(key) or workload)
-            first = max((c.first for c in workload if c.techniques <= mine), default=0.0)
-            return (rest + first) * ESTIMATE_MARGIN
+            priced = self._first_step(workload, techniques)
+            return (rest + (priced.first if priced else 0.0)) * ESTIMATE_MARGIN
         # Another workload already paid the fork server's start: only the measurement is left.
         return nominal * ESTIMATE_MARGIN + (1.0 if any(self.walls.values()) else STARTUP_SECONDS)
+
+    def priced_by(self, key: tuple[str, str], techniques: Iterable[str] = ()) -> tuple[str, float] | None:
+        """The measured cell whose first step :meth:`estimate` charges a candidate with ``techniques``, as
+        (its techniques joined by "+", seconds), or None when no first step is charged: what a refusal names,
+        so that a reader can tell a compile from the rest (and give a candidate whose graph is cached more time)."""
+        priced = self._first_step(self._workload(key), techniques)
+        return (priced.name, priced.first) if priced and priced.first > 0 else None
+
+    def _workload(self, key: tuple[str, str]) -> list[_Cost]:
+        return [c for (w, _), costs in self.walls.items() if w == key[0] for c in costs]
+
+    @staticmethod
+    def _first_step(workload: list[_Cost], techniques: Iterable[str]) -> _Cost | None:
+        mine = _kind(techniques)
+        return max((c for c in workload if c.techniques <= mine), key=lambda c: c.first, default=None)
 
     def fits(self, estimate: float, reserve: float = 0.0) -> bool:
         """Whether a cell estimated at ``estimate`` seconds may start, keeping ``reserve`` seconds back."""
@@ -92,6 +108,8 @@ class _Cost:
     """Wall seconds beyond the first step."""
     first: float
     """Seconds of the first step."""
+    name: str = ""
+    """The measured cell's techniques, joined by "+" ("fp32" for none)."""
 
 
 def _kind(techniques: Iterable[str]) -> frozenset[str]:

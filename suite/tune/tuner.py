@@ -178,7 +178,9 @@ class Tuner:
         reserve = 0.0 if phase == "ablation" else self.reserve
         if not self.budget.fits(estimate, reserve):
             self.budget.refused += 1
-            self._line(f"{config.key}: {candidate.combination} not started: needs ~{estimate:.1f} s")
+            priced = self.budget.priced_by((config.key, phase), candidate.techniques)
+            why = f" (its first step priced as {priced[0]}'s, {priced[1]:.1f} s)" if priced else ""
+            self._line(f"{config.key}: {candidate.combination} not started: needs ~{estimate:.1f} s{why}")
             return previous  # a stale record stays what the file has
         timeout = self.budget.timeout(self.cell_timeout)
         capped = timeout < self.cell_timeout

@@ -74,11 +74,11 @@ TERMINAL: frozenset[Status] = frozenset(Status) - {Status.INTERRUPTED}
 FAILURES: frozenset[Status] = frozenset({Status.FAILED, Status.OOM, Status.TIMEOUT, Status.CRASHED})
 """Statuses that mean the cell was attempted and did not give a measurement (exit code 1)."""
 NOT_RUN: frozenset[Status] = frozenset({Status.SKIPPED, Status.INTERRUPTED})
-SCREEN_SUFFIX = "/screen"
-"""What ends the id of a tune candidate's short screening measurement (``CELL_ID/screen``)."""
 """Statuses of cells that were not (completely) attempted."""
 WORKER_STATUSES: frozenset[Status] = frozenset({Status.PASSED, Status.SKIPPED, Status.FAILED, Status.OOM})
 """What a worker may say about its own cell; timeout, crashed and interrupted are the runner's to say."""
+SCREEN_SUFFIX = "/screen"
+"""What ends the id of a tune candidate's short screening measurement (``CELL_ID/screen``)."""
 
 
 # ---------------------------------------------------------------------------

@@ -108,7 +108,7 @@ class _Cost:
     """Wall seconds beyond the first step."""
     first: float
     """Seconds of the first step."""
-    name: str = ""
+    name: str
     """The measured cell's techniques, joined by "+" ("fp32" for none)."""
 
 

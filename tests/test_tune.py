@@ -993,3 +993,21 @@ def test_the_searchs_compiles_price_the_ablations_rows_fp32_included() -> None:
     assert budget.estimate(full, 2.0, ("amp-fp16",)) == pytest.approx((18.0 - 11.1) * ESTIMATE_MARGIN)
     # Another workload is priced from nothing of this one's.
     assert budget.estimate(("bert", "screen"), 2.0, ("torch-compile",)) == pytest.approx(2.0 * ESTIMATE_MARGIN + 1.0)
+
+
+def test_a_technique_that_requires_another_waits_in_the_pool_and_leaves_the_ablation_with_it(tmp_path: Path) -> None:
+    # Session 14 on the H200: maxpool-offsets (requires torch-compile) was pruned from the pool at the first
+    # greedy step, where no path had compiled yet, and the tune never tried it on a compiled step.
+    extra = 'compiled = ["amp-bf16", "torch-compile"]\npooled = ["amp-bf16", "torch-compile", "maxpool-offsets"]'
+    (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra=extra), encoding="utf-8")
+    plan = session.plan(tmp_path / "s.toml")
+    fake = FakeWorker(plan.registry, 1.0)
+    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
+    summary = tune(plan, config, lambda line: None, measure=fake)
+    (toy,) = summary["workloads"]
+    assert "maxpool-offsets" in toy["winner"]["techniques"]
+    pooled = [s for s in toy["steps"] if "maxpool-offsets" in s["combination"]]
+    assert pooled and all("torch-compile" in s["combination"] for s in pooled)  # never a skipped cell without it
+    (row,) = [r for r in toy["ablation"] if r["removed"] == "torch-compile"]
+    assert "maxpool-offsets" not in row["techniques"] and row["status"] == "passed"
+    assert row["label"] == "without torch-compile (and maxpool-offsets, which requires it)"

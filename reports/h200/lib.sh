@@ -2,7 +2,9 @@
 #
 # Before sourcing: S (the session's folder under reports/h200) and END (epoch seconds by which
 # the call must be done). After it: left, run, probe_env, finish.
-export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor PYTHONUNBUFFERED=1
+# in the checkout, ignored: a machine still held from the previous call keeps it (the device tool keeps
+# ignored files between calls), so a graph compiled there is a cache hit in the next call
+export TORCHINDUCTOR_CACHE_DIR=$PWD/.inductor PYTHONUNBUFFERED=1
 mkdir -p "$TORCHINDUCTOR_CACHE_DIR"
 # inductor's caches of earlier calls, carried as .gpu/kernels or as the parts finish sent back
 # (.gpu/inductor.txz.partNN): a compile found there takes seconds

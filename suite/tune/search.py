@@ -92,6 +92,12 @@ def _step(
     return step
 
 
+def _turn_down(step: dict[str, Any], record: dict[str, Any] | None, decision: str) -> None:
+    """A candidate not taken: ``decision`` when it was measured; a candidate the budget left unmeasured
+    was not found wanting."""
+    step["decision"] = decision if record is not None else NOT_MEASURED
+
+
 def _greedy(
     tuner: Tuner,
     config: WorkloadConfig,
@@ -107,12 +113,17 @@ def _greedy(
         best: tuple[str, Measured, dict[str, Any]] | None = None
         for technique in list(pool):
             trial = current[0].plus(technique)
+            if not tuner.plan.registry.techniques[technique].requires <= {
+                *trial.techniques,
+                *tuner.spec.base_techniques,
+            }:
+                continue  # it waits in the pool for what it requires to join the path (maxpool-offsets, compile)
             record = tuner.run(config, trial, SCREEN)
             step = _step(steps, tuner, "greedy", trial, record)
             if record is not None and record["status"] == Status.SKIPPED:
-                pool.remove(technique)  # pruned: a longer combination cannot lift a conflict or requirement
+                pool.remove(technique)  # pruned: a longer combination cannot lift a conflict or a check's reason
             if record is None or not _ok(tuner, record, SCREEN):
-                step["decision"] = "rejected" if record is not None else NOT_MEASURED
+                _turn_down(step, record, "rejected")
                 continue
             healthy.append((trial, record))
             step["decision"] = "not faster"
@@ -144,7 +155,7 @@ def _screen(
         record = fp32[1] if start == fp32[0] else tuner.run(config, start, SCREEN)
         step = _step(steps, tuner, "start", start, record)
         if record is None or not _ok(tuner, record, SCREEN):
-            step["decision"] = "rejected" if record is not None else NOT_MEASURED
+            _turn_down(step, record, "rejected")
             continue
         healthy.append((start, record))
         starts.append((start, record))
@@ -200,7 +211,7 @@ def _finals(
             trusted.append((candidate, record))
             step["decision"] = "trusted"
         else:
-            step["decision"] = "not trusted" if record is not None else NOT_MEASURED
+            _turn_down(step, record, "not trusted")
     return _choose(_from_this_machine(tuner, config, trusted, steps))
 
 
@@ -250,14 +261,14 @@ def _hold(
 ) -> tuple[Measured, bool]:
     """Step 5's one comparison: ``candidate``'s full ``record`` against ``winner`` on one machine
     (:func:`_like_with_like`, logged under ``log``); (the winner after it, whether the candidate was kept).
-    Sets ``step``'s decision: a candidate the budget left unmeasured was not found wanting."""
+    Sets ``step``'s decision."""
     trusted = record if _ok(tuner, record, FULL) else None
     if trusted is not None:
         winner, (_, trusted) = _like_with_like(tuner, config, winner, (candidate, trusted), log)
     if trusted is not None and _gain_over(trusted, winner[1]):
         step["decision"] = "kept"
         return (candidate, trusted), True
-    step["decision"] = "not better" if record is not None else NOT_MEASURED
+    _turn_down(step, record, "not better")
     return winner, False
 
 
@@ -377,7 +388,10 @@ def _ablation(tuner: Tuner, config: WorkloadConfig, winner: Measured, out: list[
         rows.append(("TF32", Candidate((TF32,), bs), None))
     rows.append(("winner", winner[0], None))
     if len(winner[0].techniques) > 1:
-        rows += [(f"without {t}", winner[0].minus(t), t) for t in winner[0].techniques]
+        for t in winner[0].techniques:
+            without, dependents = _leave_out(tuner, winner[0], t)
+            also = f" (and {', '.join(dependents)}, which require{'s' if len(dependents) == 1 else ''} it)"
+            rows.append((f"without {t}{also if dependents else ''}", without, t))
     elif winner[0].techniques:
         rows.append((f"without {winner[0].techniques[0]}", Candidate((), bs), winner[0].techniques[0]))
     # An option value the search chose is a step of the recipe too: its row is the winner with the suite's value.
@@ -396,6 +410,20 @@ def _ablation(tuner: Tuner, config: WorkloadConfig, winner: Measured, out: list[
         out.extend(_ablation_rows(tuner, winner, measured, INTERRUPTED_ROW))
         raise
     out.extend(_ablation_rows(tuner, winner, measured, BUDGET_ROW))
+
+
+def _leave_out(tuner: Tuner, candidate: Candidate, technique: str) -> tuple[Candidate, list[str]]:
+    """``candidate`` without ``technique`` and without the techniques that then lack what they require
+    (maxpool-offsets leaves with torch-compile): a row that keeps them would only be a skipped cell."""
+    left = candidate.minus(technique)
+    dependents: list[str] = []
+    while True:
+        have = {*left.techniques, *tuner.spec.base_techniques}
+        orphan = next((t for t in left.techniques if not tuner.plan.registry.techniques[t].requires <= have), None)
+        if orphan is None:
+            return left, dependents
+        left = left.minus(orphan)
+        dependents.append(orphan)
 
 
 BUDGET_ROW = ("not started (budget)", NOT_MEASURED)

@@ -1,0 +1,165 @@
+"""The torch-dependent part of :mod:`plugins.techniques.maxpool_offsets` (imported when a cell applies it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from suite import NoOptions, SkipCell, TrainStep
+
+MAX_WINDOW = 127
+"""The most pixels a window may hold: its winner's offset is stored as int8."""
+
+
+def _pair(value: int | tuple[int, ...]) -> tuple[int, int]:
+    if isinstance(value, int):
+        return value, value
+    return int(value[0]), int(value[-1])
+
+
+def pool_forward(
+    x: torch.Tensor, kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The max pool of ``x`` and, per output, its winner's offset ``kh * kw_size + kw`` in the window (int8)."""
+    (kh_size, kw_size), (sh, sw), (ph, pw) = kernel, stride, padding
+    height, width = x.shape[-2:]
+    out_h = (height + 2 * ph - kh_size) // sh + 1
+    out_w = (width + 2 * pw - kw_size) // sw + 1
+    padded = F.pad(x, (pw, pw, ph, ph), value=float("-inf"))
+
+    def window(kh: int, kw: int) -> torch.Tensor:
+        """Every window's pixel at (kh, kw): a strided view of the padded input."""
+        return padded[..., kh : kh + sh * (out_h - 1) + 1 : sh, kw : kw + sw * (out_w - 1) + 1 : sw]
+
+    best = window(0, 0)
+    offset = torch.zeros_like(best, dtype=torch.int8)
+    for position in range(1, kh_size * kw_size):
+        view = window(*divmod(position, kw_size))
+        # ATen's rule: a strictly larger value or a NaN takes the window, so ties keep the first.
+        take = (view > best) | torch.isnan(view)
+        offset = torch.where(take, position, offset)  # a Python int keeps int8
+        best = torch.where(take, view, best)
+    return best, offset
+
+
+def pool_backward(
+    grad: torch.Tensor,
+    offset: torch.Tensor,
+    size: tuple[int, int],
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+) -> torch.Tensor:
+    """The input's gradient: each pixel sums the gradients of the windows whose winner it is.
+
+    A gather, written per stride phase: the pixels at ``(s*m + r)`` of one phase ``r`` are covered by
+    the same window rows ``kh`` (those with ``kh = r + p (mod s)``), each at a fixed shift of ``m``,
+    so every phase is a sum of shifted, masked views, and the phases interleave by a stack and a
+    reshape that inductor turns into index arithmetic.
+    """
+    (kh_size, kw_size), (sh, sw), (ph, pw) = kernel, stride, padding
+    height, width = size
+    rows, cols = -(-height // sh), -(-width // sw)
+    # Enough zero (and offset -1, which matches no window) border that every shifted view stays in range.
+    border = max(kh_size, kw_size) // min(sh, sw) + 1
+    pad = (border, border + cols, border, border + rows)
+    grad_p = F.pad(grad, pad)
+    offset_p = F.pad(offset, pad, value=-1)
+    phase_rows = []
+    for rh in range(sh):
+        phase_cols = []
+        for rw in range(sw):
+            acc: torch.Tensor | None = None
+            for kh in range(kh_size):
+                if (rh + ph - kh) % sh:
+                    continue
+                dh = border + (rh + ph - kh) // sh
+                for kw in range(kw_size):
+                    if (rw + pw - kw) % sw:
+                        continue
+                    dw = border + (rw + pw - kw) // sw
+                    won = offset_p[..., dh : dh + rows, dw : dw + cols] == kh * kw_size + kw
+                    term = torch.where(won, grad_p[..., dh : dh + rows, dw : dw + cols], 0)
+                    acc = term if acc is None else acc + term
+            if acc is None:  # a stride larger than the kernel: no window covers this phase
+                acc = grad.new_zeros((*grad.shape[:-2], rows, cols))
+            phase_cols.append(acc)
+        phase_rows.append(torch.stack(phase_cols, dim=-1))
+    interleaved = torch.stack(phase_rows, dim=-3)  # (..., rows, sh, cols, sw)
+    return interleaved.reshape(*grad.shape[:-2], rows * sh, cols * sw)[..., :height, :width]
+
+
+class _OffsetMaxPool(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx: Any, x: torch.Tensor, kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int]
+    ) -> torch.Tensor:
+        out, offset = pool_forward(x, kernel, stride, padding)
+        ctx.save_for_backward(offset)
+        ctx.geometry = (tuple(x.shape[-2:]), kernel, stride, padding)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        (offset,) = ctx.saved_tensors
+        size, kernel, stride, padding = ctx.geometry
+        return pool_backward(grad, offset, size, kernel, stride, padding), None, None, None
+
+
+class OffsetMaxPool2d(nn.Module):
+    """An ``nn.MaxPool2d`` (no dilation, floor mode) whose backward reads saved int8 window offsets."""
+
+    def __init__(self, pool: nn.MaxPool2d) -> None:
+        super().__init__()
+        self.kernel_size = _pair(pool.kernel_size)
+        self.stride = _pair(pool.stride if pool.stride is not None else pool.kernel_size)
+        self.padding = _pair(pool.padding)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = _OffsetMaxPool.apply(x, self.kernel_size, self.stride, self.padding)
+        return out
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+def why_not(pool: nn.MaxPool2d) -> str | None:
+    """Why ``pool`` cannot be replaced (None when it can)."""
+    if _pair(pool.dilation) != (1, 1):
+        return f"dilation {pool.dilation}"
+    if pool.ceil_mode:
+        return "ceil_mode"
+    if pool.return_indices:
+        return "return_indices (its caller reads ATen's int64 indices)"
+    kh, kw = _pair(pool.kernel_size)
+    if kh * kw > MAX_WINDOW:
+        return f"a {kh}x{kw} window: more than {MAX_WINDOW} offsets for int8"
+    return None
+
+
+def replace(model: nn.Module) -> tuple[list[str], dict[str, str]]:
+    """Replace every plain ``nn.MaxPool2d`` of ``model`` that qualifies; the names replaced, and why not the rest."""
+    replaced: list[str] = []
+    left: dict[str, str] = {}
+    for name, pool in [(n, m) for n, m in model.named_modules() if type(m) is nn.MaxPool2d]:
+        reason = why_not(pool) if name else "the model itself"
+        if reason is None:
+            model.set_submodule(name, OffsetMaxPool2d(pool))
+            replaced.append(name)
+        else:
+            left[name] = reason
+    return replaced, left
+
+
+def apply(step: TrainStep, options: NoOptions) -> TrainStep:
+    if step.model is None:
+        raise SkipCell("maxpool-offsets needs a workload with a model (this step has its own phases)")
+    replaced, left = replace(step.model)
+    if not replaced:
+        why = "; ".join(f"{name}: {reason}" for name, reason in left.items())
+        raise SkipCell(f"maxpool-offsets: the model has no max pool it can replace{f' ({why})' if why else ''}")
+    step.notes["maxpool_offsets"] = {"replaced": replaced, **({"left": left} if left else {})}
+    return step

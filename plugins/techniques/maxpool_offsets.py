@@ -1,0 +1,78 @@
+"""maxpool-offsets: a max pool that keeps each window's winner as an int8 offset, for torch.compile.
+
+ResNet-50's stem max pool (3x3, stride 2, on 256x64x112x112 at batch 256) had
+the most expensive single kernel of the compiled fp16 recipe on one H200
+(torch 2.11): ``triton_poi_fused_add_max_pool2d_with_indices_max_pool2d_with_indices_backward``,
+1.31 ms of a 33.5 ms step. AOTAutograd's partitioner does not save the
+pool's indices (int64, as large as the input's quarter) but recomputes them in
+the backward, so that kernel finds, for each input pixel, the maximum of every
+window covering it again: some 36 loads a pixel for a kernel that moves about
+1 GB, 0.2 ms at the HBM's bandwidth.
+
+This technique replaces every plain ``nn.MaxPool2d`` by
+:class:`~plugins.techniques._maxpool_offsets.OffsetMaxPool2d`: the forward
+takes the maximum over the window's ``k*k`` strided views by compares
+(pointwise ops inductor fuses into one kernel) and keeps the winner's offset
+inside its window as int8, which the partitioner saves rather than recomputes
+(an eighth of int64 indices); the backward gathers: each input pixel reads the
+gradient and offset of the few windows that can cover it. Values and gradients
+are those of ``F.max_pool2d`` for every finite input, ties included (the
+first maximum in the window wins, as in ATen); a window's ``-inf``-only or
+NaN cases follow ATen's rules except that a window of ``-inf`` only sends its
+gradient to its first position, padding included, where ATen picks the first
+real pixel.
+
+Measured on that H200 (session 14): the pool with its ReLU, compiled alone,
+2.27 -> 1.29 ms forward + backward; ResNet-50's stem with the pool's two
+consumers 6.87 -> 6.29 ms a step. In the whole compiled fp16 model it did not
+pay: 7,651 -> 7,585 img/s, as inductor folded the gather into the batch norm
+backward's kernels (element-wise time -1.23 ms a step, batch norm +1.06 ms).
+Tune measures it like any technique of its space.
+
+It needs ``torch-compile`` in the same combination: eager, its compares are
+``2*k*k`` kernels where ATen runs one. Pools with dilation, ``ceil_mode``,
+``return_indices`` or a window over 127 pixels are left alone; a model with no
+plain max pool is a skip with the reason. Order 22: a model rewrite, before AMP
+(30) and torch-compile (80).
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from suite import CheckContext, NoOptions, Technique, TrainStep, hookimpl
+
+AMPSUITE_PLUGIN_API = 1
+
+__all__ = ["apply", "check"]
+
+
+def _impl() -> ModuleType:
+    # The torch-dependent part lives in plugins.techniques._maxpool_offsets: registering this plugin
+    # (ampsuite list, --help, suite-file checks) must not import torch.
+    return importlib.import_module("plugins.techniques._maxpool_offsets")
+
+
+def check(ctx: CheckContext) -> str | None:
+    if "model" not in ctx.workload.traits:
+        return f"needs a workload with a model; {ctx.workload.name!r} has none"
+    return None
+
+
+def apply(step: TrainStep, options: NoOptions) -> TrainStep:
+    return _impl().apply(step, options)
+
+
+@hookimpl
+def ampsuite_techniques() -> list[Technique]:
+    return [
+        Technique(
+            name="maxpool-offsets",
+            summary="max pooling by compares that saves int8 window offsets for a gather backward (for torch.compile)",
+            apply=apply,
+            order=22,
+            requires=frozenset({"torch-compile"}),
+            check=check,
+        )
+    ]

@@ -1,0 +1,149 @@
+"""maxpool-offsets: a max pool by compares that saves int8 window offsets, and computes what ATen's did."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from plugins.techniques import _maxpool_offsets as impl
+from plugins.techniques import maxpool_offsets
+from plugins.workloads import cnn, toy
+from suite import BuildContext, CheckContext, NoOptions, SkipCell, Workload
+
+TECHNIQUE = maxpool_offsets.ampsuite_techniques()[0]
+CPU = torch.device("cpu")
+
+GEOMETRIES = [(3, 2, 1), (2, 2, 0), (3, 1, 1), (3, 3, 0), (5, 2, 2), (2, 3, 0), ((3, 2), (2, 1), (1, 0))]
+
+
+def pool_and_grad(pool: nn.Module, x: torch.Tensor, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    x = x.detach().clone().requires_grad_(True)
+    out = pool(x)
+    out.backward(grad)
+    assert x.grad is not None
+    return out.detach(), x.grad
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=str)
+@pytest.mark.parametrize("shape", [(2, 3, 8, 8), (1, 2, 7, 9), (2, 1, 5, 6)], ids=str)
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last], ids=["nchw", "nhwc"])
+def test_values_and_gradients_are_atens(
+    geometry: tuple[Any, Any, Any], shape: tuple[int, ...], memory_format: torch.memory_format
+) -> None:
+    torch.manual_seed(0)
+    reference = nn.MaxPool2d(*geometry)
+    mine = impl.OffsetMaxPool2d(reference)
+    x = torch.randn(*shape, dtype=torch.float64).contiguous(memory_format=memory_format)
+    grad = torch.randn_like(reference(x))
+    ref_out, ref_dx = pool_and_grad(reference, x, grad)
+    out, dx = pool_and_grad(mine, x, grad)
+    assert torch.equal(out, ref_out)
+    torch.testing.assert_close(dx, ref_dx, rtol=0, atol=1e-12)
+
+
+def test_ties_nans_and_half_precision_follow_aten() -> None:
+    # Rounded fp16 values tie often: ATen sends a window's gradient to its first maximum, and so must this.
+    torch.manual_seed(0)
+    reference = nn.MaxPool2d(3, 2, 1)
+    mine = impl.OffsetMaxPool2d(reference)
+    x = torch.randn(2, 4, 12, 12).round().half()
+    x[0, 0, 3, 3] = float("nan")  # a NaN wins its windows, as in ATen
+    grad = torch.randn(2, 4, 6, 6).half()
+    ref_out, ref_dx = pool_and_grad(reference, x, grad)
+    out, dx = pool_and_grad(mine, x, grad)
+    assert out.dtype == torch.float16
+    torch.testing.assert_close(out, ref_out, rtol=0, atol=0, equal_nan=True)
+    # A pixel that wins several windows sums their gradients in another order: one fp16 ulp apart at most.
+    torch.testing.assert_close(dx.double(), ref_dx.double(), rtol=0, atol=2**-11 * ref_dx.abs().max().item())
+
+
+def test_offsets_are_int8_and_saved_rather_than_recomputed_under_compile() -> None:
+    """The point of the technique: AOTAutograd's partitioner keeps the int8 offsets for the backward
+    instead of recomputing the window maxima there (what it does with ATen's pool in torch 2.11)."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    graphs: dict[str, torch.fx.GraphModule] = {}
+
+    def keep(name: str) -> Any:
+        def compiler(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+            graphs[name] = gm
+            return make_boxed_func(gm.forward)
+
+        return compiler
+
+    backend = aot_autograd(
+        fw_compiler=keep("forward"), bw_compiler=keep("backward"), partition_fn=min_cut_rematerialization_partition
+    )
+    torch._dynamo.reset()
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+    impl.replace(model)
+    compiled = torch.compile(model, backend=backend, fullgraph=True)
+    x = torch.randn(2, 3, 16, 16)
+    compiled(x).sum().backward()
+    torch._dynamo.reset()
+    (output,) = [n for n in graphs["forward"].graph.nodes if n.op == "output"]
+    saved = [a.meta["val"] for a in output.args[0][1:] if isinstance(a, torch.fx.Node)]
+    assert any(t.dtype == torch.int8 and tuple(t.shape) == (2, 8, 8, 8) for t in saved)
+    backward_ops = {str(n.target) for n in graphs["backward"].graph.nodes if n.op == "call_function"}
+    assert not any(op.startswith("aten.gt") for op in backward_ops), backward_ops  # no window maximum found again
+    assert any(op.startswith("aten.eq") for op in backward_ops)  # the gather compares offsets
+
+
+def test_only_plain_max_pools_it_can_express_are_replaced() -> None:
+    class Sub(nn.MaxPool2d):
+        pass
+
+    model = nn.Sequential(
+        nn.MaxPool2d(3, 2, 1),
+        nn.MaxPool2d(3, 2, 1, dilation=2),
+        nn.MaxPool2d(3, 2, 1, ceil_mode=True),
+        nn.MaxPool2d(2, return_indices=True),
+        nn.MaxPool2d(12),
+        Sub(2),
+        nn.MaxPool2d(2),
+    )
+    reference = copy.deepcopy(model)
+    replaced, left = impl.replace(model)
+    assert replaced == ["0", "6"]
+    assert left == {
+        "1": "dilation 2",
+        "2": "ceil_mode",
+        "3": "return_indices (its caller reads ATen's int64 indices)",
+        "4": "a 12x12 window: more than 127 offsets for int8",
+    }
+    x = torch.randn(1, 2, 24, 24)
+    torch.testing.assert_close(model[0](x), reference[0](x))
+
+
+def test_a_resnet_trains_the_same_with_it(tmp_path: Path) -> None:
+    options = cnn.ResNetOptions(depth=18, width=8, image_size=32, classes=10)
+    step = cnn.build(options, BuildContext(CPU, 4, 0, str(tmp_path)))
+    reference = cnn.build(options, BuildContext(CPU, 4, 0, str(tmp_path)))
+    step = TECHNIQUE.apply(step, NoOptions())
+    assert step.notes["maxpool_offsets"] == {"replaced": ["maxpool"]}
+    assert step.model is not None and type(step.model.maxpool).__name__ == "OffsetMaxPool2d"
+    runs = [step.compose(), reference.compose()]
+    # The same training, up to the order in which a pixel that wins several windows sums their gradients.
+    for _ in range(3):
+        batch = step.data()
+        torch.testing.assert_close(runs[0](batch), runs[1](batch), rtol=1e-5, atol=1e-4)
+    assert reference.model is not None
+    torch.testing.assert_close(step.model.conv1.weight, reference.model.conv1.weight, rtol=1e-4, atol=1e-5)
+
+
+def test_declaration_and_skips(tmp_path: Path) -> None:
+    assert TECHNIQUE.order == 22 and TECHNIQUE.requires == frozenset({"torch-compile"}) and not TECHNIQUE.conflicts
+    assert TECHNIQUE.check is not None
+    bare = Workload(name="gemm", summary="", build=lambda o, c: None, traits=frozenset())  # type: ignore[arg-type,return-value]
+    reason = TECHNIQUE.check(CheckContext(bare, None, "cpu", ("maxpool-offsets", "torch-compile"), 8))
+    assert reason == "needs a workload with a model; 'gemm' has none"
+    step = toy.build(toy.ToyOptions(features=8, hidden=16, layers=1, classes=4), BuildContext(CPU, 8, 0, str(tmp_path)))
+    with pytest.raises(SkipCell, match="the model has no max pool it can replace"):
+        TECHNIQUE.apply(step, NoOptions())

@@ -998,7 +998,10 @@ def test_the_searchs_compiles_price_the_ablations_rows_fp32_included() -> None:
 def test_a_technique_that_requires_another_waits_in_the_pool_and_leaves_the_ablation_with_it(tmp_path: Path) -> None:
     # Session 14 on the H200: maxpool-offsets (requires torch-compile) was pruned from the pool at the first
     # greedy step, where no path had compiled yet, and the tune never tried it on a compiled step.
-    extra = 'compiled = ["amp-bf16", "torch-compile"]\npooled = ["amp-bf16", "torch-compile", "maxpool-offsets"]'
+    extra = (
+        'compiled = ["amp-bf16", "torch-compile"]\npooled = ["amp-bf16", "torch-compile", "maxpool-offsets"]\n'
+        'graphs = ["amp-bf16", "cuda-graphs"]'
+    )
     (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra=extra), encoding="utf-8")
     plan = session.plan(tmp_path / "s.toml")
     fake = FakeWorker(plan.registry, 1.0)
@@ -1008,6 +1011,9 @@ def test_a_technique_that_requires_another_waits_in_the_pool_and_leaves_the_abla
     assert "maxpool-offsets" in toy["winner"]["techniques"]
     pooled = [s for s in toy["steps"] if "maxpool-offsets" in s["combination"]]
     assert pooled and all("torch-compile" in s["combination"] for s in pooled)  # never a skipped cell without it
+    # A device requirement is no technique to wait for: cuda-graphs is tried, and expansion skips it on a CPU.
+    graphs = [s for s in toy["steps"] if "cuda-graphs" in s["combination"]]
+    assert graphs and graphs[0]["status"] == "skipped"
     (row,) = [r for r in toy["ablation"] if r["removed"] == "torch-compile"]
     assert "maxpool-offsets" not in row["techniques"] and row["status"] == "passed"
     assert row["label"] == "without torch-compile (and maxpool-offsets, which requires it)"

@@ -98,6 +98,14 @@ def _turn_down(step: dict[str, Any], record: dict[str, Any] | None, decision: st
     step["decision"] = decision if record is not None else NOT_MEASURED
 
 
+def _lacks(tuner: Tuner, candidate: Candidate, technique: str) -> bool:
+    """Whether ``candidate`` lacks a technique that ``technique`` requires. Only techniques count: a device
+    requirement (``"cuda"``) is matrix expansion's to judge, and a path cannot grow into it."""
+    techniques = tuner.plan.registry.techniques
+    have = {*candidate.techniques, *tuner.spec.base_techniques}
+    return any(name in techniques and name not in have for name in techniques[technique].requires)
+
+
 def _greedy(
     tuner: Tuner,
     config: WorkloadConfig,
@@ -113,10 +121,7 @@ def _greedy(
         best: tuple[str, Measured, dict[str, Any]] | None = None
         for technique in list(pool):
             trial = current[0].plus(technique)
-            if not tuner.plan.registry.techniques[technique].requires <= {
-                *trial.techniques,
-                *tuner.spec.base_techniques,
-            }:
+            if _lacks(tuner, trial, technique):
                 continue  # it waits in the pool for what it requires to join the path (maxpool-offsets, compile)
             record = tuner.run(config, trial, SCREEN)
             step = _step(steps, tuner, "greedy", trial, record)
@@ -418,8 +423,7 @@ def _leave_out(tuner: Tuner, candidate: Candidate, technique: str) -> tuple[Cand
     left = candidate.minus(technique)
     dependents: list[str] = []
     while True:
-        have = {*left.techniques, *tuner.spec.base_techniques}
-        orphan = next((t for t in left.techniques if not tuner.plan.registry.techniques[t].requires <= have), None)
+        orphan = next((t for t in left.techniques if _lacks(tuner, left, t)), None)
         if orphan is None:
             return left, dependents
         left = left.minus(orphan)

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +17,7 @@ from torch import nn
 from plugins.techniques import _maxpool_offsets as impl
 from plugins.techniques import maxpool_offsets
 from plugins.workloads import cnn, toy
-from suite import BuildContext, CheckContext, NoOptions, SkipCell, Workload
+from suite import BuildContext, CheckContext, SkipCell, Workload
 
 TECHNIQUE = maxpool_offsets.ampsuite_techniques()[0]
 CPU = torch.device("cpu")
@@ -126,8 +130,12 @@ def test_a_resnet_trains_the_same_with_it(tmp_path: Path) -> None:
     options = cnn.ResNetOptions(depth=18, width=8, image_size=32, classes=10)
     step = cnn.build(options, BuildContext(CPU, 4, 0, str(tmp_path)))
     reference = cnn.build(options, BuildContext(CPU, 4, 0, str(tmp_path)))
-    step = TECHNIQUE.apply(step, NoOptions())
-    assert step.notes["maxpool_offsets"] == {"replaced": ["maxpool"]}
+    step = TECHNIQUE.apply(step, maxpool_offsets.MaxPoolOffsetsOptions())
+    assert step.notes["maxpool_offsets"] == {
+        "replaced": ["maxpool"],
+        "backward": "inline",
+        "backward_note": "backward='kernel' runs on CUDA only; this cpu cell gathered inline",
+    }
     assert step.model is not None and type(step.model.maxpool).__name__ == "OffsetMaxPool2d"
     runs = [step.compose(), reference.compose()]
     # The same training, up to the order in which a pixel that wins several windows sums their gradients.
@@ -146,4 +154,89 @@ def test_declaration_and_skips(tmp_path: Path) -> None:
     assert reason == "needs a workload with a model; 'gemm' has none"
     step = toy.build(toy.ToyOptions(features=8, hidden=16, layers=1, classes=4), BuildContext(CPU, 8, 0, str(tmp_path)))
     with pytest.raises(SkipCell, match="the model has no max pool it can replace"):
-        TECHNIQUE.apply(step, NoOptions())
+        TECHNIQUE.apply(step, maxpool_offsets.MaxPoolOffsetsOptions(backward="inline"))
+    assert TECHNIQUE.options is maxpool_offsets.MaxPoolOffsetsOptions
+    assert maxpool_offsets.MaxPoolOffsetsOptions().backward == "kernel"
+    with pytest.raises(ValueError, match="backward must be one of 'kernel', 'inline'"):
+        impl.OffsetMaxPool2d(nn.MaxPool2d(2), backward="fast")
+
+
+# The Triton kernel runs here under Triton's interpreter (CPU tensors, numpy underneath), in a process of its
+# own: triton.jit reads TRITON_INTERPRET when the kernel is defined, and this process may have imported it.
+KERNEL_CHECK = """
+import torch
+from torch import nn
+from plugins.techniques import _maxpool_offsets as impl
+
+torch.manual_seed(0)
+for geometry in {geometries!r}:
+    # 64 channels fill the kernel's channel tile (the unmasked, vectorized path); the others mask it
+    for shape in [(2, 8, 9, 10), (1, 3, 7, 6), (4, 5, 5), (2, 64, 7, 9)]:
+        for layout in [torch.contiguous_format, torch.channels_last]:
+            if len(shape) == 3 and layout is torch.channels_last:
+                continue
+            reference = nn.MaxPool2d(*geometry)
+            x = torch.randn(*shape).round().half().contiguous(memory_format=layout)  # rounded: many ties
+            grad = torch.randn_like(reference(x))
+            results = []
+            for pool in (impl.OffsetMaxPool2d(reference, "kernel"), impl.OffsetMaxPool2d(reference, "inline")):
+                leaf = x.detach().clone().requires_grad_(True)
+                pool(leaf).backward(grad)
+                results.append(leaf.grad)
+            kernel, inline = results
+            assert kernel.is_contiguous(memory_format=layout), (geometry, shape, kernel.stride())
+            exact = x.double().requires_grad_(True)
+            reference(exact).backward(grad.double())
+            # the kernel sums a pixel's windows in fp32 and rounds once, the tensor ops round every sum
+            error = (kernel.double() - exact.grad).abs().max().item()
+            assert error <= (inline.double() - exact.grad).abs().max().item(), (geometry, shape, layout)
+            assert error <= 2**-11 * exact.grad.abs().max().item(), (geometry, shape, layout)
+
+print("ok")
+"""
+
+
+def test_the_kernel_backward_sums_what_the_inline_gather_does() -> None:
+    pytest.importorskip("triton")
+    script = textwrap.dedent(KERNEL_CHECK.format(geometries=GEOMETRIES))
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+class _Traced(Exception):
+    """Raised in place of running a traced backward whose Triton kernel this CPU cannot launch."""
+
+
+def test_under_compile_the_kernel_backward_is_one_operator_inductor_cannot_inline() -> None:
+    pytest.importorskip("triton")
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    graphs: dict[str, torch.fx.GraphModule] = {}
+
+    def forward(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        graphs["forward"] = gm
+        return make_boxed_func(gm.forward)
+
+    def backward(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        graphs["backward"] = gm
+
+        def stop(*args: Any) -> Any:
+            raise _Traced
+
+        return make_boxed_func(stop)
+
+    torch._dynamo.reset()
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+    impl.replace(model, "kernel")
+    compiled = torch.compile(model, backend=aot_autograd(fw_compiler=forward, bw_compiler=backward))
+    with pytest.raises(_Traced):
+        compiled(torch.randn(2, 3, 16, 16).contiguous(memory_format=torch.channels_last)).sum().backward()
+    torch._dynamo.reset()
+    calls = [n for n in graphs["backward"].graph.nodes if n.op == "call_function"]
+    # the triton_op is traced into its kernel, a call inductor launches as it is
+    (kernel,) = [n for n in calls if "triton_kernel_wrapper" in str(n.target)]
+    # the input was channels-last, so is its gradient: a channel's stride is 1
+    assert kernel.kwargs["kwargs"]["x_sc"] == 1
+    assert not any(str(n.target).startswith("aten.eq") for n in calls)  # no gather left to inline

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from suite import NoOptions, SkipCell, TrainStep
+from plugins.techniques.maxpool_offsets import MaxPoolOffsetsOptions
+from suite import SkipCell, TrainStep
 
 MAX_WINDOW = 127
 """The most pixels a window may hold: its winner's offset is stored as int8."""
+
+BACKWARDS = ("kernel", "inline")
+"""How the backward gathers: one Triton kernel (:func:`kernel_backward`) or tensor ops (:func:`pool_backward`)."""
 
 
 def _pair(value: int | tuple[int, ...]) -> tuple[int, int]:
@@ -92,38 +97,74 @@ def pool_backward(
     return interleaved.reshape(*grad.shape[:-2], rows * sh, cols * sw)[..., :height, :width]
 
 
+def kernel_backward(
+    grad: torch.Tensor,
+    offset: torch.Tensor,
+    size: tuple[int, int],
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    channels_last: bool,
+) -> torch.Tensor:
+    """:func:`pool_backward` as one Triton kernel (``ampsuite::maxpool_offsets_backward``), opaque to inductor."""
+    from plugins.techniques import _maxpool_triton  # noqa: F401  (registers the operator)
+
+    op = torch.ops.ampsuite.maxpool_offsets_backward
+    if grad.dim() == 3:  # an unbatched pool
+        return op(grad[None], offset[None], *size, [*kernel], [*stride], [*padding], channels_last)[0]
+    result: torch.Tensor = op(grad, offset, *size, [*kernel], [*stride], [*padding], channels_last)
+    return result
+
+
 class _OffsetMaxPool(torch.autograd.Function):
     @staticmethod
     def forward(
-        ctx: Any, x: torch.Tensor, kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int]
+        ctx: Any,
+        x: torch.Tensor,
+        kernel: tuple[int, int],
+        stride: tuple[int, int],
+        padding: tuple[int, int],
+        backward: str,
     ) -> torch.Tensor:
         out, offset = pool_forward(x, kernel, stride, padding)
         ctx.save_for_backward(offset)
         ctx.geometry = (tuple(x.shape[-2:]), kernel, stride, padding)
+        ctx.backward_kind = backward
+        # the input's gradient in the input's layout: the batch norm backward that reads it expects that
+        ctx.channels_last = (
+            x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+        )
         return out
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         (offset,) = ctx.saved_tensors
         size, kernel, stride, padding = ctx.geometry
-        return pool_backward(grad, offset, size, kernel, stride, padding), None, None, None
+        if ctx.backward_kind == "kernel":
+            dx = kernel_backward(grad, offset, size, kernel, stride, padding, ctx.channels_last)
+        else:
+            dx = pool_backward(grad, offset, size, kernel, stride, padding)
+        return dx, None, None, None, None
 
 
 class OffsetMaxPool2d(nn.Module):
     """An ``nn.MaxPool2d`` (no dilation, floor mode) whose backward reads saved int8 window offsets."""
 
-    def __init__(self, pool: nn.MaxPool2d) -> None:
+    def __init__(self, pool: nn.MaxPool2d, backward: str = "inline") -> None:
         super().__init__()
+        if backward not in BACKWARDS:
+            raise ValueError(f"backward must be one of {', '.join(map(repr, BACKWARDS))}, got {backward!r}")
         self.kernel_size = _pair(pool.kernel_size)
         self.stride = _pair(pool.stride if pool.stride is not None else pool.kernel_size)
         self.padding = _pair(pool.padding)
+        self.backward = backward
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = _OffsetMaxPool.apply(x, self.kernel_size, self.stride, self.padding)
+        out: torch.Tensor = _OffsetMaxPool.apply(x, self.kernel_size, self.stride, self.padding, self.backward)
         return out
 
     def extra_repr(self) -> str:
-        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, backward={self.backward}"
 
 
 def why_not(pool: nn.MaxPool2d) -> str | None:
@@ -140,26 +181,39 @@ def why_not(pool: nn.MaxPool2d) -> str | None:
     return None
 
 
-def replace(model: nn.Module) -> tuple[list[str], dict[str, str]]:
+def replace(model: nn.Module, backward: str = "inline") -> tuple[list[str], dict[str, str]]:
     """Replace every plain ``nn.MaxPool2d`` of ``model`` that qualifies; the names replaced, and why not the rest."""
     replaced: list[str] = []
     left: dict[str, str] = {}
     for name, pool in [(n, m) for n, m in model.named_modules() if type(m) is nn.MaxPool2d]:
         reason = why_not(pool) if name else "the model itself"
         if reason is None:
-            model.set_submodule(name, OffsetMaxPool2d(pool))
+            model.set_submodule(name, OffsetMaxPool2d(pool, backward))
             replaced.append(name)
         else:
             left[name] = reason
     return replaced, left
 
 
-def apply(step: TrainStep, options: NoOptions) -> TrainStep:
+def apply(step: TrainStep, options: MaxPoolOffsetsOptions) -> TrainStep:
     if step.model is None:
         raise SkipCell("maxpool-offsets needs a workload with a model (this step has its own phases)")
-    replaced, left = replace(step.model)
+    backward = options.backward
+    notes: dict[str, Any] = {}
+    if backward == "kernel" and step.device.type != "cuda":
+        # Triton runs on GPUs; the CPU cell keeps the technique's forward and says what its backward was
+        backward = "inline"
+        notes["backward_note"] = f"backward='kernel' runs on CUDA only; this {step.device.type} cell gathered inline"
+    elif backward == "kernel" and importlib.util.find_spec("triton") is None:
+        raise SkipCell("maxpool-offsets backward='kernel' needs Triton, which this torch installation lacks")
+    replaced, left = replace(step.model, backward)
     if not replaced:
         why = "; ".join(f"{name}: {reason}" for name, reason in left.items())
         raise SkipCell(f"maxpool-offsets: the model has no max pool it can replace{f' ({why})' if why else ''}")
-    step.notes["maxpool_offsets"] = {"replaced": replaced, **({"left": left} if left else {})}
+    step.notes["maxpool_offsets"] = {
+        "replaced": replaced,
+        "backward": backward,
+        **notes,
+        **({"left": left} if left else {}),
+    }
     return step

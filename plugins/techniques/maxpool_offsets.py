@@ -24,10 +24,14 @@ real pixel.
 
 Measured on that H200 (session 14): the pool with its ReLU, compiled alone,
 2.27 -> 1.29 ms forward + backward; ResNet-50's stem with the pool's two
-consumers 6.87 -> 6.29 ms a step. In the whole compiled fp16 model it did not
-pay: 7,651 -> 7,585 img/s, as inductor folded the gather into the batch norm
-backward's kernels (element-wise time -1.23 ms a step, batch norm +1.06 ms).
-Tune measures it like any technique of its space.
+consumers 6.87 -> 6.29 ms a step. In the whole compiled fp16 model the gather
+written as tensor ops did not pay: 7,651 -> 7,585 img/s, as inductor folded it
+into the batch norm backward's kernels (element-wise time -1.23 ms a step, batch
+norm +1.06 ms). Hence the option ``backward``: ``"kernel"`` (the default) runs
+the gather as one Triton kernel behind a ``torch.library.triton_op``, which
+inductor launches as it is and does not fuse; ``"inline"`` keeps the tensor ops.
+A CPU cell has no Triton to run and gathers inline, and its notes say so.
+Tune measures both like any technique of its space.
 
 It needs ``torch-compile`` in the same combination: eager, its compares are
 ``2*k*k`` kernels where ATen runs one. Pools with dilation, ``ceil_mode``,
@@ -39,13 +43,26 @@ plain max pool is a skip with the reason. Order 22: a model rewrite, before AMP
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass, field
 from types import ModuleType
+from typing import Literal
 
-from suite import CheckContext, NoOptions, Technique, TrainStep, hookimpl
+from suite import CheckContext, Technique, TrainStep, hookimpl
 
 AMPSUITE_PLUGIN_API = 1
 
-__all__ = ["apply", "check"]
+__all__ = ["MaxPoolOffsetsOptions", "apply", "check"]
+
+
+@dataclass(frozen=True)
+class MaxPoolOffsetsOptions:
+    backward: Literal["kernel", "inline"] = field(
+        default="kernel",
+        metadata={
+            "help": "the gather: 'kernel', one Triton kernel inductor does not fuse (CUDA; CPU cells gather inline), "
+            "or 'inline', tensor ops inductor fuses into its neighbours"
+        },
+    )
 
 
 def _impl() -> ModuleType:
@@ -60,7 +77,7 @@ def check(ctx: CheckContext) -> str | None:
     return None
 
 
-def apply(step: TrainStep, options: NoOptions) -> TrainStep:
+def apply(step: TrainStep, options: MaxPoolOffsetsOptions) -> TrainStep:
     return _impl().apply(step, options)
 
 
@@ -71,6 +88,7 @@ def ampsuite_techniques() -> list[Technique]:
             name="maxpool-offsets",
             summary="max pooling by compares that saves int8 window offsets for a gather backward (for torch.compile)",
             apply=apply,
+            options=MaxPoolOffsetsOptions,
             order=22,
             requires=frozenset({"torch-compile"}),
             check=check,

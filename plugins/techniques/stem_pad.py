@@ -1,0 +1,85 @@
+"""stem-pad: images and the first convolution padded with zero channels, 3 -> 4, as MLPerf's loaders do.
+
+cuDNN's NHWC Tensor Core kernels want a channel count that fills 8 bytes:
+given ResNet-50's 3-channel stem, cuDNN pads the input to 4 channels itself on
+every call. On one H200 (torch 2.11, cuDNN 9.19, fp16, channels-last, batch
+256; session 14) the stem convolution's forward and weight gradient took
+1.141 ms with 3 input channels and 0.868 ms with 4, of which cuDNN's own
+``nhwcAddPaddingKernel`` was 0.251 ms (8 channels: 2.255 ms). MLPerf's
+ResNet-50 has its data loader emit 4-channel NHWC images for this reason.
+
+The technique does the same in two places:
+
+* the data: every 4-D input whose channel count is the first convolution's
+  comes out with ``channels`` channels, the new ones zero, in the step's memory
+  format (so that channels-last, applied after it, has nothing left to
+  convert). As with channels-last's conversion, a batch of the workload's
+  on-device pool is padded once, where it is stored; a loader's batch is
+  padded each step, on the device, a cost the step pays;
+* the model: the first ``nn.Conv2d`` (in registration order, the stem of
+  torchvision's CNNs and a ViT's patch embedding) gets ``channels`` input
+  channels, its new weights zero. The weight keeps its ``Parameter`` object
+  (its data is replaced, as ``Module.to`` does), so the optimizer built
+  before the technique updates it.
+
+The result is the same function: a zero channel meets zero weights, and the
+weights' gradients for it are exactly zero (their input is zero), so no
+optimizer moves them from zero (SGD, momentum and weight decay keep zero
+at zero; so do AdamW and LAMB, whose update of a zero gradient is zero). The
+only difference from the unpadded model is the order of the convolution's sums.
+Order 15: before channels-last (20), which then converts the widened weight,
+and before AMP (30) and torch-compile (80).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from types import ModuleType
+
+from suite import CheckContext, Technique, TrainStep, hookimpl
+
+AMPSUITE_PLUGIN_API = 1
+
+__all__ = ["StemPadOptions", "apply", "check"]
+
+
+@dataclass(frozen=True)
+class StemPadOptions:
+    channels: int = field(
+        default=4, metadata={"help": "input channels after padding (4: what cuDNN pads a 3-channel NHWC input to)"}
+    )
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.channels <= 64:
+            raise ValueError(f"channels must be between 2 and 64, got {self.channels}")
+
+
+def _impl() -> ModuleType:
+    # The torch-dependent part lives in plugins.techniques._stem_pad: registering this plugin (ampsuite list,
+    # --help, suite-file checks) must not import torch.
+    return importlib.import_module("plugins.techniques._stem_pad")
+
+
+def check(ctx: CheckContext) -> str | None:
+    if "conv" not in ctx.workload.traits or "model" not in ctx.workload.traits:
+        return f"needs a convolutional workload with a model (traits 'conv', 'model'); {ctx.workload.name!r} lacks one"
+    return None
+
+
+def apply(step: TrainStep, options: StemPadOptions) -> TrainStep:
+    return _impl().apply(step, options)
+
+
+@hookimpl
+def ampsuite_techniques() -> list[Technique]:
+    return [
+        Technique(
+            name="stem-pad",
+            summary="images and the first convolution padded with zero channels (3 -> 4), as MLPerf's loaders do",
+            apply=apply,
+            options=StemPadOptions,
+            order=15,
+            check=check,
+        )
+    ]

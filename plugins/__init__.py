@@ -77,3 +77,8 @@ BUILTIN_IMPLEMENTATIONS: tuple[str, ...] = (
 use, so that registering them, as ``ampsuite list`` does, imports no torch). The runner's fork
 server preloads them: a worker is a fork that has them already, and a cell's memory limit is
 room above them."""
+
+CUDA_ONLY_IMPLEMENTATIONS: tuple[str, ...] = ("plugins.techniques._maxpool_triton",)
+"""Halves that only a CUDA cell imports, and so are not preloaded: maxpool-offsets' Triton backward imports
+Triton (about a second, and CPU-only builds of torch may lack it), which no CPU cell runs. A CUDA cell has
+no memory limit for an import in the worker to eat into."""

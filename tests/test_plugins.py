@@ -345,8 +345,9 @@ def test_registering_the_builtins_imports_no_torch() -> None:
 
 def test_every_builtin_implementation_module_is_preloaded() -> None:
     """The fork server preloads plugins.BUILTIN_IMPLEMENTATIONS: one left out would be imported in every
-    worker, after its memory limit is set. Executors' halves run in the parent only (and import optional
-    packages such as submitit), so no worker imports them."""
+    worker, after its memory limit is set (plugins.CUDA_ONLY_IMPLEMENTATIONS, which no CPU cell imports,
+    excepted). Executors' halves run in the parent only (and import optional packages such as submitit),
+    so no worker imports them."""
     import pkgutil
 
     import plugins
@@ -359,4 +360,5 @@ def test_every_builtin_implementation_module_is_preloaded() -> None:
         and m.rsplit(".", 1)[1] not in ("__init__", "_data")
         and not m.startswith("plugins.executors.")
     }
-    assert halves == set(plugins.BUILTIN_IMPLEMENTATIONS)
+    assert halves == set(plugins.BUILTIN_IMPLEMENTATIONS) | set(plugins.CUDA_ONLY_IMPLEMENTATIONS)
+    assert not set(plugins.BUILTIN_IMPLEMENTATIONS) & set(plugins.CUDA_ONLY_IMPLEMENTATIONS)

@@ -1,6 +1,6 @@
 """Session 15's check of maxpool-offsets' Triton backward on one H200, before any ResNet-50 compile.
 
-    python3 reports/h200/session15/check.py
+    PYTHONPATH=. python3 reports/h200/session15/check.py    # from the checkout's root
 
 At the stem pool's shape (256x64x112x112 fp16, channels-last, 3x3 stride 2 padding 1): the input gradient of
 the Triton kernel against the inline gather and ATen's pool (equal up to a pixel's summation order), and the
@@ -8,8 +8,12 @@ backward alone timed three ways (CUDA-event medians): ATen's max_pool2d backward
 inline gather compiled by inductor on its own, and the kernel; then the kernel's tile swept (pixels a program x
 warps; _maxpool_triton's constants are one of them). One JSON line.
 
-The kernel's first form (one element a program lane, int64 index arithmetic) took 0.971 ms here in call 1, against
-0.481 for the inline gather compiled alone and 1.963 for ATen's backward.
+The kernel's first form (one element a program lane, int64 index arithmetic) took 0.971 ms in the first
+try's call 1, against 0.481 for the inline gather compiled alone and 1.963 for ATen's backward. The tiled form
+(check.jsonl, call 2): 0.499 ms against 0.502 and 2.009, its gradient ATen's in every element. The sweep
+launches the kernel without the operator around it and times 0.58-1.10 ms for every tile, the default's 32x4
+at 0.77, slower than the same kernel through the operator. Why is not established (the two launch paths
+differ; one timed launch may include host time), so the sweep does not rank the tiles and the default stays.
 """
 
 from __future__ import annotations

@@ -29,6 +29,11 @@ at zero; so do AdamW and LAMB, whose update of a zero gradient is zero). The
 only difference from the unpadded model is the order of the convolution's sums.
 Order 15: before channels-last (20), which then converts the widened weight,
 and before AMP (30) and torch-compile (80).
+
+Measured in ResNet-50's tuned recipe (fp16 + channels-last + compile + fused
+SGD, batch 256, one H200, session 15): 7,625-7,638 -> 7,657-7,704 img/s
+(33.23-33.43 ms a step; cuDNN's padding kernel, 0.25 ms, gone), and with
+``maxpool-offsets`` too 7,741 -> 7,820.
 """
 
 from __future__ import annotations

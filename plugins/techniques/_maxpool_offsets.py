@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import importlib.util
-from typing import Any
+from typing import Any, get_args
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plugins.techniques.maxpool_offsets import MaxPoolOffsetsOptions
+from plugins.techniques.maxpool_offsets import Backward, MaxPoolOffsetsOptions
 from suite import SkipCell, TrainStep
 
 MAX_WINDOW = 127
 """The most pixels a window may hold: its winner's offset is stored as int8."""
 
-BACKWARDS = ("kernel", "inline")
+BACKWARDS: tuple[str, ...] = get_args(Backward)
 """How the backward gathers: one Triton kernel (:func:`kernel_backward`) or tensor ops (:func:`pool_backward`)."""
 
 

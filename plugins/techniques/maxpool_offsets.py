@@ -56,12 +56,15 @@ from suite import CheckContext, Technique, TrainStep, hookimpl
 
 AMPSUITE_PLUGIN_API = 1
 
-__all__ = ["MaxPoolOffsetsOptions", "apply", "check"]
+__all__ = ["Backward", "MaxPoolOffsetsOptions", "apply", "check"]
+
+Backward = Literal["kernel", "inline"]
+"""How the backward gathers: one Triton kernel, or tensor ops."""
 
 
 @dataclass(frozen=True)
 class MaxPoolOffsetsOptions:
-    backward: Literal["kernel", "inline"] = field(
+    backward: Backward = field(
         default="kernel",
         metadata={
             "help": "the gather: 'kernel', one Triton kernel inductor does not fuse (CUDA; CPU cells gather inline), "

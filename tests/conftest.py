@@ -42,6 +42,24 @@ def pytest_configure(config: pytest.Config) -> None:
 SuiteWriter = Callable[..., Path]
 
 
+def in_float64(step: Any) -> Any:
+    """A built ``TrainStep`` trained in float64: its model (the same Parameter objects, so the optimizer built
+    with it keeps them) and the inputs its data serves. For tests that compare two trainings step by step:
+    batch norm over a few images amplifies a float32 summation-order difference about tenfold a step (5e-5 in a
+    ResNet-18's conv1 weights after three steps, on one CPU), where float64 keeps it far below any tolerance."""
+    from suite import Batch  # the core tests' conftest imports no torch at collection
+
+    served = step.data
+
+    def data() -> Batch:
+        batch = served()
+        return Batch(tuple(t.double() for t in batch.inputs), batch.target)
+
+    step.model.double()
+    step.data = data
+    return step
+
+
 @pytest.fixture
 def fast_measure() -> str:
     """The fast CPU [measure] table as TOML text, to paste into a suite."""

@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 import torch
+from conftest import in_float64
 from torch import nn
 
 from plugins.techniques import _maxpool_offsets as impl
 from plugins.techniques import maxpool_offsets
 from plugins.workloads import cnn, toy
-from suite import Batch, BuildContext, CheckContext, SkipCell, Workload
+from suite import BuildContext, CheckContext, SkipCell, Workload
 
 TECHNIQUE = maxpool_offsets.ampsuite_techniques()[0]
 CPU = torch.device("cpu")
@@ -126,14 +127,6 @@ def test_only_plain_max_pools_it_can_express_are_replaced() -> None:
     torch.testing.assert_close(model[0](x), reference[0](x))
 
 
-def _in_float64(served: Any) -> Any:
-    def data() -> Batch:
-        batch = served()
-        return Batch(tuple(t.double() for t in batch.inputs), batch.target)
-
-    return data
-
-
 def test_a_resnet_trains_the_same_with_it(tmp_path: Path) -> None:
     options = cnn.ResNetOptions(depth=18, width=8, image_size=32, classes=10)
     step = cnn.build(options, BuildContext(CPU, 4, 0, str(tmp_path)))
@@ -146,12 +139,7 @@ def test_a_resnet_trains_the_same_with_it(tmp_path: Path) -> None:
     }
     assert step.model is not None and type(step.model.maxpool).__name__ == "OffsetMaxPool2d"
     assert reference.model is not None
-    # In float64: batch norm over 4 images amplifies a summation-order difference about tenfold a step, which
-    # in float32 reached 5e-5 in conv1's weights after three steps on one CPU (its convolution's own order)
-    for s in (step, reference):
-        assert s.model is not None
-        s.model.double()  # the same Parameter objects, so the optimizer built with the step keeps them
-        s.data = _in_float64(s.data)
+    step, reference = in_float64(step), in_float64(reference)
     runs = [step.compose(), reference.compose()]
     # The same training, up to the order in which a pixel that wins several windows sums their gradients.
     for _ in range(3):

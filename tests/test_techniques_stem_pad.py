@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import in_float64
 from torch import nn
 
 from plugins.techniques import _stem_pad as impl
@@ -34,14 +35,16 @@ def test_a_resnet_trains_the_same_and_the_new_weights_stay_zero(tmp_path: Path, 
     assert step.model is not None and step.model.conv1.weight is weight  # the optimizer's Parameter, widened
     assert weight.shape == (8, 4, 7, 7) and step.model.conv1.in_channels == 4
     assert any(p is weight for group in step.optimizer.param_groups for p in group["params"])
+    step, reference = in_float64(step), in_float64(reference)
+    assert step.model.conv1.weight is weight and weight.dtype == torch.float64
     runs = [step.compose(), reference.compose()]
     for _ in range(3):
         batch = step.data()
         assert batch.inputs[0].shape == (4, 4, 32, 32) and not batch.inputs[0][:, 3].any()
-        torch.testing.assert_close(runs[0](batch), runs[1](reference.data()), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(runs[0](batch), runs[1](reference.data()), rtol=1e-10, atol=1e-10)
     # the zero channel's gradient is exactly zero, so no optimizer (with weight decay) moves its weights
     assert not weight[:, 3].any()
-    torch.testing.assert_close(weight[:, :3], reference.model.conv1.weight, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(weight[:, :3], reference.model.conv1.weight, rtol=1e-9, atol=1e-10)
 
 
 def test_with_channels_last_the_pool_is_padded_once_into_that_layout(tmp_path: Path) -> None:

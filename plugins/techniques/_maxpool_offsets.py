@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from plugins.techniques._cudnn_batch_norm import _memory_format
 from plugins.techniques.maxpool_offsets import Backward, MaxPoolOffsetsOptions
 from suite import SkipCell, TrainStep
 
@@ -131,9 +132,7 @@ class _OffsetMaxPool(torch.autograd.Function):
         ctx.geometry = (tuple(x.shape[-2:]), kernel, stride, padding)
         ctx.backward_kind = backward
         # the input's gradient in the input's layout: the batch norm backward that reads it expects that
-        ctx.channels_last = (
-            x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
-        )
+        ctx.channels_last = _memory_format(x) is torch.channels_last
         return out
 
     @staticmethod

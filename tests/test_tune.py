@@ -326,6 +326,46 @@ def test_the_search_follows_each_amp_dtype_not_only_the_faster_eager_one(tmp_pat
     assert {"amp-fp16+fused-optimizer", "amp-bf16+fused-optimizer"} <= finals  # both paths' ends in full
 
 
+class NearMissWorker(FakeWorker):
+    """bf16 is the start; noop and fused-optimizer each make it ``gain`` faster. A screen's noise is 0.6% here, so
+    that a single step must clear 1.2% (the sum of two figures' noise) where a full one clears 1%."""
+
+    gain = 1.011
+
+    def __call__(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
+        record = super().__call__(cell, spec, timeout)
+        names = {t for t, _ in cell.techniques}
+        speed = (2.0 if "amp-bf16" in names else 1.0) * self.gain ** len(names & {"noop", "fused-optimizer"})
+        median = 0.01 / speed
+        step_time = {**_step_time(median), "noise": 0.006 if cell.id.endswith("/screen") else 0.001}
+        record["metrics"] = {"step_time": step_time, "throughput": cell.batch_size / median}
+        return record
+
+
+@pytest.mark.parametrize("gain", [1.011, 1.004])
+def test_near_misses_of_a_greedy_round_are_screened_together(tmp_path: Path, gain: float) -> None:
+    (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra='noop = ["noop"]'), encoding="utf-8")
+    plan = session.plan(tmp_path / "s.toml")
+    fake = NearMissWorker(plan.registry, 1.0)
+    fake.gain = gain
+    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
+    (toy,) = tune(plan, config, lambda line: None, measure=fake)["workloads"]
+    greedy = {s["combination"]: s["decision"] for s in toy["steps"] if s["phase"] == "greedy"}
+    # Neither alone clears the screens' noise...
+    assert greedy["amp-bf16+noop"] == greedy["amp-bf16+fused-optimizer"] == "not faster"
+    (together,) = [c for c in greedy if c.startswith("amp-bf16+") and {"noop", "fused-optimizer"} <= {*c.split("+")}]
+    if gain > 1.01:
+        # ...together they do (+2.2%): the path takes both, and in full each is clearly worth its place.
+        assert greedy[together] == "kept: the round's near misses together"
+        assert sorted(toy["winner"]["techniques"]) == ["amp-bf16", "fused-optimizer", "noop"]
+        contributions = {r["label"]: r["contribution"] for r in toy["ablation"]}
+        assert contributions["without noop"] == contributions["without fused-optimizer"] == pytest.approx(gain - 1)
+    else:
+        # +0.8% together is no clear gain either: the path ends where it was, and the simplest recipe wins.
+        assert greedy[together] == "not faster"
+        assert toy["winner"]["techniques"] == ["amp-bf16"]
+
+
 class InterruptingWorker(FakeWorker):
     """Ctrl-C during the ``n``-th ablation cell (the worker's record says ``interrupted``, as run_record's does)."""
 

@@ -31,8 +31,6 @@ from suite.tune.trust import as_record, numerics_reason, throttled_reason, untru
 
 __all__ = ["FULL", "SCREEN", "SCREENED_STEPS", "Measure", "Progress", "TuneConfig", "Tuner"]
 
-MIN_GAIN = 0.01
-"""Smallest relative throughput gain that counts, whatever the noise (as analysis.compare)."""
 SCREEN, FULL = "screen", "full"
 SCREENED_STEPS = ("start", "greedy")
 """Steps of the search log whose measurement is a screening one."""

@@ -1035,6 +1035,84 @@ def test_the_searchs_compiles_price_the_ablations_rows_fp32_included() -> None:
     assert budget.estimate(("bert", "screen"), 2.0, ("torch-compile",)) == pytest.approx(2.0 * ESTIMATE_MARGIN + 1.0)
 
 
+class FullCostWorker(FakeWorker):
+    """A screen takes 1 s, a full measurement 20 s."""
+
+    def __call__(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
+        self.cost = 1.0 if cell.id.endswith("/screen") else 20.0
+        return super().__call__(cell, spec, timeout)
+
+
+def test_a_resumed_search_out_of_budget_still_chooses_among_the_full_records_it_holds(tmp_path: Path) -> None:
+    suite = tmp_path / "s.toml"
+    suite.write_text(TOY_SUITE.format(extra=""), encoding="utf-8")
+    fake = FullCostWorker(session.plan(suite).registry, 1.0)
+    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=5000.0, clock=fake.clock)
+    (first,) = tune(session.plan(suite), config, lambda line: None, measure=fake)["workloads"]
+    assert sorted(first["winner"]["techniques"]) == ["amp-bf16", "fused-optimizer"]
+    # A technique joins the space, and the next call's budget pays for its screens, not for the new path's end.
+    suite.write_text(TOY_SUITE.format(extra='noop = ["noop"]'), encoding="utf-8")
+    fake.now = 0.0
+    resumed = dataclasses.replace(config, resume=True, budget_seconds=12.0, clock=fake.clock)
+    (toy,) = tune(session.plan(suite), resumed, lambda line: None, measure=fake)["workloads"]
+    finals = {s["combination"]: s["decision"] for s in toy["steps"] if s["phase"] == "final"}
+    assert finals[first["winner"]["combination"]] == "trusted"  # the file's full record, free, among the finalists
+    assert toy["winner"]["cell_id"] == first["winner"]["cell_id"]  # not a slower one the file also held
+
+
+def test_first_steps_of_an_earlier_run_price_this_runs_candidates_and_nothing_else() -> None:
+    """Session 14 on an H200: two resumed calls each started the ablation's fp16 + compile + channels-last with
+    131 and 92 s left, priced without a compile (no cell of the call had compiled a subset of it) although the
+    file held amp-fp16 + torch-compile's 157 s first step; the budget cut it both times."""
+    from suite.tune.budget import ESTIMATE_MARGIN, Budget
+
+    budget = Budget(131.0, clock=lambda: 0.0)
+    budget.learn("resnet50", ("amp-fp16", "torch-compile"), 156.8)
+    budget.learn("resnet50", ("amp-fp16", "fused-optimizer", "channels-last"), 4.0)
+    ablation = ("resnet50", "ablation")
+    candidate = ("amp-fp16", "torch-compile", "channels-last")
+    # Before this run has measured a cell: the measurement's own seconds, start-up, and the earlier compile.
+    assert budget.estimate(ablation, 2.0, candidate) == pytest.approx((2.0 + 156.8) * ESTIMATE_MARGIN + 6.0)
+    assert not budget.fits(budget.estimate(ablation, 2.0, candidate))
+    assert budget.priced_by(ablation, candidate) == ("amp-fp16+torch-compile (an earlier run)", 156.8)
+    # The rest of a cell is this run's own: an earlier record's wall says nothing of it.
+    budget.record(ablation, 10.1, ("amp-fp16", "fused-optimizer", "channels-last"), first_step_seconds=4.0)
+    assert budget.estimate(ablation, 2.0, candidate) == pytest.approx((10.1 - 4.0 + 156.8) * ESTIMATE_MARGIN)
+    assert budget.estimate(ablation, 2.0, ("amp-fp16",)) == pytest.approx((10.1 - 4.0) * ESTIMATE_MARGIN)
+    assert budget.estimate(("bert", "screen"), 2.0, candidate) == pytest.approx(2.0 * ESTIMATE_MARGIN + 1.0)
+
+
+class CompileWorker(FakeWorker):
+    """A compiled cell takes 50 s, 45 of them its first step; any other 1 s."""
+
+    def __call__(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
+        compiled = any(t == "torch-compile" for t, _ in cell.techniques)
+        self.cost = 50.0 if compiled else 1.0
+        record = super().__call__(cell, spec, timeout)
+        if record["status"] == Status.PASSED:
+            record["metrics"]["first_step_seconds"] = 45.0 if compiled else 0.5
+        return record
+
+
+def test_a_resumed_tune_prices_its_compiles_from_the_files_first_steps(tmp_path: Path) -> None:
+    suite = tmp_path / "s.toml"
+    suite.write_text(TOY_SUITE.format(extra='compiled = ["amp-bf16", "torch-compile"]'), encoding="utf-8")
+    fake = CompileWorker(session.plan(suite).registry, 1.0)
+    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=5000.0, clock=fake.clock)
+    tune(session.plan(suite), config, lambda line: None, measure=fake)
+    # A technique joins the space; the next call has less than a compile's time.
+    compiled = 'compiled = ["amp-bf16", "torch-compile"]'
+    suite.write_text(TOY_SUITE.format(extra=f'{compiled}\nnoop = ["noop"]'), encoding="utf-8")
+    fake.starts, lines = [], []
+    resumed = dataclasses.replace(config, resume=True, budget_seconds=45.0, clock=fake.clock)
+    fake.now = 0.0
+    tune(session.plan(suite), resumed, lines.append, measure=fake)
+    started = [c for c in results.load(config.output)["cells"] if "noop" in c["combination"]]
+    assert started and all("torch-compile" not in c["combination"] for c in started)  # the eager screens ran...
+    refused = [line for line in lines if "torch-compile+noop not started" in line]
+    assert refused and "priced as that of " in refused[0] and "(an earlier run), 45.0 s" in refused[0]  # ...no compile
+
+
 def test_a_technique_that_requires_another_waits_in_the_pool_and_leaves_the_ablation_with_it(tmp_path: Path) -> None:
     # Session 14 on the H200: maxpool-offsets (requires torch-compile) was pruned from the pool at the first
     # greedy step, where no path had compiled yet, and the tune never tried it on a compiled step.

@@ -32,6 +32,8 @@ class Budget:
         self.clock = clock
         self.start = clock()
         self.walls: dict[tuple[str, str], list[_Cost]] = {}
+        self.earlier: dict[str, list[_Cost]] = {}
+        """First steps of earlier runs (``--resume``), per workload configuration: :meth:`learn`."""
         self.refused = 0
         """Candidates not started because their estimate did not fit."""
 
@@ -55,6 +57,18 @@ class Budget:
         cost = _Cost(_kind(techniques), wall_seconds - first, first, "+".join(techniques) or "fp32")
         self.walls.setdefault(key, []).append(cost)
 
+    def learn(self, workload: str, techniques: Iterable[str], first_step_seconds: float) -> None:
+        """Remember the first step of a cell of ``workload`` measured in an earlier run (``--resume``): it prices
+        first steps as this run's do, and nothing else (the rest of a cell is this run's machine's to say).
+
+        Session 14 on an H200: each of two resumed calls started the ablation's fp16 + compile + channels-last
+        with 131 and 92 s left, priced without a compile because no cell of that call had compiled a subset of
+        it, while the file held amp-fp16 + torch-compile's 157 s first step; the budget cut it both times."""
+        if first_step_seconds > 0:
+            techniques = tuple(techniques)
+            name = f"{'+'.join(techniques) or 'fp32'} (an earlier run)"
+            self.earlier.setdefault(workload, []).append(_Cost(_kind(techniques), 0.0, first_step_seconds, name))
+
     def estimate(self, key: tuple[str, str], nominal: float, techniques: Iterable[str] = ()) -> float:
         """Expected wall time of the next cell under ``key`` with ``techniques`` (with a margin).
 
@@ -66,23 +80,29 @@ class Budget:
         any phase, whose techniques other than AMP are among the candidate's (a candidate costs at least
         what its most expensive measured part did, and a compile costs about the same in either AMP dtype
         or in FP32). Session 13's ablation priced its first row, FP32 + compile, from no cell at all,
-        started it with 125 s left, and the budget cut it before its first step was done. Before any cell
-        of the workload: ``nominal`` (the measurement's own seconds) plus :data:`STARTUP_SECONDS`.
+        started it with 125 s left, and the budget cut it before its first step was done. First steps of
+        earlier runs (:meth:`learn`) count as this run's. Before any cell of the workload in this run, the rest
+        is ``nominal`` (the measurement's own seconds) plus :data:`STARTUP_SECONDS`.
         """
         workload = self._workload(key)
+        priced = self._priced(key, techniques)
+        first = priced.first if priced else 0.0
         if workload:
             rest = max(c.rest for c in self.walls.get(key) or workload)
-            priced = self._first_step(workload, techniques)
-            return (rest + (priced.first if priced else 0.0)) * ESTIMATE_MARGIN
+            return (rest + first) * ESTIMATE_MARGIN
         # Another workload already paid the fork server's start: only the measurement is left.
-        return nominal * ESTIMATE_MARGIN + (1.0 if any(self.walls.values()) else STARTUP_SECONDS)
+        return (nominal + first) * ESTIMATE_MARGIN + (1.0 if any(self.walls.values()) else STARTUP_SECONDS)
 
     def priced_by(self, key: tuple[str, str], techniques: Iterable[str] = ()) -> tuple[str, float] | None:
         """The measured cell whose first step :meth:`estimate` charges a candidate with ``techniques``, as
         (its techniques joined by "+", seconds), or None when no first step is charged: what a refusal names,
         so that a reader can tell a compile from the rest (and give a candidate whose graph is cached more time)."""
-        priced = self._first_step(self._workload(key), techniques)
+        priced = self._priced(key, techniques)
         return (priced.name, priced.first) if priced and priced.first > 0 else None
+
+    def _priced(self, key: tuple[str, str], techniques: Iterable[str]) -> _Cost | None:
+        """The cell, of this run or an earlier one, whose first step a candidate with ``techniques`` is charged."""
+        return self._first_step([*self._workload(key), *self.earlier.get(key[0], [])], techniques)
 
     def _workload(self, key: tuple[str, str]) -> list[_Cost]:
         return [c for (w, _), costs in self.walls.items() if w == key[0] for c in costs]

@@ -88,6 +88,7 @@ class Tuner:
         self._figures: dict[str, dict[str, tuple[float, str]]] = {}
         if previous is not None:
             self._best_from(previous)
+            self._prices_from(previous)
 
     def _best_from(self, previous: dict[str, Any]) -> None:
         """--resume: each workload's best so far starts at the winner the file's last run chose, while its record
@@ -99,6 +100,16 @@ class Tuner:
             if record is not None:
                 name = f"{winner['combination']}/bs{winner['batch_size']}"
                 self._offer(str(workload.get("key")), name, FULL, record, f"{name} (the file's last winner)")
+
+    def _prices_from(self, previous: dict[str, Any]) -> None:
+        """--resume: the first steps of the file's records price this run's candidates (:meth:`Budget.learn`), as
+        candidate techniques: without the suite's base techniques, which every candidate has."""
+        base = set(self.spec.base_techniques)
+        for record in previous["cells"]:
+            first = (record.get("metrics") or {}).get("first_step_seconds")
+            if isinstance(first, int | float):
+                names = [str(t.get("name")) for t in record.get("techniques") or [] if t.get("name") not in base]
+                self.budget.learn(str(record["id"]).split("/", 1)[0], names, float(first))
 
     def close(self) -> None:
         """Remove the folder of the workers' logs (each cell's log is read into its record)."""
@@ -177,7 +188,7 @@ class Tuner:
         if not self.budget.fits(estimate, reserve):
             self.budget.refused += 1
             priced = self.budget.priced_by((config.key, phase), candidate.techniques)
-            why = f" (its first step priced as {priced[0]}'s, {priced[1]:.1f} s)" if priced else ""
+            why = f" (its first step priced as that of {priced[0]}, {priced[1]:.1f} s)" if priced else ""
             self._line(f"{config.key}: {candidate.combination} not started: needs ~{estimate:.1f} s{why}")
             return previous  # a stale record stays what the file has
         timeout = self.budget.timeout(self.cell_timeout)

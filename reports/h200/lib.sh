@@ -1,15 +1,23 @@
 # Helpers the per-session H200 drivers share (reports/h200/sessionN/run.sh sources this).
 #
 # Before sourcing: S (the session's folder under reports/h200) and END (epoch seconds by which
-# the call must be done). After it: left, run, probe_env, finish.
+# the call must be done). After it: left, run, tune, tune_bg, wait_bg, selfcheck, probe_env, finish.
 # in the checkout, ignored: a machine still held from the previous call keeps it (the device tool keeps
 # ignored files between calls), so a graph compiled there is a cache hit in the next call
 export TORCHINDUCTOR_CACHE_DIR=$PWD/.inductor PYTHONUNBUFFERED=1
 mkdir -p "$TORCHINDUCTOR_CACHE_DIR"
 # inductor's caches of earlier calls, carried as .gpu/kernels or as the parts finish sent back
-# (.gpu/inductor.txz.partNN): a compile found there takes seconds
-[ -d .gpu/kernels ] && cp -r .gpu/kernels/. "$TORCHINDUCTOR_CACHE_DIR/"
-ls .gpu/inductor.txz.part* >/dev/null 2>&1 && cat .gpu/inductor.txz.part* | tar -xJf - -C "$TORCHINDUCTOR_CACHE_DIR"
+# (.gpu/inductor.txz.partNN): a compile found there takes seconds. Only into an empty cache (a machine's
+# first call): a later call would write the same files again under a background run that reads them.
+if [ -z "$(ls -A "$TORCHINDUCTOR_CACHE_DIR")" ]; then
+    [ -d .gpu/kernels ] && cp -r .gpu/kernels/. "$TORCHINDUCTOR_CACHE_DIR/"
+    ls .gpu/inductor.txz.part* >/dev/null 2>&1 && cat .gpu/inductor.txz.part* | tar -xJf - -C "$TORCHINDUCTOR_CACHE_DIR"
+fi
+
+# ignored too, and kept between the calls of one held machine: a background run writes its results here, since
+# each call copies this checkout's tracked and untracked files again, over a results file under $S
+B=$PWD/.h200
+mkdir -p "$B"
 
 left() { echo $((END - $(date +%s))); }
 # enough GPU time left for a step: a helper started with less (a negative timeout) would only fail
@@ -35,6 +43,34 @@ tune() {
         --resume --budget $(($(left) - 40))s --report-dir "$S/$name" "$@" >>"$S/$name.log" 2>&1
 }
 
+# tune_bg GPU SUITE NAME SECONDS [ARGS...]: `ampsuite tune SUITE --resume --budget SECONDS` in a process session of
+# its own, so that it outlives this call (the device tool ends a call's other processes) and runs on across the next
+# calls while the machine is held: one budget longer than a call's 10 minutes. The machine goes back after 30 s
+# without a call, and the run with it (its results file keeps every cell measured). Starts from $S/NAME/results.json;
+# does nothing while NAME runs.
+tune_bg() {
+    local gpu=$1 suite=$2 name=$3 seconds=$4
+    shift 4
+    if [ -f "$B/$name.pid" ] && kill -0 "$(cat "$B/$name.pid")" 2>/dev/null; then return 0; fi
+    mkdir -p "$B/$name"
+    [ -f "$S/$name/results.json" ] && [ ! -f "$B/$name/results.json" ] && cp "$S/$name/results.json" "$B/$name/"
+    echo "== $(date -u +%T) tune $name on GPU $gpu in the background, ${seconds} s" >>"$B/$name.log"
+    CUDA_VISIBLE_DEVICES=$gpu setsid python3 -m suite tune "$suite" --resume --budget "${seconds}s" \
+        --report-dir "$B/$name" "$@" >>"$B/$name.log" 2>&1 </dev/null &
+    echo $! >"$B/$name.pid"
+    disown  # finish's `wait` is for this call's jobs
+}
+
+# wait_bg NAME: until the background run NAME ends, or this call has 40 s left; then what it wrote so far into $S
+wait_bg() {
+    local pid
+    pid=$(cat "$B/$1.pid" 2>/dev/null) || return 1
+    while kill -0 "$pid" 2>/dev/null && [ "$(left)" -gt 40 ]; do sleep 5; done
+    mkdir -p "$S/$1"
+    cp -r "$B/$1/." "$S/$1/"
+    cp "$B/$1.log" "$S/$1.log"
+}
+
 # selfcheck GPU NAME: the winner of the tune in $S/NAME/ against a plain loop, into $S/selfcheck-NAME.json
 selfcheck() {
     enough || return 1
@@ -52,10 +88,12 @@ probe_env() {
 
 # finish NAME: wait for the call's jobs and send the session's folder back through $OUT, with inductor's
 # cache for the next call's .gpu/ in parts of 15 MB ($OUT takes 16 MiB a file, 8 files and 64 MiB in
-# all; at most 4 parts, or none; xz, as cubins and generated code shrink far more than with gzip)
+# all; at most 4 parts, or none; xz, as cubins and generated code shrink far more than with gzip). `finish NAME
+# nocache` leaves the cache out: a call whose background run goes on would only send a cache it is still filling.
 finish() {
     wait
     tar -czf "$OUT/$1.tgz" "$S" 2>/dev/null
+    [ "${2:-}" = nocache ] && return 0
     XZ_OPT=-T0 tar -cJf - -C "$TORCHINDUCTOR_CACHE_DIR" . 2>/dev/null | split -b 15000000 -d - /tmp/inductor.txz.part
     [ "$(ls /tmp/inductor.txz.part* | wc -l)" -le 4 ] && cp /tmp/inductor.txz.part* "$OUT/"
 }

@@ -23,6 +23,7 @@ from suite.run import runner, selfcheck
 from suite.spec.matrix import expand
 from suite.spec.suitefile import SuiteSpec, loads
 from suite.tune import TuneConfig, recipe_toml, tune, untrusted_reason
+from suite.tune.search import STOOD_IN
 from suite.tune.space import Candidate, option_choices
 
 TOY_SUITE = """\
@@ -1056,8 +1057,15 @@ def test_a_resumed_search_out_of_budget_still_chooses_among_the_full_records_it_
     resumed = dataclasses.replace(config, resume=True, budget_seconds=12.0, clock=fake.clock)
     (toy,) = tune(session.plan(suite), resumed, lambda line: None, measure=fake)["workloads"]
     finals = {s["combination"]: s["decision"] for s in toy["steps"] if s["phase"] == "final"}
-    assert finals[first["winner"]["combination"]] == "trusted"  # the file's full record, free, among the finalists
-    assert toy["winner"]["cell_id"] == first["winner"]["cell_id"]  # not a slower one the file also held
+    # The file's full record stands in for the finalists the budget left out, free...
+    assert finals[first["winner"]["combination"]] == STOOD_IN
+    assert toy["winner"]["cell_id"] == first["winner"]["cell_id"]  # ...and wins: not a slower one the file also held
+    # With the budget for its finalists, the search measures them and nothing stands in.
+    fake.now = 0.0
+    (full,) = tune(session.plan(suite), dataclasses.replace(resumed, budget_seconds=5000.0), lambda line: None, fake)[
+        "workloads"
+    ]
+    assert all(s["decision"] != STOOD_IN for s in full["steps"])
 
 
 def test_first_steps_of_an_earlier_run_price_this_runs_candidates_and_nothing_else() -> None:

@@ -245,13 +245,14 @@ def _finals(
     fp32: Measured,
     steps: list[dict[str, Any]],
 ) -> Measured | None:
-    """Step 4: the greedy paths' ends and the next best screened candidates measured in full, then every other
-    screened candidate whose full record is at hand (``--resume``: free); the winner.
+    """Step 4: the greedy paths' ends and the next best screened candidates measured in full; the winner.
 
-    The free ones matter when the budget runs out: a resumed search whose path grew past the file's winner could
-    otherwise choose between figures it could not measure and the slower finalists the file held (a replay of
-    the ResNet-50 tune on a 25-minute budget, with session 15's figures for its new cells, chose bf16 + compile +
-    channels-last's 7,272 img/s over the 7,651 of the fp16 recipe in the file)."""
+    When the budget leaves a finalist unmeasured, every other screened candidate whose full record is at hand
+    (``--resume``) stands in, free: a resumed search whose path grew past the file's winner would otherwise choose
+    between the figures it could measure and the slower finalists the file held (a replay of the ResNet-50 tune
+    on a 25-minute budget, with session 15's figures for its new cells, chose bf16 + compile + channels-last's
+    7,272 img/s over the 7,651 of the fp16 recipe in the file). Only then: they would be measured again beside a
+    figure of this run (:func:`_from_this_machine`), a compile each, for candidates the search has moved past."""
     others, ends = screened
     finalists = [c for c, _ in sorted(ends, key=lambda m: -_value(m[1]))]
     ranked = [c for c, _ in sorted(others, key=lambda m: -_value(m[1]))]
@@ -259,17 +260,37 @@ def _finals(
         if len(finalists) >= max(tuner.config.finalists, len(ends)):
             break
         finalists.append(candidate)
-    finalists += [c for c in ranked if c not in finalists and c != fp32[0] and tuner.known(config, c, FULL)]
     trusted: list[Measured] = [fp32] if _ok(tuner, fp32[1], FULL) else []
+    refused = False
     for candidate in finalists:
         record = fp32[1] if candidate == fp32[0] else tuner.run(config, candidate, FULL)
-        step = _step(steps, tuner, "final", candidate, record)
-        if record is not None and _ok(tuner, record, FULL):
-            trusted.append((candidate, record))
-            step["decision"] = "trusted"
-        else:
-            _turn_down(step, record, "not trusted")
+        refused = refused or record is None
+        _final(tuner, steps, candidate, record, trusted)
+    if refused:
+        for candidate in ranked:
+            if candidate not in finalists and candidate != fp32[0] and tuner.known(config, candidate, FULL):
+                _final(tuner, steps, candidate, tuner.run(config, candidate, FULL), trusted, STOOD_IN)
     return _choose(_from_this_machine(tuner, config, trusted, steps))
+
+
+STOOD_IN = "trusted: a record at hand, for a finalist the budget left unmeasured"
+
+
+def _final(
+    tuner: Tuner,
+    steps: list[dict[str, Any]],
+    candidate: Candidate,
+    record: dict[str, Any] | None,
+    trusted: list[Measured],
+    decision: str = "trusted",
+) -> None:
+    """Log one finalist's full ``record``, into ``trusted`` when it is."""
+    step = _step(steps, tuner, "final", candidate, record)
+    if record is not None and _ok(tuner, record, FULL):
+        trusted.append((candidate, record))
+        step["decision"] = decision
+    else:
+        _turn_down(step, record, "not trusted")
 
 
 MACHINE_SPREAD = 0.10

@@ -126,15 +126,11 @@ def _greedy(
             trial = current[0].plus(technique)
             if _lacks(tuner, trial, technique):
                 continue  # it waits in the pool for what it requires to join the path (maxpool-offsets, compile)
-            record = tuner.run(config, trial, SCREEN)
-            step = _step(steps, tuner, "greedy", trial, record)
+            record, step, ok = _trial(tuner, config, trial, steps, healthy)
             if record is not None and record["status"] == Status.SKIPPED:
                 pool.remove(technique)  # pruned: a longer combination cannot lift a conflict or a check's reason
-            if record is None or not _ok(tuner, record, SCREEN):
-                _turn_down(step, record, "rejected")
+            if record is None or not ok:
                 continue
-            healthy.append((trial, record))
-            step["decision"] = "not faster"
             if _value(record) > _value(current[1]):
                 faster.append((technique, (trial, record)))
             if best is None or _value(record) > _value(best[1][1]):
@@ -173,17 +169,27 @@ def _together(
     trial = current[0]
     for technique, _ in sorted(faster, key=lambda m: -_value(m[1][1])):
         trial = trial.plus(technique)
+    record, step, ok = _trial(tuner, config, trial, steps, healthy)
+    if record is None or not ok or not _gain_over(record, current[1]):
+        return None
+    step["decision"] = "kept: the round's near misses together"
+    return trial, record
+
+
+def _trial(
+    tuner: Tuner, config: WorkloadConfig, trial: Candidate, steps: list[dict[str, Any]], healthy: list[Measured]
+) -> tuple[dict[str, Any] | None, dict[str, Any], bool]:
+    """One greedy screen of ``trial``, logged: (its record, its step, whether it is healthy). A healthy one joins
+    ``healthy`` and its step reads "not faster" until the caller keeps it; any other is rejected (or left by the
+    budget, as its step says)."""
     record = tuner.run(config, trial, SCREEN)
     step = _step(steps, tuner, "greedy", trial, record)
     if record is None or not _ok(tuner, record, SCREEN):
         _turn_down(step, record, "rejected")
-        return None
+        return record, step, False
     healthy.append((trial, record))
-    if not _gain_over(record, current[1]):
-        step["decision"] = "not faster"
-        return None
-    step["decision"] = "kept: the round's near misses together"
-    return trial, record
+    step["decision"] = "not faster"
+    return record, step, True
 
 
 def _screen(

@@ -9,7 +9,9 @@ Per workload configuration (see docs/tune.md):
    keep the fastest addition when it is faster by more than the two figures'
    noise and its numerics are healthy, else the round's faster additions
    together on the same terms (the joint step), repeat until neither helps; one
-   path from the fastest start, then one from each other healthy AMP dtype;
+   path from the fastest start, then one from each other healthy AMP dtype; a
+   round whose screens come from more than one run (``--resume``) screens the
+   file's again first, so that it compares figures of one machine;
 4. finalists (the paths' ends, then the best screened candidates) measured in full; the winner is
    the fastest trustworthy one, the simplest (then the one without a loss scale) when others are
    not clearly faster;
@@ -120,8 +122,7 @@ def _greedy(
     current = start
     pool = list(pool)
     while pool:
-        best: tuple[str, Measured, dict[str, Any]] | None = None
-        faster: list[tuple[str, Measured]] = []  # this round's healthy additions faster than the path, clearly or not
+        trials: list[tuple[str, Measured, dict[str, Any]]] = []  # this round's healthy additions
         for technique in list(pool):
             trial = current[0].plus(technique)
             if _lacks(tuner, trial, technique):
@@ -129,12 +130,12 @@ def _greedy(
             record, step, ok = _trial(tuner, config, trial, steps, healthy)
             if record is not None and record["status"] == Status.SKIPPED:
                 pool.remove(technique)  # pruned: a longer combination cannot lift a conflict or a check's reason
-            if record is None or not ok:
-                continue
-            if _value(record) > _value(current[1]):
-                faster.append((technique, (trial, record)))
-            if best is None or _value(record) > _value(best[1][1]):
-                best = (technique, (trial, record), step)
+            if record is not None and ok:
+                trials.append((technique, (trial, record), step))
+        current, trials = _one_run(tuner, config, current, trials, steps, healthy)
+        # this round's healthy additions faster than the path, clearly or not
+        faster = [(t, m) for t, m, _ in trials if _value(m[1]) > _value(current[1])]
+        best = max(trials, key=lambda t: _value(t[1][1]), default=None)
         if best is not None and _gain_over(best[1][1], current[1]):
             pool.remove(best[0])
             current = best[1]
@@ -146,6 +147,50 @@ def _greedy(
         pool = [t for t in pool if t not in joined[0].techniques]
         current = joined
     return current
+
+
+def _one_run(
+    tuner: Tuner,
+    config: WorkloadConfig,
+    current: Measured,
+    trials: list[tuple[str, Measured, dict[str, Any]]],
+    steps: list[dict[str, Any]],
+    healthy: list[Measured],
+) -> tuple[Measured, list[tuple[str, Measured, dict[str, Any]]]]:
+    """A greedy round's figures (the path's and its healthy additions' screens) from one run: when they come from
+    more than one (``--resume``), those taken from the file are screened again in this run, the path first
+    (:func:`_like_with_like` says why). One that the budget refuses, or whose new screen is not healthy, keeps the
+    file's record.
+
+    Session 17 on an H200 held maxpool-offsets on the fp16 recipe, screened that day at 7,703 img/s, against the
+    recipe's screen of session 13 on another machine (7,660): +0.6%, not kept. That day's selfcheck timed the
+    recipe at 34.76 ms a step against session 13's 33.46 (a selfcheck ran 1.6% slower than its cell in session
+    15), and on one machine (session 15) maxpool-offsets gained 1.4%."""
+    if len({tuner.run_of(m[1]) for m in (current, *(m for _, m, _ in trials))}) <= 1:
+        return current, trials
+    log = (steps, "greedy")
+
+    def screen_again(measured: Measured) -> Measured:
+        new = _again(tuner, config, measured, log, SCREEN)
+        healthy[:] = [new if m[0] == new[0] else m for m in healthy]
+        return new
+
+    if not tuner.here(current[1]):
+        current = screen_again(current)
+    out = []
+    for technique, measured, step in trials:
+        if not tuner.here(measured[1]):
+            new = screen_again(measured)
+            if new is not measured:
+                # The new screen's step carries the round's decision, the file's says it was screened again.
+                step["decision"], step = SCREENED_AGAIN, steps[-1]
+                step["decision"] = "not faster"
+            measured = new
+        out.append((technique, measured, step))
+    return current, out
+
+
+SCREENED_AGAIN = "screened again in this run, beside the round's other figures"
 
 
 def _together(
@@ -405,21 +450,23 @@ def _like_with_like(
     return winner, variant
 
 
-def _again(tuner: Tuner, config: WorkloadConfig, measured: Measured, step: tuple[list[Any], str]) -> Measured:
-    """``measured`` with its record measured again in this run (:data:`AGAIN`) and logged as a step, or as it
-    was when the budget refuses the measurement or the new one is not trusted."""
-    again = tuner.run(config, measured[0], FULL, again=AGAIN)
+def _again(
+    tuner: Tuner, config: WorkloadConfig, measured: Measured, step: tuple[list[Any], str], phase: str = FULL
+) -> Measured:
+    """``measured`` with its record (of ``phase``) measured again in this run (:data:`AGAIN`) and logged as a step,
+    or as it was when the budget refuses the measurement or the new one is not trusted."""
+    again = tuner.run(config, measured[0], phase, again=AGAIN)
     if again is None or again is measured[1]:  # the budget refused it: the file's record goes on
         _step(step[0], tuner, step[1], measured[0], None)["decision"] = "not measured again: the file's record stays"
         return measured
     logged = _step(step[0], tuner, step[1], measured[0], again)
-    if _ok(tuner, again, FULL):
+    if _ok(tuner, again, phase):
         logged["decision"] = "measured again in this run"
         return (measured[0], again)
     # Not trusted: no figure of this machine to compare with. The file's record goes on, in the search and in the
     # results file; this measurement stays in the step log (its figure and why it is not trusted).
     logged["decision"] = "measured again, not trusted: the file's record stays"
-    tuner.restore(config, measured[0], measured[1])
+    tuner.restore(config, measured[0], measured[1], phase)
     return measured
 
 

@@ -251,12 +251,12 @@ class Tuner:
             return numerics_reason(record, self.writer.doc)
         return untrusted_reason(record, self.writer.doc)
 
-    def restore(self, config: WorkloadConfig, candidate: Candidate, record: dict[str, Any]) -> None:
-        """Put the file's ``record`` back after a measurement of its cell in this run that the search does not use
-        (not trusted): the results file keeps the figure the search goes on with."""
+    def restore(self, config: WorkloadConfig, candidate: Candidate, record: dict[str, Any], phase: str = FULL) -> None:
+        """Put the file's ``record`` (of ``phase``) back after a measurement of its cell in this run that the search
+        does not use (not trusted): the results file keeps the figure the search goes on with."""
         self._keep(record)
         self.from_file.add(record["id"])
-        self._consider(config, candidate, FULL, record)
+        self._consider(config, candidate, phase, record)
 
     def best(self, key: str) -> tuple[str, float] | None:
         """The fastest trusted full figure of workload configuration ``key`` so far: (name, throughput)."""

@@ -970,35 +970,46 @@ def _then_noop(tmp_path: Path, worker: type[FakeWorker], budget: float) -> tuple
 
 
 class MachineWorker(FakeWorker):
-    """bf16 doubles the speed, fused-optimizer adds 20% and noop 1.5%, on a machine ``machine`` times as fast."""
+    """bf16 doubles the speed, fused-optimizer adds 20% and noop ``noop``, on a machine ``machine`` times as fast."""
 
     machine = 1.0
+    noop = 1.015
 
     def __call__(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
         record = super().__call__(cell, spec, timeout)
         names = {t for t, _ in cell.techniques}
         speed = self.machine * (2.0 if "amp-bf16" in names else 1.0)
-        speed *= (1.2 if "fused-optimizer" in names else 1.0) * (1.015 if "noop" in names else 1.0)
+        speed *= (1.2 if "fused-optimizer" in names else 1.0) * (self.noop if "noop" in names else 1.0)
         median = 0.01 / speed
         record["metrics"] = {"step_time": _step_time(median), "throughput": cell.batch_size / median}
         return record
 
 
-def test_a_greedy_round_screens_the_files_figures_again_beside_a_new_screen(tmp_path: Path) -> None:
+@pytest.mark.parametrize("noop", [1.015, 1.2])
+def test_a_greedy_round_screens_the_files_figures_again_where_another_machine_could_decide_it(
+    tmp_path: Path, noop: float
+) -> None:
     """Session 17 on an H200: a resumed ResNet-50 tune screened maxpool-offsets on the recipe at 7,703 img/s and held
     it against the recipe's screen from session 13's machine (7,660), +0.6%, under the 1% a step must gain, on a day
-    whose selfcheck timed the recipe at 34.76 ms a step against session 13's 33.46. Here the new technique gains 1.5%
-    on one machine, measured on one 2% slower than the file's."""
+    whose selfcheck timed the recipe at 34.76 ms a step against session 13's 33.46. Here noop joins the space and is
+    screened on a machine 2% slower than the file's."""
     suite, fake, config, _ = _then_noop(tmp_path, MachineWorker, 600.0)
-    fake.machine = 1 / 1.02
+    fake.machine, fake.noop = 1 / 1.02, noop
     resumed = dataclasses.replace(config, resume=True, finalists=1)  # the paths' ends only: the greedy step decides
     (toy,) = tune(session.plan(suite), resumed, lambda line: None, measure=fake)["workloads"]
     assert sorted(toy["winner"]["techniques"]) == ["amp-bf16", "fused-optimizer", "noop"]
     greedy = [(s["combination"], s["decision"]) for s in toy["steps"] if s["phase"] == "greedy"]
-    # The path's start and the round's addition from the file, screened again beside the new screen of noop.
-    assert ("amp-bf16", "measured again in this run") in greedy
-    assert ("amp-bf16+fused-optimizer", SCREENED_AGAIN) in greedy and ("amp-bf16+fused-optimizer", "kept") in greedy
-    assert ("amp-bf16+fused-optimizer+noop", "kept") in greedy
+    # fused-optimizer's +20% over bf16 alone in the file decides its round on any machine: bf16 is not screened again.
+    assert ("amp-bf16", "measured again in this run") not in greedy
+    if noop < 1.1:
+        # noop's +1.5% on the path's screen from the file: the path is screened again beside it, and noop is kept.
+        assert ("amp-bf16+fused-optimizer", "measured again in this run") in greedy
+        assert ("amp-bf16+fused-optimizer+noop", "kept") in greedy
+    else:
+        # noop within the spread of fused-optimizer, the round's fastest from the file: that addition is screened
+        # again beside it, and both are kept, one round after the other.
+        assert ("amp-bf16+fused-optimizer", SCREENED_AGAIN) in greedy
+        assert ("amp-bf16+fused-optimizer", "kept") in greedy and ("amp-bf16+fused-optimizer+noop", "kept") in greedy
 
 
 class CoordinateIdsWorker(IdsWorker, CoordinateWorker):

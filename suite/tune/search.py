@@ -10,8 +10,8 @@ Per workload configuration (see docs/tune.md):
    noise and its numerics are healthy, else the round's faster additions
    together on the same terms (the joint step), repeat until neither helps; one
    path from the fastest start, then one from each other healthy AMP dtype; a
-   round whose screens come from more than one run (``--resume``) screens the
-   file's again first, so that it compares figures of one machine;
+   round that screens of more than one run (``--resume``) could decide screens
+   the file's again first, so that it compares figures of one machine;
 4. finalists (the paths' ends, then the best screened candidates) measured in full; the winner is
    the fastest trustworthy one, the simplest (then the one without a loss scale) when others are
    not clearly faster;
@@ -157,16 +157,29 @@ def _one_run(
     steps: list[dict[str, Any]],
     healthy: list[Measured],
 ) -> tuple[Measured, list[tuple[str, Measured, dict[str, Any]]]]:
-    """A greedy round's figures (the path's and its healthy additions' screens) from one run: when they come from
-    more than one (``--resume``), those taken from the file are screened again in this run, the path first
-    (:func:`_like_with_like` says why). One that the budget refuses, or whose new screen is not healthy, keeps the
-    file's record.
+    """A greedy round's deciding screens from one run: where figures of different runs (``--resume``) decide it,
+    those taken from the file are screened again in this run, the path's first (:func:`_like_with_like` says why).
+    One that the budget refuses, or whose new screen is not healthy, keeps the file's record.
+
+    What decides a round: the additions that could be its fastest (within :data:`MACHINE_SPREAD` of the fastest),
+    and the path's figure when one of them could be faster than it, or clearly faster, on one machine. Figures
+    further apart than the spread decide the same on any machine and are compared as they are: screening them
+    again would cost a compile each for nothing (a resumed search would walk its whole path again).
 
     Session 17 on an H200 held maxpool-offsets on the fp16 recipe, screened that day at 7,703 img/s, against the
     recipe's screen of session 13 on another machine (7,660): +0.6%, not kept. That day's selfcheck timed the
     recipe at 34.76 ms a step against session 13's 33.46 (a selfcheck ran 1.6% slower than its cell in session
     15), and on one machine (session 15) maxpool-offsets gained 1.4%."""
-    if len({tuner.run_of(m[1]) for m in (current, *(m for _, m, _ in trials))}) <= 1:
+    if not trials:
+        return current, trials
+    spread = 1.0 + MACHINE_SPREAD
+    top = max(_value(m[1]) for _, m, _ in trials)
+    deciding = [i for i, (_, m, _) in enumerate(trials) if _value(m[1]) * spread >= top]
+    path = _value(current[1])
+    # the path's figure decides too when a contender lies between "slower on any machine" and "clearly faster on any"
+    with_path = any(path < _value(trials[i][1][1]) * spread <= path * (1.0 + MIN_GAIN) * spread**2 for i in deciding)
+    figures = [trials[i][1][1] for i in deciding] + ([current[1]] if with_path else [])
+    if len({tuner.run_of(r) for r in figures}) <= 1:
         return current, trials
     log = (steps, "greedy")
 
@@ -175,18 +188,18 @@ def _one_run(
         healthy[:] = [new if m[0] == new[0] else m for m in healthy]
         return new
 
-    if not tuner.here(current[1]):
+    if with_path and not tuner.here(current[1]):
         current = screen_again(current)
-    out = []
-    for technique, measured, step in trials:
+    out = list(trials)
+    for i in deciding:
+        technique, measured, step = trials[i]
         if not tuner.here(measured[1]):
             new = screen_again(measured)
             if new is not measured:
                 # The new screen's step carries the round's decision, the file's says it was screened again.
                 step["decision"], step = SCREENED_AGAIN, steps[-1]
                 step["decision"] = "not faster"
-            measured = new
-        out.append((technique, measured, step))
+            out[i] = (technique, new, step)
     return current, out
 
 

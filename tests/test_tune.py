@@ -1066,6 +1066,59 @@ def test_a_compile_measured_once_prices_every_candidate_that_compiles_and_no_oth
     assert plain.estimate(key, 2.0, ("y",)) == pytest.approx(30.0 * ESTIMATE_MARGIN)
 
 
+def test_a_graph_compiled_earlier_in_this_run_is_priced_as_the_cheapest_first_step() -> None:
+    """Session 17's replay (reports/h200/session17/replay.py): with compiles cheaper, the fp16 path ended on a screen
+    whose full measurement would have found its graph in the cache (12-18 s of first step on the H200, against 265 s
+    cold), and the budget, pricing it as a compile, refused the finalist with 413 s left."""
+    from suite.tune.budget import ESTIMATE_MARGIN, Budget
+
+    budget = Budget(600.0, clock=lambda: 0.0)
+    screen, full = ("resnet50", "screen"), ("resnet50", "full")
+    budget.record(screen, 20.0, ("amp-fp16",), first_step_seconds=11.0, graph="resnet50/amp-fp16/bs256")
+    graph = "resnet50/amp-fp16+torch-compile/bs256"
+    budget.record(screen, 275.0, ("amp-fp16", "torch-compile"), first_step_seconds=265.0, graph=graph)
+    cold = budget.estimate(full, 2.0, ("amp-fp16", "torch-compile", "channels-last"), "resnet50/other/bs256")
+    assert cold == pytest.approx((10.0 + 265.0) * ESTIMATE_MARGIN)  # another graph: a compile
+    assert budget.estimate(full, 2.0, ("amp-fp16", "torch-compile"), graph) == pytest.approx(
+        (10.0 + 11.0) * ESTIMATE_MARGIN
+    )
+    cached = (f"{graph} (compiled earlier in this run)", 11.0)
+    assert budget.priced_by(full, ("amp-fp16", "torch-compile"), graph) == cached
+    # Without a graph (older callers) a candidate is priced by its techniques, as before.
+    assert budget.estimate(full, 2.0, ("amp-fp16", "torch-compile")) == pytest.approx((10.0 + 265.0) * ESTIMATE_MARGIN)
+
+
+class CacheWorker(FakeWorker):
+    """A compiled cell's first step takes 45 s, or 1 s when its graph (the cell id without the phase) was measured
+    before; the rest of any cell 5 s."""
+
+    def __call__(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
+        graph = cell.id.removesuffix("/screen")
+        compiled = any(t == "torch-compile" for t, _ in cell.techniques)
+        first = (1.0 if graph in self.graphs else 45.0) if compiled else 0.5
+        self.graphs.add(graph)
+        self.cost = first + 5.0
+        record = super().__call__(cell, spec, timeout)
+        if record["status"] == Status.PASSED:
+            record["metrics"]["first_step_seconds"] = first
+        return record
+
+    graphs: set[str]
+
+
+def test_a_finalist_whose_screen_compiled_its_graph_is_priced_without_a_compile(tmp_path: Path) -> None:
+    (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra='compiled = ["amp-bf16", "torch-compile"]'))
+    plan = session.plan(tmp_path / "s.toml")
+    fake = CacheWorker(plan.registry, 1.0)
+    fake.graphs = set()
+    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=250.0, clock=fake.clock)
+    (toy,) = tune(plan, config, lambda line: None, measure=fake)["workloads"]
+    finals = {s["combination"]: s["decision"] for s in toy["steps"] if s["phase"] == "final"}
+    # Priced as a compile, the path's end would be left out and a slower recipe win.
+    assert finals["amp-fp16+fused-optimizer+torch-compile"] == "trusted"
+    assert toy["winner"]["combination"] == "amp-fp16+fused-optimizer+torch-compile"
+
+
 def test_the_searchs_compiles_price_the_ablations_rows_fp32_included() -> None:
     """Session 13 on an H200: the ablation's first row, FP32 + compile + channels-last + fused SGD, was priced from
     no cell at all (no ablation cell had run, and no FP32 compile), started with 125 s left, and was cut by the

@@ -49,12 +49,14 @@ class Budget:
         wall_seconds: float,
         techniques: Iterable[str] = (),
         first_step_seconds: float = 0.0,
+        graph: str = "",
     ) -> None:
         """Remember a measured cell's wall time under ``key`` (workload configuration, phase), with its
-        techniques and the part of it its first step took (compilation, capture, autotuning)."""
+        techniques, the part of it its first step took (compilation, capture, autotuning) and what it compiled
+        (``graph``: its cell id without the phase, "" for none known)."""
         first = min(max(0.0, first_step_seconds), wall_seconds)
         techniques = tuple(techniques)
-        cost = _Cost(_kind(techniques), wall_seconds - first, first, "+".join(techniques) or "fp32")
+        cost = _Cost(_kind(techniques), wall_seconds - first, first, "+".join(techniques) or "fp32", graph)
         self.walls.setdefault(key, []).append(cost)
 
     def learn(self, workload: str, techniques: Iterable[str], first_step_seconds: float) -> None:
@@ -69,7 +71,7 @@ class Budget:
             name = f"{'+'.join(techniques) or 'fp32'} (an earlier run)"
             self.earlier.setdefault(workload, []).append(_Cost(_kind(techniques), 0.0, first_step_seconds, name))
 
-    def estimate(self, key: tuple[str, str], nominal: float, techniques: Iterable[str] = ()) -> float:
+    def estimate(self, key: tuple[str, str], nominal: float, techniques: Iterable[str] = (), graph: str = "") -> float:
         """Expected wall time of the next cell under ``key`` with ``techniques`` (with a margin).
 
         The rest of a cell (start, warm-up, timed steps, numerics) costs about the same whatever its
@@ -81,11 +83,13 @@ class Budget:
         what its most expensive measured part did, and a compile costs about the same in either AMP dtype
         or in FP32). Session 13's ablation priced its first row, FP32 + compile, from no cell at all,
         started it with 125 s left, and the budget cut it before its first step was done. First steps of
-        earlier runs (:meth:`learn`) count as this run's. Before any cell of the workload in this run, the rest
-        is ``nominal`` (the measurement's own seconds) plus :data:`STARTUP_SECONDS`.
+        earlier runs (:meth:`learn`) count as this run's. A cell whose ``graph`` this run has measured already
+        (a finalist after its screen) finds its compile in inductor's cache: its first step is priced as the
+        cheapest seen, of this run or an earlier one. Before any cell of the workload in this run, the rest is
+        ``nominal`` (the measurement's own seconds) plus :data:`STARTUP_SECONDS`.
         """
         workload = self._workload(key)
-        priced = self._priced(key, techniques)
+        priced = self._priced(key, techniques, graph)
         first = priced.first if priced else 0.0
         if workload:
             rest = max(c.rest for c in self.walls.get(key) or workload)
@@ -93,16 +97,26 @@ class Budget:
         # Another workload already paid the fork server's start: only the measurement is left.
         return (nominal + first) * ESTIMATE_MARGIN + (1.0 if any(self.walls.values()) else STARTUP_SECONDS)
 
-    def priced_by(self, key: tuple[str, str], techniques: Iterable[str] = ()) -> tuple[str, float] | None:
+    def priced_by(
+        self, key: tuple[str, str], techniques: Iterable[str] = (), graph: str = ""
+    ) -> tuple[str, float] | None:
         """The measured cell whose first step :meth:`estimate` charges a candidate with ``techniques``, as
         (its techniques joined by "+", seconds), or None when no first step is charged: what a refusal names,
         so that a reader can tell a compile from the rest (and give a candidate whose graph is cached more time)."""
-        priced = self._priced(key, techniques)
+        priced = self._priced(key, techniques, graph)
         return (priced.name, priced.first) if priced and priced.first > 0 else None
 
-    def _priced(self, key: tuple[str, str], techniques: Iterable[str]) -> _Cost | None:
+    def _priced(self, key: tuple[str, str], techniques: Iterable[str], graph: str = "") -> _Cost | None:
         """The cell, of this run or an earlier one, whose first step a candidate with ``techniques`` is charged."""
-        return self._first_step([*self._workload(key), *self.earlier.get(key[0], [])], techniques)
+        workload = self._workload(key)
+        seen = [*workload, *self.earlier.get(key[0], [])]
+        if graph and any(c.graph == graph for c in workload):
+            # On an H200 a compiled cell's first step took 11-13 s (session 13) and 12-18 s (session 17) once its
+            # graph was in the cache, 265 s before it: as long as an eager one. The cheapest first step seen, of
+            # this run or the file's (this run's own may all be compiles).
+            cheapest = min(seen, key=lambda c: c.first)
+            return _Cost(cheapest.techniques, 0.0, cheapest.first, f"{graph} (compiled earlier in this run)", graph)
+        return self._first_step(seen, techniques)
 
     def _workload(self, key: tuple[str, str]) -> list[_Cost]:
         return [c for (w, _), costs in self.walls.items() if w == key[0] for c in costs]
@@ -130,6 +144,8 @@ class _Cost:
     """Seconds of the first step."""
     name: str
     """The measured cell's techniques, joined by "+" ("fp32" for none)."""
+    graph: str = ""
+    """What the cell compiled: its id without the phase ("" when not known)."""
 
 
 def _kind(techniques: Iterable[str]) -> frozenset[str]:

@@ -180,14 +180,15 @@ class Tuner:
             record.update(status=Status.SKIPPED, evidence={"reason": cell.skip_reason})
             return self._keep(record)
         measure = spec.measure
+        graph = cell.id.removesuffix(SCREEN_SUFFIX)  # a screen and a full measurement of a cell compile one graph
         estimate = self.budget.estimate(
-            (config.key, phase), measure.max_seconds * measure.processes, candidate.techniques
+            (config.key, phase), measure.max_seconds * measure.processes, candidate.techniques, graph
         )
         # The search phases leave a share of the budget for the ablation, which explains the recipe.
         reserve = 0.0 if phase == "ablation" else self.reserve
         if not self.budget.fits(estimate, reserve):
             self.budget.refused += 1
-            priced = self.budget.priced_by((config.key, phase), candidate.techniques)
+            priced = self.budget.priced_by((config.key, phase), candidate.techniques, graph)
             why = f" (its first step priced as that of {priced[0]}, {priced[1]:.1f} s)" if priced else ""
             self._line(f"{config.key}: {candidate.combination} not started: needs ~{estimate:.1f} s{why}")
             return previous  # a stale record stays what the file has
@@ -210,7 +211,11 @@ class Tuner:
             raise KeyboardInterrupt(cell.id)
         first = (record.get("metrics") or {}).get("first_step_seconds")
         self.budget.record(
-            (config.key, phase), float(record.get("wall_seconds") or 0.0), candidate.techniques, float(first or 0.0)
+            (config.key, phase),
+            float(record.get("wall_seconds") or 0.0),
+            candidate.techniques,
+            float(first or 0.0),
+            graph,
         )
         self._keep(record)
         if stale is not None and phase != SCREEN:  # the figure measured again replaces the file's in the best so far

@@ -9,8 +9,16 @@
 # transfers); calls 2 and 3 wait for it and send back what it wrote, call 3 with inductor's cache. Each call must
 # follow the last within the machine's 30 s idle window, or the machine goes back and the run with it (nothing
 # measured is lost: --resume goes on from the file the last call brought).
+#
+# The next session resumes from this one's file into a folder of its own, carrying nothing (a fresh checkout; the
+# autotuning choices travel in reports/h200/inductor-autotune.txz):
+#
+#   S=reports/h200/session18 FROM=reports/h200/session17/tune-resnet50/results.json \
+#       bash reports/h200/session17/run.sh 560 1 1300
 set -u
-S=reports/h200/session17
+S=${S:-reports/h200/session17}
+FROM=${FROM:-reports/h200/session15/tune-resnet50/results.json}
+mkdir -p "$S"
 END=$(($(date +%s) + ${1:-560}))
 . reports/h200/lib.sh
 R=tests/gpu/tune-resnet50.toml
@@ -19,20 +27,20 @@ case "${2:-1}" in
     probe_env
     if [ ! -f "$S/tune-resnet50/results.json" ]; then
         mkdir -p "$S/tune-resnet50"
-        cp reports/h200/session15/tune-resnet50/results.json "$S/tune-resnet50/"
+        cp "$FROM" "$S/tune-resnet50/"
     fi
     tune_bg 0 $R tune-resnet50 "${3:-1300}"
     wait_bg tune-resnet50
-    finish session17 nocache
+    finish "$(basename "$S")" nocache
     ;;
 2)
     wait_bg tune-resnet50
-    finish session17 nocache
+    finish "$(basename "$S")" nocache
     ;;
 3)
     wait_bg tune-resnet50
     # the winner against a plain loop, when the tune is done and there is time for it
     kill -0 "$(cat "$B/tune-resnet50.pid")" 2>/dev/null || selfcheck 0 tune-resnet50
-    finish session17
+    finish "$(basename "$S")"
     ;;
 esac

@@ -173,7 +173,7 @@ def _one_run(
     further apart than the spread decide the same on any machine and are compared as they are: screening them
     again would cost a compile each for nothing (a resumed search would walk its whole path again; with
     :data:`MACHINE_SPREAD`'s 10%, a replay of session 17's file spent 750 s of 1,300 on rounds that fused SGD's
-    +14% decided on any machine, reports/h200/session17/replay.py). A close call passed over here still meets the
+    +14% decided on any machine, reports/h200/session17/replay.py). A close call passed over here can still meet the
     finalists' rule: the best screened candidates are measured in full there, held like with like.
 
     Session 17 on an H200 held maxpool-offsets on the fp16 recipe, screened that day at 7,703 img/s, against the

@@ -95,8 +95,9 @@ probe_env() {
 
 # finish NAME: wait for the call's jobs and send the session's folder back through $OUT, with inductor's
 # cache for the next call's .gpu/ in parts of 15 MB ($OUT takes 16 MiB a file, 8 files and 64 MiB in
-# all; at most 4 parts and autotune.txz, or none; xz, as cubins and generated code shrink far more than with gzip). `finish NAME
-# nocache` leaves the cache out: a call whose background run goes on would only send a cache it is still filling.
+# all; at most 4 parts and autotune.txz, or none; xz, as cubins and generated code shrink far more than
+# with gzip). `finish NAME nocache` leaves the cache out: a call whose background run goes on would only
+# send a cache it is still filling.
 finish() {
     wait
     tar -czf "$OUT/$1.tgz" "$S" 2>/dev/null

@@ -9,9 +9,9 @@ Per workload configuration (see docs/tune.md):
    keep the fastest addition when it is faster by more than the two figures'
    noise and its numerics are healthy, else the round's faster additions
    together on the same terms (the joint step), repeat until neither helps; one
-   path from the fastest start, then one from each other healthy AMP dtype; a
-   round that screens of more than one run (``--resume``) could decide screens
-   the file's again first, so that it compares figures of one machine;
+   path from the fastest start, then one from each other healthy AMP dtype;
+   where screens of more than one run (``--resume``) could decide a round, the
+   file's are screened again first, so that it compares figures of one machine;
 4. finalists (the paths' ends, then the best screened candidates) measured in full; the winner is
    the fastest trustworthy one, the simplest (then the one without a loss scale) when others are
    not clearly faster;
@@ -206,8 +206,10 @@ def _one_run(
         if not tuner.here(measured[1]):
             new = screen_again(measured)
             if new is not measured:
-                # The new screen's step carries the round's decision, the file's says it was screened again.
-                step["decision"], step = SCREENED_AGAIN, steps[-1]
+                # The new screen's step (the last logged) carries the round's decision; the file's says it was
+                # screened again.
+                step["decision"] = SCREENED_AGAIN
+                step = steps[-1]
                 step["decision"] = "not faster"
             out[i] = (technique, new, step)
     return current, out

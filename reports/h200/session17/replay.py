@@ -38,7 +38,6 @@ FILE = ROOT / "reports/h200/session17/tune-resnet50/results.json"
 SUITE = ROOT / "tests/gpu/tune-resnet50.toml"
 MACHINE = 0.975  # session 17's machine against session 13's: its selfcheck ran 3.9%, a selfcheck 1.6%, slower
 BASE = frozenset({"cudnn-benchmark"})
-RECIPE = frozenset({"amp-fp16", "torch-compile", "fused-optimizer", "channels-last"})
 STEM_GAINS = {frozenset({"maxpool-offsets"}): 1.0143, frozenset({"stem-pad"}): 1.0063}
 BOTH = 1.0246
 
@@ -73,7 +72,7 @@ class Replay:
         extra = names - {"amp-bf16", "amp-fp16", "torch-compile", "fused-optimizer", "channels-last"}
         if "channels-last" not in names:  # session 17's screens without channels-last
             return self.figure(names - extra) * (0.91 if "maxpool-offsets" in extra else 1.0)
-        # from the largest subset of the stem techniques measured, by session 15's gains between the two
+        # from a measured subset of the stem techniques, by session 15's gains between the two
         for part in sorted((frozenset(e) for e in (extra, *STEM_GAINS)), key=len):
             if part < extra and (names - extra) | part in self.figures:
                 return self.figure((names - extra) | part) * self._gain(extra) / self._gain(part)
@@ -143,4 +142,7 @@ def main(budget: float, compile_seconds: float) -> None:
 
 
 if __name__ == "__main__":
-    main(*(float(a) for a in sys.argv[1:3]), *(1300.0, 220.0)[len(sys.argv[1:3]) :])
+    main(
+        float(sys.argv[1]) if len(sys.argv) > 1 else 1300.0,
+        float(sys.argv[2]) if len(sys.argv) > 2 else 220.0,
+    )

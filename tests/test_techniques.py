@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -550,6 +551,8 @@ def test_torch_compile_wraps_the_model_and_keeps_the_losses(tmp_path: Any) -> No
         "coordinate_descent": False,
         "pointwise_autotune": False,
         "tile_reductions": False,
+        "combo_kernels": False,
+        "pdl": False,
     }
     assert losses(step, 3) == pytest.approx(reference, rel=1e-5)
 
@@ -643,6 +646,8 @@ def test_torch_compile_coordinate_descent_is_the_mode_as_options_plus_the_tuning
             {"tile_reductions": True, "pointwise_autotune": True},
             {"triton.tile_reductions": True, "triton.prefer_nd_tiling": True, "max_autotune_pointwise": True},
         ),
+        ({"combo_kernels": True}, {"combo_kernels": True}),
+        ({"pdl": True, "combo_kernels": True}, {"triton.enable_pdl": True, "combo_kernels": True}),
     ],
 )
 def test_torch_compile_inductor_settings_reach_inductor(
@@ -656,6 +661,24 @@ def test_torch_compile_inductor_settings_reach_inductor(
     (kwargs,) = calls
     assert kwargs["options"] == {**torch._inductor.list_mode_options("reduce-overhead"), **settings}
     assert all(step.notes["torch_compile"][name] is True for name in chosen)
+
+
+def test_torch_compile_skips_a_setting_this_torchs_inductor_lacks(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from plugins.techniques import _compile
+
+    # inductor's config module, as read through dotted names; torch 2.11's, say, without triton.enable_pdl
+    older = types.SimpleNamespace(combo_kernels=False, triton=types.SimpleNamespace(tile_reductions=False))
+    assert _compile._has_setting(older, "combo_kernels") and _compile._has_setting(older, "triton.tile_reductions")
+    assert not _compile._has_setting(older, "triton.enable_pdl") and not _compile._has_setting(older, "pdl")
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(torch, "compile", lambda model, **kwargs: calls.append(kwargs) or model)
+    has = _compile._has_setting
+    monkeypatch.setattr(_compile, "_has_setting", lambda config, name: has(older, name))
+    with pytest.raises(SkipCell, match=r"inductor has no setting triton\.enable_pdl$"):
+        use(toy_step(tmp_path), "torch-compile", mode="reduce-overhead", pdl=True, combo_kernels=True)
+    assert calls == []
 
 
 def test_torch_compile_without_extra_settings_passes_the_mode(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -674,6 +697,7 @@ def test_torch_compile_without_extra_settings_passes_the_mode(tmp_path: Any, mon
         ({"coordinate_descent": True, "backend": "aot_eager"}, "coordinate_descent applies to the inductor backend"),
         ({"pointwise_autotune": True, "backend": "aot_eager"}, "pointwise_autotune applies to the inductor backend"),
         ({"tile_reductions": True, "backend": "aot_eager"}, "tile_reductions applies to the inductor backend"),
+        ({"pdl": True, "backend": "aot_eager"}, "pdl applies to the inductor backend"),
     ],
 )
 def test_torch_compile_rejects_bad_options(options: dict[str, Any], message: str) -> None:

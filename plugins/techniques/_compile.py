@@ -8,7 +8,7 @@ from typing import cast
 import torch
 from torch import nn
 
-from plugins.techniques.compile import CompileOptions
+from plugins.techniques.compile import INDUCTOR_FLAGS, CompileOptions
 from suite import SkipCell, TrainStep
 
 AUTOCAST_CACHE_NOTE = (
@@ -37,6 +37,14 @@ def autocast_keyed_cache() -> bool:
     return "get_autocast_dtype" in source
 
 
+def _has_setting(config: object, name: str) -> bool:
+    """Whether inductor's config module knows ``name`` (dotted for its sub-configs, ``triton.enable_pdl``)."""
+    head, _, rest = name.partition(".")
+    if not hasattr(config, head):
+        return False
+    return not rest or _has_setting(getattr(config, head), rest)
+
+
 def apply(step: TrainStep, options: CompileOptions) -> TrainStep:
     if step.model is None:
         raise SkipCell("torch-compile needs a workload with a model (this step has its own phases)")
@@ -47,7 +55,12 @@ def apply(step: TrainStep, options: CompileOptions) -> TrainStep:
 
         functorch_config.enable_autograd_cache = False
     if options.backend == "inductor" and options.inductor_settings():
-        from torch._inductor import list_mode_options  # not imported by `import torch`
+        from torch._inductor import config as inductor_config  # not imported by `import torch`
+        from torch._inductor import list_mode_options
+
+        unknown = [name for name in options.inductor_settings() if not _has_setting(inductor_config, name)]
+        if unknown:
+            raise SkipCell(f"torch-compile: torch {torch.__version__}'s inductor has no setting {', '.join(unknown)}")
 
         inductor = {**list_mode_options(options.mode), **options.inductor_settings()}
         compiled = torch.compile(step.model, options=inductor, fullgraph=options.fullgraph, dynamic=False)
@@ -61,9 +74,7 @@ def apply(step: TrainStep, options: CompileOptions) -> TrainStep:
         "backend": options.backend,
         "fullgraph": options.fullgraph,
         "dynamic": False,
-        "coordinate_descent": options.coordinate_descent,
-        "pointwise_autotune": options.pointwise_autotune,
-        "tile_reductions": options.tile_reductions,
+        **{flag: getattr(options, flag) for flag in INDUCTOR_FLAGS},
     }
     if aot_cache_off:
         step.notes["torch_compile"]["aot_autograd_cache"] = AUTOCAST_CACHE_NOTE

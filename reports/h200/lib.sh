@@ -1,7 +1,7 @@
 # Helpers the per-session H200 drivers share (reports/h200/sessionN/run.sh sources this).
 #
 # Before sourcing: S (the session's folder under reports/h200) and END (epoch seconds by which
-# the call must be done). After it: left, run, tune, tune_bg, wait_bg, selfcheck, probe_env, finish.
+# the call must be done). After it: left, run, tune, bg, tune_bg, run_bg, wait_bg, selfcheck, probe_env, finish.
 # in the checkout, ignored: a machine still held from the previous call keeps it (the device tool keeps
 # ignored files between calls), so a graph compiled there is a cache hit in the next call
 export TORCHINDUCTOR_CACHE_DIR=$PWD/.inductor PYTHONUNBUFFERED=1
@@ -50,22 +50,35 @@ tune() {
         --resume --budget $(($(left) - 40))s --report-dir "$S/$name" "$@" >>"$S/$name.log" 2>&1
 }
 
-# tune_bg GPU SUITE NAME SECONDS [ARGS...]: `ampsuite tune SUITE --resume --budget SECONDS` in a process session of
-# its own, so that it outlives this call (the device tool ends a call's other processes) and runs on across the next
-# calls while the machine is held: one budget longer than a call's 10 minutes. The machine goes back after 30 s
-# without a call, and the run with it (its results file keeps every cell measured). Starts from $S/NAME/results.json;
-# does nothing while NAME runs.
-tune_bg() {
-    local gpu=$1 suite=$2 name=$3 seconds=$4
-    shift 4
+# bg GPU NAME COMMAND [ARGS...]: `python3 -m suite COMMAND ARGS...` in a process session of its own, so that it
+# outlives this call (the device tool ends a call's other processes) and runs on across the next calls while the
+# machine is held: one run longer than a call's 10 minutes. The machine goes back after 30 s without a call, and
+# the run with it (its results file keeps every cell measured). Writes into $B/NAME/, starting from
+# $S/NAME/results.json when there is one; does nothing while NAME runs.
+bg() {
+    local gpu=$1 name=$2
+    shift 2
     if [ -f "$B/$name.pid" ] && kill -0 "$(cat "$B/$name.pid")" 2>/dev/null; then return 0; fi
     mkdir -p "$B/$name"
     [ -f "$S/$name/results.json" ] && [ ! -f "$B/$name/results.json" ] && cp "$S/$name/results.json" "$B/$name/"
-    echo "== $(date -u +%T) tune $name on GPU $gpu in the background, ${seconds} s" >>"$B/$name.log"
-    CUDA_VISIBLE_DEVICES=$gpu setsid python3 -m suite tune "$suite" --resume --budget "${seconds}s" \
-        --report-dir "$B/$name" "$@" >>"$B/$name.log" 2>&1 </dev/null &
+    echo "== $(date -u +%T) $1 $name on GPU $gpu in the background" >>"$B/$name.log"
+    CUDA_VISIBLE_DEVICES=$gpu setsid python3 -m suite "$@" >>"$B/$name.log" 2>&1 </dev/null &
     echo $! >"$B/$name.pid"
     disown  # finish's `wait` is for this call's jobs
+}
+
+# tune_bg GPU SUITE NAME SECONDS [ARGS...]: `ampsuite tune SUITE --resume --budget SECONDS` through bg
+tune_bg() {
+    local gpu=$1 suite=$2 name=$3 seconds=$4
+    shift 4
+    bg "$gpu" "$name" tune "$suite" --resume --budget "${seconds}s" --report-dir "$B/$name" "$@"
+}
+
+# run_bg GPU SUITE NAME [ARGS...]: `ampsuite run SUITE --resume` through bg, with no time limit of its own
+run_bg() {
+    local gpu=$1 suite=$2 name=$3
+    shift 3
+    bg "$gpu" "$name" run "$suite" --no-peaks --resume -o "$B/$name/results.json" --report-dir "$B/$name" "$@"
 }
 
 # wait_bg NAME: until the background run NAME ends, or this call has 40 s left; then what it wrote so far into $S

@@ -100,7 +100,8 @@ def apply(step: TrainStep, options: HalfWeightsOptions) -> TrainStep:
             loss.backward()
         return loss.detach()
 
-    halves, fp32 = [p for p, _ in pairs], [m for _, m in pairs]
+    halves: list[torch.Tensor] = [p for p, _ in pairs]
+    fp32: list[torch.Tensor] = [m for _, m in pairs]
     # The masters' gradients, kept from step to step and overwritten: one foreach copy per dtype instead of a
     # cast kernel per parameter (161 for ResNet-50, each a launch and a gap in a CUDA graph).
     master_grads: list[torch.Tensor] = []

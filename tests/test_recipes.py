@@ -203,6 +203,32 @@ def test_half_weights_keep_fp32_masters_and_batch_norm(tmp_path: Any, dtype: str
     assert step.notes["half_weights"]["batchnorm_fp32"] > 0
 
 
+def test_half_weights_copy_gradients_and_masters_one_foreach_call_per_dtype_pair(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    step = use(resnet_step(tmp_path), "half-weights", dtype="float16", init_scale=128.0)
+    optimizer = step.optimizer
+    assert optimizer is not None
+    losses(step, 1)
+    masters = [p for g in optimizer.param_groups for p in g["params"]]
+    grads = [m.grad for m in masters]
+    copies: list[set[tuple[torch.dtype, torch.dtype]]] = []
+    foreach_copy = torch._foreach_copy_
+
+    def counted(dst: list[torch.Tensor], src: list[torch.Tensor]) -> None:
+        copies.append({(d.dtype, s.dtype) for d, s in zip(dst, src, strict=True)})
+        foreach_copy(dst, src)
+
+    monkeypatch.setattr(torch, "_foreach_copy_", counted)
+    losses(step, 1)
+    # The float16 weights' and the float32 batch norm's gradients into the masters, then the masters back: one
+    # call per dtype pair (a cast kernel per parameter was 161 launches for ResNet-50).
+    f16, f32 = torch.float16, torch.float32
+    assert copies == [{(f32, f16)}, {(f32, f32)}, {(f16, f32)}, {(f32, f32)}]
+    # The masters' gradients are kept from step to step and overwritten.
+    assert all(m.grad is g for m, g in zip(masters, grads, strict=True))
+
+
 def test_half_weights_losses_track_fp32(tmp_path: Any) -> None:
     plain = losses(bert_step(tmp_path), 4)
     o2 = losses(use(bert_step(tmp_path), "half-weights", dtype="bfloat16"), 4)

@@ -268,6 +268,8 @@ class TieWorker(FakeWorker):
         speed = (1.0 + 0.5 * len(names)) * (1.005 if "amp-fp16" in names else 1.0)
         median = 0.01 / speed
         record["metrics"] = {"step_time": _step_time(median), "throughput": cell.batch_size / median}
+        if "amp-fp16" in names:  # the worker keeps the GradScaler's starting scale
+            record["numerics"] = {**record["numerics"], "scale_start": 65536.0}
         return record
 
 
@@ -325,6 +327,40 @@ def test_the_search_follows_each_amp_dtype_not_only_the_faster_eager_one(tmp_pat
     assert greedy.index("amp-fp16+fused-optimizer") < greedy.index("amp-bf16+fused-optimizer")  # fp16's path first
     finals = {s["combination"] for s in toy["steps"] if s["phase"] == "final"}
     assert {"amp-fp16+fused-optimizer", "amp-bf16+fused-optimizer"} <= finals  # both paths' ends in full
+
+
+class HalfWeightsWorker(FakeWorker):
+    """fp16 autocast is the fastest start; the model itself in half (half-weights, Apex O2) is faster once
+    companions join (ResNet-50 on an H200, session 18, in miniature)."""
+
+    def __call__(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
+        record = super().__call__(cell, spec, timeout)
+        names = {t for t, _ in cell.techniques}
+        speed = max(
+            (v for k, v in {"amp-fp16": 3.0, "amp-bf16": 2.4, "half-weights": 2.9}.items() if k in names), default=1.0
+        )
+        if "noop" in names:
+            speed *= 1.2 if "half-weights" in names else 1.1
+        median = 0.01 / speed
+        record["metrics"] = {"step_time": _step_time(median), "throughput": cell.batch_size / median}
+        return record
+
+
+def test_a_technique_that_replaces_autocast_starts_a_path_of_its_own(tmp_path: Path) -> None:
+    # maxpool-offsets is pruned with every AMP dtype too, but also alone (it requires torch-compile): no start
+    extra = 'noop = ["noop"]\no2 = ["half-weights"]\npool = ["torch-compile", "maxpool-offsets"]'
+    (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra=extra), encoding="utf-8")
+    plan = session.plan(tmp_path / "s.toml")
+    fake = HalfWeightsWorker(plan.registry, 1.0)
+    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
+    (toy,) = tune(plan, config, lambda line: None, measure=fake)["workloads"]
+    starts = {s["combination"]: s["decision"] for s in toy["steps"] if s["phase"] == "start"}
+    assert starts == {"fp32": "healthy", "amp-fp16": "healthy", "amp-bf16": "healthy", "half-weights": "healthy"}
+    greedy = [s["combination"] for s in toy["steps"] if s["phase"] == "greedy"]
+    # Never grown onto an AMP path, which prunes it, nor onto its own: a path of its own, after the faster fp16's.
+    assert not [c for c in greedy if "half-weights" in c and "amp-" in c]
+    assert greedy.index("amp-fp16+noop") < greedy.index("half-weights+noop")
+    assert toy["winner"]["techniques"] == ["half-weights", "noop"]
 
 
 class NearMissWorker(FakeWorker):

@@ -3,13 +3,14 @@
 Per workload configuration (see docs/tune.md):
 
 1. the FP32 cell, fully measured first: every candidate's loss is held against it;
-2. starting points FP32 (its full record), amp-fp16 and amp-bf16 screened (a short
-   measure); the fastest with healthy numerics is the start;
+2. starting points FP32 (its full record), amp-fp16, amp-bf16 and each declared technique that sets the
+   precision itself (one that runs alone but that no AMP dtype admits: half-weights, Apex O2) screened (a
+   short measure); the fastest with healthy numerics is the start;
 3. greedy forward selection: screen the start plus each technique of the pool,
    keep the fastest addition when it is faster by more than the two figures'
    noise and its numerics are healthy, else the round's faster additions
    together on the same terms (the joint step), repeat until neither helps; one
-   path from the fastest start, then one from each other healthy AMP dtype;
+   path from the fastest start, then one from each other healthy precision start;
    where screens of more than one run (``--resume``) could decide a round, the
    file's are screened again first, so that it compares figures of one machine;
 4. finalists (the paths' ends, then the best screened candidates) measured in full; the winner is
@@ -267,14 +268,18 @@ def _screen(
 ) -> tuple[list[Measured], list[Measured]]:
     """Steps 2 and 3: (every screened candidate with healthy numerics, slowest first; the greedy paths' ends).
 
-    A greedy path runs from the fastest healthy start, then from each other healthy AMP dtype: the
+    A greedy path runs from the fastest healthy start, then from each other healthy precision start: the
     dtype that is faster eager is not always the faster one once the companions are in (on an H200,
     ResNet-50 fp16 beats bf16 eager by 23%, while bf16 + channels-last + compile beat fp16 + compile).
     """
     healthy: list[Measured] = []
     starts: list[Measured] = []
     bs = fp32[0].batch_size
-    candidates = [fp32[0], *(Candidate((a,), bs) for a in AMP if a in tuner.plan.registry.techniques)]
+    pool = list(space.technique_pool(tuner.spec, tuner.plan.registry))
+    precision = _precision_techniques(tuner, config, pool, bs)
+    pool = [t for t in pool if t not in precision]
+    amp = [a for a in AMP if a in tuner.plan.registry.techniques]
+    candidates = [fp32[0], *(Candidate((t,), bs) for t in (*amp, *precision))]
     for start in candidates:
         # FP32 is already measured in full: a screen of it would only be a shorter look at the same cell.
         record = fp32[1] if start == fp32[0] else tuner.run(config, start, SCREEN)
@@ -289,7 +294,6 @@ def _screen(
         return healthy, []
     starts.sort(key=lambda m: -_value(m[1]))
     paths = [starts[0], *(m for m in starts[1:] if m[0].techniques)]  # FP32 only when it is the fastest start
-    pool = list(space.technique_pool(tuner.spec, tuner.plan.registry))
     ends: list[Measured] = []
     for path in paths:
         end = _greedy(tuner, config, path, pool, steps, healthy)
@@ -300,18 +304,39 @@ def _screen(
     return healthy, ends
 
 
-LOSS_SCALED = "amp-fp16"
-"""The AMP dtype whose training needs a loss scale, which can collapse (issue 15's 7,259 img/s ResNet-50
-cell went non-finite at step 3): between figures within noise of each other, the recipe without it wins."""
+def _precision_techniques(tuner: Tuner, config: WorkloadConfig, pool: Sequence[str], bs: int) -> list[str]:
+    """The pool's techniques that set the step's precision themselves: each runs alone, and every AMP dtype
+    prunes it. A greedy path from an AMP dtype could never reach one (half-weights, Apex O2, replaces autocast),
+    so each starts a path of its own. On an H200 (session 18), half-weights on ResNet-50's best measured
+    combination ran 33.09-33.11 ms a step against the same with amp-fp16's 33.23-33.25.
+
+    Asked of matrix expansion, free; a technique that also lacks a requirement alone (maxpool-offsets without
+    torch-compile) is not one of them."""
+    amp = [a for a in AMP if a in tuner.plan.registry.techniques]
+    return [
+        t
+        for t in pool
+        if amp
+        and not tuner.pruned(config, Candidate((t,), bs))
+        and all(tuner.pruned(config, Candidate((a, t), bs)) for a in amp)
+    ]
+
+
+def _loss_scaled(record: dict[str, Any]) -> bool:
+    """Whether the cell trained with a loss scale (amp-fp16, half-weights in float16), which can collapse (issue
+    15's 7,259 img/s ResNet-50 cell went non-finite at step 3): between figures within noise of each other, the
+    recipe without one wins. Read from the record's numerics, where the scaler's starting scale is kept."""
+    return (record.get("numerics") or {}).get("scale_start") is not None
 
 
 def _choose(measured: Sequence[Measured]) -> Measured | None:
-    """The fastest; then, among those it is not clearly faster than, the fewest techniques, then bf16 over fp16."""
+    """The fastest; then, among those it is not clearly faster than, the fewest techniques, then one without a loss
+    scale (bf16 over fp16)."""
     if not measured:
         return None
     fastest = max(measured, key=lambda m: _value(m[1]))
     close = [m for m in measured if not _gain_over(fastest[1], m[1])]
-    return min(close, key=lambda m: (len(m[0].techniques), LOSS_SCALED in m[0].techniques, -_value(m[1])))
+    return min(close, key=lambda m: (len(m[0].techniques), _loss_scaled(m[1]), -_value(m[1])))
 
 
 def _finals(
@@ -681,7 +706,8 @@ def tune(plan: Plan, config: TuneConfig, progress: Progress = print, measure: Me
         "budget_seconds": config.budget_seconds,
         "device": plan.device,
         "base_techniques": list(plan.spec.base_techniques),
-        "search": "greedy forward selection from each AMP dtype, screened short, finalists in full",
+        "search": "greedy forward selection from each precision start (the AMP dtypes, techniques replacing "
+        "autocast), screened short, finalists in full",
         "screen_measure": dataclasses.asdict(tuner.screen_spec.measure),
         "finalists": config.finalists,
         "reserve_share": config.reserve_share,

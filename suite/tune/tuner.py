@@ -130,6 +130,10 @@ class Tuner:
         cell = candidate.cell(self.spec, self.plan.registry, self.plan.device, config)
         return dataclasses.replace(cell, id=cell.id + SCREEN_SUFFIX) if phase == SCREEN else cell
 
+    def pruned(self, config: WorkloadConfig, candidate: Candidate) -> bool:
+        """Whether matrix expansion prunes ``candidate`` (a conflict, a requirement, a check's reason): free to ask."""
+        return self._cell(config, candidate, SCREEN).skip_reason is not None
+
     def known(self, config: WorkloadConfig, candidate: Candidate, phase: str) -> bool:
         """Whether :meth:`run` would return a record already at hand (``--resume``) without measuring: free."""
         cell = self._cell(config, candidate, phase)

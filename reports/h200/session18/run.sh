@@ -8,6 +8,10 @@
 # Call 1 starts the suite in a process session of its own (run_bg), which runs on across calls 2 and 3 while the
 # machine is held; each call sends back what it wrote so far, call 3 with inductor's autotuning choices. Each call
 # must follow the last within the machine's 30 s idle window (--resume goes on from the file a call brought back).
+#
+# What ran: calls 1-3 (531, 521 and 146 s) measured the six cells in resnet50-o2/; a fourth call on the still-held
+# machine ran `run 0 tests/gpu/resnet50-o2.toml resnet50-o2-repeat -k "not pdl" -p plugins.probes.kernels` (lib.sh's
+# run, 121 s with inductor's cache warm) into resnet50-o2-repeat/. 1,486 s of device time in all.
 set -u
 S=${S:-reports/h200/session18}
 mkdir -p "$S"

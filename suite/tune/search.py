@@ -275,10 +275,10 @@ def _screen(
     healthy: list[Measured] = []
     starts: list[Measured] = []
     bs = fp32[0].batch_size
-    pool = list(space.technique_pool(tuner.spec, tuner.plan.registry))
-    precision = _precision_techniques(tuner, config, pool, bs)
-    pool = [t for t in pool if t not in precision]
     amp = [a for a in AMP if a in tuner.plan.registry.techniques]
+    pool = list(space.technique_pool(tuner.spec, tuner.plan.registry))
+    precision = _precision_techniques(tuner, config, pool, amp, bs)
+    pool = [t for t in pool if t not in precision]
     candidates = [fp32[0], *(Candidate((t,), bs) for t in (*amp, *precision))]
     for start in candidates:
         # FP32 is already measured in full: a screen of it would only be a shorter look at the same cell.
@@ -304,15 +304,16 @@ def _screen(
     return healthy, ends
 
 
-def _precision_techniques(tuner: Tuner, config: WorkloadConfig, pool: Sequence[str], bs: int) -> list[str]:
+def _precision_techniques(
+    tuner: Tuner, config: WorkloadConfig, pool: Sequence[str], amp: Sequence[str], bs: int
+) -> list[str]:
     """The pool's techniques that set the step's precision themselves: each runs alone, and every AMP dtype
     prunes it. A greedy path from an AMP dtype could never reach one (half-weights, Apex O2, replaces autocast),
     so each starts a path of its own. On an H200 (session 18), half-weights on ResNet-50's best measured
     combination ran 33.09-33.11 ms a step against the same with amp-fp16's 33.23-33.25.
 
     Asked of matrix expansion, free; a technique that also lacks a requirement alone (maxpool-offsets without
-    torch-compile) is not one of them."""
-    amp = [a for a in AMP if a in tuner.plan.registry.techniques]
+    torch-compile) is not one of them. ``amp``: the AMP dtypes this run registers."""
     return [
         t
         for t in pool

@@ -169,7 +169,14 @@ class FakeWorker:
             status=Status.PASSED,
             wall_seconds=self.cost,
             metrics={"step_time": _step_time(median), "throughput": cell.batch_size / median},
-            numerics={"losses": [2.0, 1.9, 1.8], "loss_at_n": 1.8, "nonfinite_step": None, "nonfinite_what": None},
+            numerics={
+                "losses": [2.0, 1.9, 1.8],
+                "loss_at_n": 1.8,
+                "nonfinite_step": None,
+                "nonfinite_what": None,
+                # the GradScaler's starting scale, as the worker keeps it: float16 training carries a loss scale
+                "scale_start": 65536.0 if {"amp-fp16", "half-weights"} & {t for t, _ in cell.techniques} else None,
+            },
         )
         return record
 
@@ -268,8 +275,6 @@ class TieWorker(FakeWorker):
         speed = (1.0 + 0.5 * len(names)) * (1.005 if "amp-fp16" in names else 1.0)
         median = 0.01 / speed
         record["metrics"] = {"step_time": _step_time(median), "throughput": cell.batch_size / median}
-        if "amp-fp16" in names:  # the worker keeps the GradScaler's starting scale
-            record["numerics"] = {**record["numerics"], "scale_start": 65536.0}
         return record
 
 

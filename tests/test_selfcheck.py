@@ -56,6 +56,17 @@ def test_wrapped_steps_are_refused() -> None:
         selfcheck.run_check(check, "cpu", rounds=1)
 
 
+@pytest.mark.parametrize(
+    ("techniques", "options"), [(("half-weights",), {}), (("grad-accumulation",), {"steps": 2}), (("inference",), {})]
+)
+def test_steps_whose_phases_a_technique_replaced_are_refused(techniques: tuple[str, ...], options: dict) -> None:
+    # The plain loop trains the default step: half-weights' masters, accumulated micro-batches and a forward-only
+    # step would be timed against a loop that is not theirs (a half-weights cell crashed the plain loop outright).
+    check = selfcheck.Check("replaced", "toy", {}, techniques, 8, {techniques[0]: options})
+    with pytest.raises(selfcheck.NotComparable, match="replaced the step's phases"):
+        selfcheck.run_check(check, "cpu", rounds=1)
+
+
 def test_run_check_times_both_sides() -> None:
     fast = MeasureSpec(warmup_steps=1, min_steps=5, max_steps=10, max_seconds=0.5, noise_target=0.5)
     result = selfcheck.run_check(selfcheck.Check("toy", "toy", {}, (), 32), "cpu", rounds=2, measure=fast)

@@ -278,6 +278,14 @@ def run_check(check: Check, device: str, *, rounds: int = 3, measure: MeasureSpe
     else:
         if step.wrappers:
             raise NotComparable(f"{check.name}: selfcheck compares eager or compiled steps; drop wrapping techniques")
+        if step.model is not None and (step.forward_backward is not None or step.update is not None):
+            # The plain loop is the default step written by hand (autocast, loss, backward, optimizer): a step
+            # whose phases a technique replaced (half-weights' FP32 masters, inference's forward only) trains
+            # otherwise, and would be timed against a loop that is not its own.
+            raise NotComparable(
+                f"{check.name}: a technique of {', '.join(check.techniques)} replaced the step's phases; the plain "
+                "loop is the default training step only"
+            )
         plain = plain_step(step)
         pool = [step.data() for _ in range(4)]
     spec = measure or MeasureSpec(warmup_steps=5, min_steps=20, max_steps=200, max_seconds=3.0, noise_target=0.005)

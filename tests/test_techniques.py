@@ -553,6 +553,8 @@ def test_torch_compile_wraps_the_model_and_keeps_the_losses(tmp_path: Any) -> No
         "tile_reductions": False,
         "combo_kernels": False,
         "pdl": False,
+        "aggressive_fusion": False,
+        "mix_order_split_autotune": False,
     }
     assert losses(step, 3) == pytest.approx(reference, rel=1e-5)
 
@@ -648,6 +650,8 @@ def test_torch_compile_coordinate_descent_is_the_mode_as_options_plus_the_tuning
         ),
         ({"combo_kernels": True}, {"combo_kernels": True}),
         ({"pdl": True, "combo_kernels": True}, {"triton.enable_pdl": True, "combo_kernels": True}),
+        ({"aggressive_fusion": True}, {"aggressive_fusion": True}),
+        ({"mix_order_split_autotune": True}, {"triton.mix_order_reduction_autotune_split_size": True}),
     ],
 )
 def test_torch_compile_inductor_settings_reach_inductor(

@@ -40,8 +40,15 @@ of a 32.7 ms step on an H200, session 15's kernels probe). On an H200
 (session 18, ResNet-50 with half-weights, channels-last, fused SGD, stem-pad and
 maxpool-offsets, reduce-overhead) combo_kernels took the step from 33.09-33.11
 to 32.97-33.01 ms with 707 kernels instead of 821 and the same GPU busy time;
-pdl made the batch norm kernels themselves 0.8-0.9 ms slower (33.35 ms). A torch
-whose inductor lacks a setting skips the cell and names it.
+pdl made the batch norm kernels themselves 0.8-0.9 ms slower (33.35 ms).
+
+``aggressive_fusion`` (inductor fuses nodes that share no reads; +0.7% in session
+10's plain loop of the bf16 recipe, before tile_reductions) and
+``mix_order_split_autotune`` (inductor's ``triton.mix_order_reduction_autotune_split_size``:
+the split of each reduction over both a tensor's rows and its columns, which is
+how inductor fuses batch norm's backward, benchmarked at compile time instead of
+a fixed heuristic) aim at the batch norm kernels, ~48% of the compiled step. A
+torch whose inductor lacks a setting skips the cell and names it.
 
 torch.compile takes either a mode or an options dict, so with any of these
 the mode is passed as its options (``torch._inductor.list_mode_options``) plus them.
@@ -74,6 +81,8 @@ INDUCTOR_FLAGS: dict[str, tuple[str, ...]] = {
     "tile_reductions": ("triton.tile_reductions", "triton.prefer_nd_tiling"),
     "combo_kernels": ("combo_kernels",),
     "pdl": ("triton.enable_pdl",),
+    "aggressive_fusion": ("aggressive_fusion",),
+    "mix_order_split_autotune": ("triton.mix_order_reduction_autotune_split_size",),
 }
 """Each boolean option and the inductor settings (``torch._inductor.config`` names) it turns on."""
 
@@ -117,6 +126,19 @@ class CompileOptions:
         metadata={
             "help": "generated kernels launch with programmatic dependent launch (triton.enable_pdl; Hopper "
             "and later), overlapping each kernel's start with the previous one's end"
+        },
+    )
+
+    aggressive_fusion: bool = field(
+        default=False,
+        metadata={"help": "inductor fuses nodes even where they share no reads (aggressive_fusion)"},
+    )
+
+    mix_order_split_autotune: bool = field(
+        default=False,
+        metadata={
+            "help": "inductor benchmarks the split size of each mix-order reduction, one reducing a tensor's rows "
+            "and columns in one kernel as batch norm's backward does (triton.mix_order_reduction_autotune_split_size)"
         },
     )
 

@@ -57,14 +57,83 @@ def test_wrapped_steps_are_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    ("techniques", "options"), [(("half-weights",), {}), (("grad-accumulation",), {"steps": 2}), (("inference",), {})]
+    ("techniques", "options"),
+    [
+        (("grad-accumulation",), {"steps": 2}),
+        (("inference",), {}),
+        (("grad-accumulation", "half-weights"), {"steps": 2}),
+    ],
 )
 def test_steps_whose_phases_a_technique_replaced_are_refused(techniques: tuple[str, ...], options: dict) -> None:
-    # The plain loop trains the default step: half-weights' masters, accumulated micro-batches and a forward-only
-    # step would be timed against a loop that is not theirs (a half-weights cell crashed the plain loop outright).
+    # The plain loops train the default step, or half-weights' by hand: accumulated micro-batches and a forward-only
+    # step would be timed against a loop that is not theirs.
     check = selfcheck.Check("replaced", "toy", {}, techniques, 8, {techniques[0]: options})
     with pytest.raises(selfcheck.NotComparable, match="replaced the step's phases"):
         selfcheck.run_check(check, "cpu", rounds=1)
+
+
+TINY_RESNET = {"depth": 18, "width": 8, "image_size": 32, "classes": 10}
+
+
+@pytest.mark.parametrize(
+    ("dtype", "workload", "options", "techniques"),
+    [
+        ("float16", "toy", {}, ()),
+        ("bfloat16", "toy", {}, ()),
+        # batch norm kept in float32 (two dtypes to copy), SGD with momentum that fused-optimizer starts at zero
+        ("float16", "resnet", TINY_RESNET, ("fused-optimizer", "channels-last")),
+        ("bfloat16", "resnet", TINY_RESNET, ()),
+    ],
+)
+def test_plain_half_loop_trains_like_half_weights(
+    dtype: str, workload: str, options: dict, techniques: tuple[str, ...]
+) -> None:
+    registry = load_registry(PluginSettings())
+    half = {"dtype": dtype, "init_scale": 1024.0}
+    chosen = sorted(
+        [("half-weights", half), *((t, {}) for t in techniques)], key=lambda t: registry.techniques[t[0]].order
+    )
+    cell = {
+        "workload": workload,
+        "options": options_as_dict(build_options(registry.workloads[workload].options, options)),
+        "techniques": [
+            {"name": t, "options": options_as_dict(build_options(registry.techniques[t].options, o))} for t, o in chosen
+        ],
+        "batch_size": 4,
+    }
+    harness = build_step(registry, cell, torch.device("cpu"), seed=0, data_dir="unused")
+    # in the order a cell applies them (selfcheck's own side is built so too)
+    own = _step(workload, options, tuple(t for t, _ in chosen if t != "half-weights"), batch_size=4)
+    started = {id(p) for p, state in own.optimizer.state.items() if state}
+    params = [p for g in own.optimizer.param_groups for p in g["params"]]
+    by_hand = selfcheck.plain_half_step(own, getattr(torch, dtype), 1024.0)
+    # fused SGD's momentum, started at zero by fused-optimizer, moved to the masters with them
+    masters = [p for g in own.optimizer.param_groups for p in g["params"]]
+    assert [bool(own.optimizer.state.get(m)) for m in masters] == [id(p) in started for p in params]
+    assert len(started) == (len(params) if "fused-optimizer" in techniques else 0)
+    run = harness.compose()
+    for _ in range(3):
+        a, b = run(harness.data()), by_hand(own.data())
+        assert float(a) == float(b.detach())
+    # the same half weights, FP32 masters (the optimizers' parameters) and optimizer state after the updates
+    for p, q in zip(harness.model.parameters(), own.model.parameters(), strict=True):
+        assert p.dtype == q.dtype and torch.equal(p, q)
+    assert {p.dtype for p in own.model.parameters()} == (
+        {getattr(torch, dtype)} if workload == "toy" else {getattr(torch, dtype), torch.float32}
+    )
+    theirs = [p for g in harness.optimizer.param_groups for p in g["params"]]
+    assert all(p.dtype == torch.float32 for p in masters)
+    for p, q in zip(theirs, masters, strict=True):
+        assert torch.equal(p, q)
+        for key, value in harness.optimizer.state[p].items():
+            assert torch.equal(value, own.optimizer.state[q][key])
+
+
+def test_a_half_weights_check_is_timed_against_the_hand_written_loop() -> None:
+    fast = MeasureSpec(warmup_steps=1, min_steps=5, max_steps=10, max_seconds=0.5, noise_target=0.5)
+    check = selfcheck.Check("o2", "toy", {}, ("half-weights",), 32, {"half-weights": {"dtype": "bfloat16"}})
+    result = selfcheck.run_check(check, "cpu", rounds=1, measure=fast)
+    assert result.harness_median > 0 and result.plain_per_step > 0
 
 
 def test_run_check_times_both_sides() -> None:

@@ -14,6 +14,14 @@ same compiled module, which is what a user writes. A graph-captured step
 side builds its own step from the same seed without the technique and
 captures the whole step by hand, as PyTorch's CUDA Graphs documentation shows
 (side-stream warm-up, static batch, ``torch.cuda.graph``, copy in, replay).
+
+A half-weights step (Apex's O2: the model itself in half precision, FP32
+masters stepped by the optimizer) is compared the same way: the plain side
+builds its step without the technique and converts it by hand (model to half
+but its batch norms, a master per parameter moved into the optimizer, a
+GradScaler for float16), then runs the loop an O2 user writes: forward on half
+inputs, loss in float32, backward, half gradients copied into the masters',
+optimizer step, masters copied back into the half weights.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
+from torch import nn
 
 from suite.contract.step import Batch, TrainStep
 from suite.contract.wire import SCREEN_SUFFIX, Status
@@ -41,6 +50,7 @@ __all__ = [
     "NotComparable",
     "cell_checks",
     "plain_graph_step",
+    "plain_half_step",
     "plain_step",
     "record_check",
     "run_check",
@@ -50,6 +60,9 @@ __all__ = [
 
 class NotComparable(ValueError):
     """The recipe has no plain-loop twin here (a wrapping technique, a GradScaler in a hand-captured graph)."""
+
+
+HALF_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 @dataclass(frozen=True)
@@ -237,6 +250,77 @@ def plain_graph_step(step: TrainStep, example: Batch) -> Callable[[Batch], Any]:
     return replay
 
 
+def _grad(p: torch.Tensor) -> torch.Tensor:
+    if p.grad is None:  # the harness skips such a master; the hand-written loop does not
+        raise NotComparable("a parameter got no gradient; the half-weights plain loop steps every master")
+    return p.grad
+
+
+def plain_half_step(step: TrainStep, dtype: torch.dtype, init_scale: float) -> Callable[[Batch], Any]:
+    """Apex's O2 written by hand on a step built without half-weights.
+
+    The model goes to ``dtype`` but for its batch norms; each parameter the
+    optimizer holds is replaced there by a float32 master (its state moves
+    along, so a fused optimizer's started momentum stays), and float16 gets a
+    dynamic loss scale.
+    """
+    model, optimizer, loss_fn = step.model, step.optimizer, step.loss_fn
+    if model is None or optimizer is None or loss_fn is None:
+        raise NotComparable("a half-weights plain loop needs a model, a loss and an optimizer")
+    if step.autocast_dtype is not None or step.scaler is not None:
+        raise NotComparable("a half-weights plain loop replaces autocast and its loss scale")
+    module = getattr(model, "_orig_mod", model)  # torch.compile compiles lazily, at the first call
+    for m in module.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            continue
+        for p in m.parameters(recurse=False):
+            p.data = p.data.to(dtype)
+        for name, b in m.named_buffers(recurse=False):
+            if b.is_floating_point():
+                setattr(m, name, b.to(dtype))
+    halves: list[torch.Tensor] = []
+    masters: list[torch.Tensor] = []
+    for group in optimizer.param_groups:
+        for i, half in enumerate(group["params"]):
+            master = nn.Parameter(half.detach().float().clone())
+            group["params"][i] = master
+            if half in optimizer.state:
+                optimizer.state[master] = optimizer.state.pop(half)
+            halves.append(half)
+            masters.append(master)
+    grads = [torch.zeros_like(m) for m in masters]
+    for kept, grad in zip(masters, grads, strict=True):
+        kept.grad = grad
+    # torch._foreach_copy_ takes its fast path for one dtype on each side: the half weights, and batch norm's float32
+    by_dtype: dict[torch.dtype, list[int]] = {}
+    for i, p in enumerate(halves):
+        by_dtype.setdefault(p.dtype, []).append(i)
+    scaler = torch.amp.GradScaler(step.device.type, init_scale=init_scale) if dtype == torch.float16 else None
+
+    def train_step(batch: Batch) -> Any:
+        inputs = tuple(t.to(dtype) if t.is_floating_point() else t for t in batch.inputs)
+        loss = loss_fn(model(*inputs).float(), batch.target)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+        else:
+            loss.backward()
+        with torch.no_grad():
+            for idx in by_dtype.values():
+                torch._foreach_copy_([grads[i] for i in idx], [_grad(halves[i]) for i in idx])
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+            for idx in by_dtype.values():
+                torch._foreach_copy_([halves[i] for i in idx], [masters[i] for i in idx])
+        for p in halves:
+            p.grad = None
+        return loss
+
+    return train_step
+
+
 def _cell(registry: Any, check: Check, techniques: tuple[str, ...]) -> dict[str, Any]:
     workload = registry.workloads[check.workload]
     return {
@@ -266,28 +350,32 @@ def run_check(check: Check, device: str, *, rounds: int = 3, measure: MeasureSpe
     dev = torch.device(device)
     step = build_step(registry, _cell(registry, check, check.techniques), dev, seed=0, data_dir="reports/data")
     run = step.compose()
-    if "cuda-graphs" in check.techniques:
-        others = tuple(t for t in check.techniques if t != "cuda-graphs")
+    # A technique the plain side writes by hand itself: its step is built without it, from the same seed.
+    by_hand = next((t for t in ("cuda-graphs", "half-weights") if t in check.techniques), None)
+    own = step
+    if by_hand is not None:
+        others = tuple(t for t in check.techniques if t != by_hand)
         own = build_step(registry, _cell(registry, check, others), dev, seed=0, data_dir="reports/data")
         if own.wrappers:
-            raise NotComparable(
-                f"{check.name}: the hand-captured side takes no wrapping techniques besides cuda-graphs"
-            )
+            raise NotComparable(f"{check.name}: the hand-written side takes no wrapping techniques besides {by_hand}")
+    elif step.wrappers:
+        raise NotComparable(f"{check.name}: selfcheck compares eager or compiled steps; drop wrapping techniques")
+    if own.model is not None and (own.forward_backward is not None or own.update is not None):
+        # The plain loops write the default step by hand (autocast, loss, backward, optimizer), or it with O2's
+        # masters: a step whose phases another technique replaced (grad-accumulation's micro-batches, inference's
+        # forward only, half-weights under cuda-graphs) trains otherwise and would be timed against a loop not its own.
+        raise NotComparable(
+            f"{check.name}: a technique of {', '.join(check.techniques)} replaced the step's phases; the plain "
+            "loop is the default training step only (or half-weights' by hand)"
+        )
+    if by_hand == "cuda-graphs":
         plain = plain_graph_step(own, own.data())
-        pool = [own.data() for _ in range(4)]
+    elif by_hand == "half-weights":
+        chosen = build_options(registry.techniques[by_hand].options, dict(check.technique_options.get(by_hand, {})))
+        plain = plain_half_step(own, HALF_DTYPES[chosen.dtype], chosen.init_scale)
     else:
-        if step.wrappers:
-            raise NotComparable(f"{check.name}: selfcheck compares eager or compiled steps; drop wrapping techniques")
-        if step.model is not None and (step.forward_backward is not None or step.update is not None):
-            # The plain loop is the default step written by hand (autocast, loss, backward, optimizer): a step
-            # whose phases a technique replaced (half-weights' FP32 masters, inference's forward only) trains
-            # otherwise, and would be timed against a loop that is not its own.
-            raise NotComparable(
-                f"{check.name}: a technique of {', '.join(check.techniques)} replaced the step's phases; the plain "
-                "loop is the default training step only"
-            )
         plain = plain_step(step)
-        pool = [step.data() for _ in range(4)]
+    pool = [own.data() for _ in range(4)]
     spec = measure or MeasureSpec(warmup_steps=5, min_steps=20, max_steps=200, max_seconds=3.0, noise_target=0.005)
     for _ in range(spec.warmup_steps):
         run(step.data())

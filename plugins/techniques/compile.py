@@ -47,8 +47,10 @@ pdl made the batch norm kernels themselves 0.8-0.9 ms slower (33.35 ms).
 ``mix_order_split_autotune`` (inductor's ``triton.mix_order_reduction_autotune_split_size``:
 the split of each reduction over both a tensor's rows and its columns, which is
 how inductor fuses batch norm's backward, benchmarked at compile time instead of
-a fixed heuristic) aim at the batch norm kernels, ~48% of the compiled step. A
-torch whose inductor lacks a setting skips the cell and names it.
+a fixed heuristic) aim at the batch norm kernels, ~48% of the compiled step. On
+an H200 (session 19, the o2 + combo_kernels cell above at 33.12-33.16 ms) neither
+paid: 33.34 and 33.28 ms; coordinate descent there 33.04-33.10. A torch whose
+inductor lacks a setting skips the cell and names it.
 
 torch.compile takes either a mode or an options dict, so with any of these
 the mode is passed as its options (``torch._inductor.list_mode_options``) plus them.

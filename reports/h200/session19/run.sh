@@ -8,6 +8,13 @@
 # Call 1 starts the suite in a process session of its own (run_bg), which runs on across calls 2 and 3 while the
 # machine is held; each call sends back what it wrote so far, call 3 with inductor's cache and autotuning
 # choices. .gpu/ carries session 18's inductor cache, so the o2-combo and o1 cells compile from it.
+#
+# What ran: calls 1-3 (525, 516 and 164 s) measured the six cells into resnet50-knobs/; call 4 on the still-held
+# machine ran `run 0 tests/gpu/resnet50-knobs.toml resnet50-knobs-repeat -k "not aggressive and not mixsplit"
+# -p plugins.probes.kernels` (lib.sh's run, 192 s); call 5, on a fresh machine with only the o2-combo entries of
+# inductor's cache carried in .gpu/ (fxgraph/ty*, fxgraph/fq*, 4.6 MB xz), ran
+# `python3 -m suite selfcheck --device cuda --cells $S/resnet50-knobs-repeat/results.json -k o2-combo/ --rounds 3`
+# (57 s). 1,673 s of device time in all.
 set -u
 S=${S:-reports/h200/session19}
 mkdir -p "$S"

@@ -129,6 +129,16 @@ def test_plain_half_loop_trains_like_half_weights(
             assert torch.equal(value, own.optimizer.state[q][key])
 
 
+def test_the_half_weights_plain_loop_refuses_a_model_without_a_tensor_output() -> None:
+    own = _step("toy", {})
+    model = own.model
+    own.model = lambda *inputs: (model(*inputs),)  # a third-party model returning a tuple, say
+    own.model.modules = model.modules
+    by_hand = selfcheck.plain_half_step(own, torch.bfloat16, 1.0)
+    with pytest.raises(selfcheck.NotComparable, match="returns tuple"):
+        by_hand(own.data())
+
+
 def test_a_half_weights_check_is_timed_against_the_hand_written_loop() -> None:
     fast = MeasureSpec(warmup_steps=1, min_steps=5, max_steps=10, max_seconds=0.5, noise_target=0.5)
     check = selfcheck.Check("o2", "toy", {}, ("half-weights",), 32, {"half-weights": {"dtype": "bfloat16"}})

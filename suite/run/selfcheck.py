@@ -299,7 +299,10 @@ def plain_half_step(step: TrainStep, dtype: torch.dtype, init_scale: float) -> C
 
     def train_step(batch: Batch) -> Any:
         inputs = tuple(t.to(dtype) if t.is_floating_point() else t for t in batch.inputs)
-        loss = loss_fn(model(*inputs).float(), batch.target)
+        out = model(*inputs)
+        if not isinstance(out, torch.Tensor):
+            raise NotComparable(f"the model returns {type(out).__name__}; the half-weights plain loop takes a tensor")
+        loss = loss_fn(out.float(), batch.target)
         if scaler is not None:
             scaler.scale(loss).backward()
         else:

@@ -17,7 +17,8 @@ forward + backward, as it trains:
   sums of x and x^2, their finalisation (mean, 1/std, running statistics), the apply (+ identity, ReLU); backward
   split column sums of the masked gradient and of it times x-hat, their finalisation, and the apply (dx, and the
   identity's gradient). The ReLU mask is recomputed from x where there is no identity, and read from the output
-  where there is;
+  where there is. On a GPU each shape keeps the fastest of a few tile shapes (``TILES``), and its result is compared
+  with PyTorch's (``error``: the largest relative difference of the output and the gradients);
 * ``bound``: the pass model's bytes (8 passes, 12 with the identity) at the bandwidth a copy of the largest
   tensor reaches on this GPU.
 
@@ -232,7 +233,7 @@ def _splits(m: int, c: int, bm: int, bc: int, device: torch.device) -> tuple[int
 class BatchNormReLU(torch.autograd.Function):
     """relu(batch_norm(x) [+ identity]) in training, channels-last, with the six kernels above."""
 
-    BM, BC = 64, 64
+    BM, BC, WARPS = 64, 64, 4  # tile rows, tile channels, warps a program: set by the caller's sweep
 
     @staticmethod
     def forward(
@@ -244,20 +245,20 @@ class BatchNormReLU(torch.autograd.Function):
         running_mean: torch.Tensor,
         running_var: torch.Tensor,
     ) -> torch.Tensor:
-        bm, bc = BatchNormReLU.BM, BatchNormReLU.BC
+        bm, bc, nw = BatchNormReLU.BM, BatchNormReLU.BC, BatchNormReLU.WARPS
         x2 = _rows(x)
         m, c = x2.shape
         s, per = _splits(m, c, bm, bc, x.device)
         part = torch.empty(s, 2, c, device=x.device, dtype=torch.float32)
         mean = torch.empty(c, device=x.device, dtype=torch.float32)
         rstd = torch.empty_like(mean)
-        _col_sums[(s, triton.cdiv(c, bc))](x2, part, m, c, per, BM=bm, BC=bc)
+        _col_sums[(s, triton.cdiv(c, bc))](x2, part, m, c, per, BM=bm, BC=bc, num_warps=nw)
         _stats[(triton.cdiv(c, bc),)](part, mean, rstd, running_mean, running_var, s, m, c, EPS, MOMENTUM, BC=bc)
         y = torch.empty_like(x)
         has_id = identity is not None
         id2 = _rows(identity) if identity is not None else x2
         _apply[(triton.cdiv(m, bm), triton.cdiv(c, bc))](
-            x2, id2, _rows(y), mean, rstd, weight, bias, m, c, HAS_ID=has_id, BM=bm, BC=bc
+            x2, id2, _rows(y), mean, rstd, weight, bias, m, c, HAS_ID=has_id, BM=bm, BC=bc, num_warps=nw
         )
         ctx.has_id = has_id
         ctx.save_for_backward(x, y if has_id else x, weight, bias, mean, rstd)
@@ -265,7 +266,7 @@ class BatchNormReLU(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        bm, bc = BatchNormReLU.BM, BatchNormReLU.BC
+        bm, bc, nw = BatchNormReLU.BM, BatchNormReLU.BC, BatchNormReLU.WARPS
         x, y, weight, bias, mean, rstd = ctx.saved_tensors
         dy = dy.contiguous(memory_format=torch.channels_last)
         x2, y2, dy2 = _rows(x), _rows(y), _rows(dy)
@@ -273,7 +274,7 @@ class BatchNormReLU(torch.autograd.Function):
         s, per = _splits(m, c, bm, bc, x.device)
         part = torch.empty(s, 2, c, device=x.device, dtype=torch.float32)
         _grad_sums[(s, triton.cdiv(c, bc))](
-            dy2, x2, y2, mean, rstd, weight, bias, part, m, c, per, HAS_ID=ctx.has_id, BM=bm, BC=bc
+            dy2, x2, y2, mean, rstd, weight, bias, part, m, c, per, HAS_ID=ctx.has_id, BM=bm, BC=bc, num_warps=nw
         )
         db = torch.empty(c, device=x.device, dtype=torch.float32)
         dw = torch.empty_like(db)
@@ -297,6 +298,7 @@ class BatchNormReLU(torch.autograd.Function):
             HAS_ID=ctx.has_id,
             BM=bm,
             BC=bc,
+            num_warps=nw,
         )
         return dx, dw, db, did, None, None
 
@@ -352,6 +354,16 @@ def _twin(t: torch.Tensor | None) -> torch.Tensor | None:
     if t is None:
         return None
     return t.detach().clone(memory_format=torch.preserve_format).requires_grad_(t.requires_grad)
+
+
+def _agreement(args: list[Any], grad: torch.Tensor) -> float:
+    """The largest relative difference between the hand-written kernels and PyTorch: output and gradients."""
+    ours, theirs = [_twin(t) for t in args], [_twin(t) for t in args]
+    a, b = BatchNormReLU.apply(*ours), reference(*theirs)
+    a.backward(grad)
+    b.backward(grad)
+    pairs = [(a, b)] + [(p.grad, q.grad) for p, q in zip(ours[:4], theirs[:4], strict=True) if p is not None]
+    return max(float((p.float() - q.float()).abs().max() / (q.float().abs().max() + 1e-6)) for p, q in pairs)
 
 
 def check() -> int:
@@ -460,13 +472,14 @@ def bench(out: str | None, dev: str, n: int, iters: int) -> None:
             "count": count,
             "bound": passes * n * c * h * w * dtype.itemsize / bandwidth,
             "inductor": _time(compiled, args, grad, dev, iters),
-            "triton": _time(BatchNormReLU.apply, args, grad, dev, iters),
+            **_best_tiles(args, grad, dev, iters),
             "eager": _time(reference, args, grad, dev, iters),
+            "error": _agreement(args, grad),  # with the tiles chosen last
         }
         rows.append(row)
         for k in ("bound", "inductor", "triton", "eager"):
             totals[k] += row[k] * count
-        print(" ".join(f"{k} {v * 1e3:.3f} ms" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()))
+        print(" ".join(_shown(k, v, timed=k in totals) for k, v in row.items()))
     print(f"ResNet-50 at batch {n}, weighted: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in totals.items()))
     if out:
         with open(out, "w", encoding="utf-8") as f:
@@ -482,6 +495,26 @@ def bench(out: str | None, dev: str, n: int, iters: int) -> None:
                 f,
                 indent=1,
             )
+
+
+TILES = [(64, 64, 4), (128, 64, 8), (32, 128, 4), (64, 128, 8), (256, 32, 8)]
+"""(rows, channels, warps) of the hand-written kernels' tiles tried on a GPU, inductor's autotuning by hand."""
+
+
+def _best_tiles(args: list[Any], grad: torch.Tensor, dev: str, iters: int) -> dict[str, Any]:
+    best: dict[str, Any] = {}
+    for bm, bc, nw in TILES if dev == "cuda" else TILES[:1]:
+        BatchNormReLU.BM, BatchNormReLU.BC, BatchNormReLU.WARPS = bm, bc, nw
+        seconds = _time(BatchNormReLU.apply, args, grad, dev, iters)
+        if not best or seconds < best["triton"]:
+            best = {"triton": seconds, "tiles": [bm, bc, nw]}
+    return best
+
+
+def _shown(key: str, value: Any, *, timed: bool) -> str:
+    if timed:
+        return f"{key} {value * 1e3:.3f} ms"
+    return f"{key} {value:.1e}" if key == "error" else f"{key} {value}"
 
 
 def _has(config: Any, dotted: str) -> bool:

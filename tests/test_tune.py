@@ -23,7 +23,7 @@ from suite.run import runner, selfcheck
 from suite.spec.matrix import expand
 from suite.spec.suitefile import SuiteSpec, loads
 from suite.tune import TuneConfig, recipe_toml, tune, untrusted_reason
-from suite.tune.search import SCREENED_AGAIN, STOOD_IN
+from suite.tune.search import HEAD_START, SCREENED_AGAIN, STOOD_IN
 from suite.tune.space import Candidate, option_choices
 
 TOY_SUITE = """\
@@ -334,6 +334,62 @@ def test_the_search_follows_each_amp_dtype_not_only_the_faster_eager_one(tmp_pat
     assert {"amp-fp16+fused-optimizer", "amp-bf16+fused-optimizer"} <= finals  # both paths' ends in full
 
 
+class CompanionWorker(FakeWorker):
+    """fp16 and bf16 gain alike from fused-optimizer and noop, fp16 a little faster; with ``spoils``, noop halves
+    bf16's speed (a companion that does not carry over to the other dtype)."""
+
+    spoils = False
+
+    def __call__(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
+        record = super().__call__(cell, spec, timeout)
+        names = {t for t, _ in cell.techniques}
+        speed = (
+            1.0
+            + 0.5 * len(names - {"amp-fp16", "amp-bf16"})
+            + 0.2 * ("amp-fp16" in names)
+            + 0.1 * ("amp-bf16" in names)
+        )
+        if self.spoils and {"amp-bf16", "noop"} <= names:
+            speed *= 0.5
+        median = 0.01 / speed
+        record["metrics"] = {"step_time": _step_time(median), "throughput": cell.batch_size / median}
+        return record
+
+
+def _tune_with_noop(tmp_path: Path, worker: type[FakeWorker], **settings: Any) -> dict[str, Any]:
+    """A fresh tune of the toy suite with ``noop`` in its space, measured by ``worker`` given ``settings``."""
+    (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra='noop = ["noop"]'), encoding="utf-8")
+    plan = session.plan(tmp_path / "s.toml")
+    fake = worker(plan.registry, 1.0)
+    for name, value in settings.items():
+        setattr(fake, name, value)
+    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
+    (toy,) = tune(plan, config, lambda line: None, measure=fake)["workloads"]
+    return dict(toy)
+
+
+@pytest.mark.parametrize("spoils", [False, True])
+def test_a_later_path_starts_from_the_leading_paths_companions(tmp_path: Path, spoils: bool) -> None:
+    toy = _tune_with_noop(tmp_path, CompanionWorker, spoils=spoils)
+    bf16 = [s for s in toy["steps"] if s["phase"] == "greedy" and "amp-bf16" in s["combination"]]
+    # fp16's path ran first and ended with both companions; bf16's first screen is bf16 with both
+    head = bf16[0]
+    assert set(head["combination"].split("+")) == {"amp-bf16", "fused-optimizer", "noop"}
+    if not spoils:
+        # one screen instead of a round of one companion each and then the pair: the path goes on from there
+        assert head["decision"] == HEAD_START and len(bf16) == 1
+        finals = {s["combination"] for s in toy["steps"] if s["phase"] == "final"}
+        assert head["combination"] in finals  # the bf16 path's end, in full
+        assert sorted(toy["winner"]["techniques"]) == ["amp-fp16", "fused-optimizer", "noop"]
+    else:
+        # slower than bf16 alone: the path starts from bf16 alone and finds fused-optimizer on its own
+        assert head["decision"] == "not faster"
+        kept = [s["combination"] for s in bf16 if s["decision"] == "kept"]
+        assert kept == ["amp-bf16+fused-optimizer"]
+        finals = {s["combination"] for s in toy["steps"] if s["phase"] == "final"}
+        assert "amp-bf16+fused-optimizer" in finals
+
+
 class HalfWeightsWorker(FakeWorker):
     """fp16 autocast is the fastest start; the model itself in half (half-weights, Apex O2) is faster once
     companions join (ResNet-50 on an H200, session 18, in miniature)."""
@@ -386,12 +442,7 @@ class NearMissWorker(FakeWorker):
 
 @pytest.mark.parametrize("gain", [1.011, 1.004])
 def test_near_misses_of_a_greedy_round_are_screened_together(tmp_path: Path, gain: float) -> None:
-    (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra='noop = ["noop"]'), encoding="utf-8")
-    plan = session.plan(tmp_path / "s.toml")
-    fake = NearMissWorker(plan.registry, 1.0)
-    fake.gain = gain
-    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
-    (toy,) = tune(plan, config, lambda line: None, measure=fake)["workloads"]
+    toy = _tune_with_noop(tmp_path, NearMissWorker, gain=gain)
     greedy = {s["combination"]: s["decision"] for s in toy["steps"] if s["phase"] == "greedy"}
     # Neither alone clears the screens' noise...
     assert greedy["amp-bf16+noop"] == greedy["amp-bf16+fused-optimizer"] == "not faster"
@@ -896,7 +947,9 @@ def test_finalists_from_the_file_are_measured_again_before_one_measured_now_lose
     resumed = dataclasses.replace(config, resume=True, finalists=8)  # the file's winner is a finalist again
     (toy,) = tune(session.plan(suite), resumed, lines.append, measure=fake)["workloads"]
     assert "torch-compile" in toy["winner"]["techniques"]
-    assert first["winner"]["cell_id"] in fake.ids  # measured again, on this machine
+    # The first run's fp16 path's end, 20% faster in the file, is a finalist again: measured again, on this machine.
+    # (The first winner, its bf16 twin, is not: this run's bf16 path starts from the fp16 path's companions.)
+    assert "toy/amp-fp16+fused-optimizer/bs64" in fake.ids
     assert any("held against a candidate measured in this run" in line for line in lines)
     assert "(the file's last winner)" not in lines[-1]  # progress goes on from the figure measured again
 
@@ -1155,9 +1208,11 @@ def test_a_finalist_whose_screen_compiled_its_graph_is_priced_without_a_compile(
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=250.0, clock=fake.clock)
     (toy,) = tune(plan, config, lambda line: None, measure=fake)["workloads"]
     finals = {s["combination"]: s["decision"] for s in toy["steps"] if s["phase"] == "final"}
-    # Priced as a compile, the path's end would be left out and a slower recipe win.
+    # Priced as a compile, the paths' ends would be left out and a slower recipe win. (The bf16 path starts from the
+    # fp16 path's companions, as fast: the tie goes to the recipe without a loss scale.)
     assert finals["amp-fp16+fused-optimizer+torch-compile"] == "trusted"
-    assert toy["winner"]["combination"] == "amp-fp16+fused-optimizer+torch-compile"
+    assert finals["amp-bf16+fused-optimizer+torch-compile"] == "trusted"
+    assert toy["winner"]["combination"] == "amp-bf16+fused-optimizer+torch-compile"
 
 
 def test_the_searchs_compiles_price_the_ablations_rows_fp32_included() -> None:
@@ -1206,9 +1261,11 @@ def test_a_resumed_search_out_of_budget_still_chooses_among_the_full_records_it_
     resumed = dataclasses.replace(config, resume=True, budget_seconds=12.0, clock=fake.clock)
     (toy,) = tune(session.plan(suite), resumed, lambda line: None, measure=fake)["workloads"]
     finals = {s["combination"]: s["decision"] for s in toy["steps"] if s["phase"] == "final"}
-    # The file's full record stands in for the finalists the budget left out, free...
-    assert finals[first["winner"]["combination"]] == STOOD_IN
-    assert toy["winner"]["cell_id"] == first["winner"]["cell_id"]  # ...and wins: not a slower one the file also held
+    # The file's winner is a finalist again (the bf16 path's head start passed it by), its full record at hand, free;
+    # the file's other full records stand in for the finalists the budget left out, free...
+    assert finals[first["winner"]["combination"]] == "trusted"
+    assert finals["amp-fp16+fused-optimizer"] == STOOD_IN
+    assert toy["winner"]["cell_id"] == first["winner"]["cell_id"]  # ...and it wins: not a slower one the file held
     # With the budget for its finalists, the search measures them and nothing stands in.
     fake.now = 0.0
     (full,) = tune(session.plan(suite), dataclasses.replace(resumed, budget_seconds=5000.0), lambda line: None, fake)[

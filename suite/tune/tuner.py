@@ -86,9 +86,15 @@ class Tuner:
         self.started = 0
         # Per workload configuration, per cell name: a trusted full figure and the name progress shows it under.
         self._figures: dict[str, dict[str, tuple[float, str]]] = {}
+        self._file_winners: dict[str, Candidate] = {}
         if previous is not None:
             self._best_from(previous)
             self._prices_from(previous)
+
+    def file_winner(self, key: str) -> Candidate | None:
+        """--resume: the winner the file's last run chose for the workload configuration ``key``, while its record
+        is kept and trusted; None on a fresh run."""
+        return self._file_winners.get(key)
 
     def _best_from(self, previous: dict[str, Any]) -> None:
         """--resume: each workload's best so far starts at the winner the file's last run chose, while its record
@@ -100,6 +106,11 @@ class Tuner:
             if record is not None:
                 name = f"{winner['combination']}/bs{winner['batch_size']}"
                 self._offer(str(workload.get("key")), name, FULL, record, f"{name} (the file's last winner)")
+                self._file_winners[str(workload.get("key"))] = Candidate(
+                    tuple(str(t) for t in winner.get("techniques") or ()),
+                    int(winner["batch_size"]),
+                    {str(t): dict(o) for t, o in (winner.get("overrides") or {}).items()},
+                )
 
     def _prices_from(self, previous: dict[str, Any]) -> None:
         """--resume: the first steps of the file's records price this run's candidates (:meth:`Budget.learn`), as

@@ -62,9 +62,6 @@ class NotComparable(ValueError):
     """The recipe has no plain-loop twin here (a wrapping technique, a GradScaler in a hand-captured graph)."""
 
 
-HALF_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
 @dataclass(frozen=True)
 class Check:
     """One configuration to compare: a workload, its options, techniques, batch size."""
@@ -375,7 +372,7 @@ def run_check(check: Check, device: str, *, rounds: int = 3, measure: MeasureSpe
         plain = plain_graph_step(own, own.data())
     elif by_hand == "half-weights":
         chosen = build_options(registry.techniques[by_hand].options, dict(check.technique_options.get(by_hand, {})))
-        plain = plain_half_step(own, HALF_DTYPES[chosen.dtype], chosen.init_scale)
+        plain = plain_half_step(own, getattr(torch, chosen.dtype), chosen.init_scale)  # "float16" or "bfloat16"
     else:
         plain = plain_step(step)
     pool = [own.data() for _ in range(4)]

@@ -409,7 +409,7 @@ def _finals(
         # A head start (_head_start) can lead a path past the file's last winner without screening it: it is a
         # finalist all the same, measured again beside this run's figures when it could win, as a path's would be.
         finalists.append(incumbent)
-    ranked = [c for c, _ in sorted(others, key=lambda m: -_value(m[1])) if c not in finalists]
+    ranked = [c for c, _ in sorted(others, key=lambda m: -_value(m[1]))]  # the incumbent is not among them
     for candidate in ranked:
         if len(finalists) >= max(tuner.config.finalists, len(ends)):
             break

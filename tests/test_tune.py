@@ -22,9 +22,10 @@ from suite.report.tune_page import tune_context
 from suite.run import runner, selfcheck
 from suite.spec.matrix import expand
 from suite.spec.suitefile import SuiteSpec, loads
-from suite.tune import TuneConfig, recipe_toml, tune, untrusted_reason
-from suite.tune.search import HEAD_START, SCREENED_AGAIN, STOOD_IN
+from suite.tune import TuneConfig, recipe_toml, search, tune, untrusted_reason
+from suite.tune.search import BUDGET_ROW, HEAD_START, SCREENED_AGAIN, STOOD_IN
 from suite.tune.space import Candidate, option_choices
+from suite.tune.tuner import Tuner
 
 TOY_SUITE = """\
 [suite]
@@ -928,6 +929,41 @@ def test_a_new_option_value_is_held_against_the_winner_measured_again_on_this_ma
     assert note in tune_module.tune_markdown(summary)
     (page,) = tune_context(summary)["workloads"]
     assert [r["note"] for r in page["ablation"] if r["label"] == "FP32"] == [note]
+
+
+def test_a_contribution_across_two_runs_comes_from_this_runs_screens_of_both(tmp_path: Path) -> None:
+    """Session 20 on an H200: the winner measured in full on that machine (7,622.7 img/s) beside the file's full
+    record of the recipe without maxpool-offsets from a faster one (7,651.2) gave maxpool-offsets -0.4%, where the
+    run had screened the two at 7,707.6 and 7,498.7: +2.8%."""
+    suite = tmp_path / "s.toml"
+    suite.write_text(TOY_SUITE.format(extra=""), encoding="utf-8")
+    fake = FakeWorker(session.plan(suite).registry, 1.0)  # each technique +10%
+    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
+    tune(session.plan(suite), config, lambda line: None, measure=fake)
+    winner, row = "toy/amp-bf16+fused-optimizer/bs64", "toy/amp-bf16/bs64"
+    doc = results.load(config.output)
+    _rescale(next(r for r in doc["cells"] if r["id"] == row), 1.2)  # the row's full record: a faster machine's
+    results.ResultsWriter(config.output, doc)
+    tuner = Tuner(session.plan(suite), dataclasses.replace(config, resume=True), lambda line: None, measure=fake)
+    # this run measured the winner and both screens (as a resume does); the row's full record is the file's
+    tuner.from_file -= {winner, winner + "/screen", row + "/screen"}
+    measured = [
+        ("winner", Candidate(("amp-bf16", "fused-optimizer"), 64), None, tuner.kept[winner]),
+        ("without fused-optimizer", Candidate(("amp-bf16",), 64), "fused-optimizer", tuner.kept[row]),
+        ("without amp-bf16", Candidate(("fused-optimizer",), 64), "amp-bf16", tuner.kept["toy/fused-optimizer/bs64"]),
+    ]
+    w = (Candidate(("amp-bf16", "fused-optimizer"), 64), tuner.kept[winner])
+    rows = {r["label"]: r for r in search._ablation_rows(tuner, w, measured, BUDGET_ROW)}
+    across = rows["without fused-optimizer"]
+    assert across["contribution"] == pytest.approx(1.2 / 1.1 - 1)  # not 1.2 / (1.1 * 1.2) - 1 from the two runs
+    assert across["throughput"] == pytest.approx(64 / (0.01 / 1.1) * 1.2)  # the row's figure is still its record's
+    assert across["earlier_run"].startswith("measured in an earlier run (")
+    assert "contribution from this run's screens, 7,680.0 against 7,040.0" in across["earlier_run"]
+    # No screen of the row in this run: the two runs' full figures, and the row says they are two runs'.
+    tuner.from_file.add(row + "/screen")
+    rows = {r["label"]: r for r in search._ablation_rows(tuner, w, measured, BUDGET_ROW)}
+    assert rows["without fused-optimizer"]["contribution"] == pytest.approx(1.2 / (1.1 * 1.2) - 1)
+    assert "screens" not in rows["without fused-optimizer"]["earlier_run"]
 
 
 def test_finalists_from_the_file_are_measured_again_before_one_measured_now_loses_to_them(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """ResNet-50's batch norms one at a time: inductor's kernels, hand-written Triton ones, and the traffic bound.
 
-    python3 reports/h200/bn_kernels.py [--out FILE.json]        on a CUDA GPU (~3-5 minutes on an H200)
+    python3 reports/h200/bn_kernels.py [--out FILE.json]        on a CUDA GPU (~2.5 minutes on an H200)
     python3 reports/h200/bn_kernels.py --check                  the Triton kernels against PyTorch, tiny shapes
                                                                 (on a CPU through Triton's interpreter)
 
@@ -23,8 +23,10 @@ forward + backward, as it trains:
   tensor reaches on this GPU.
 
 Weighted by how many times ResNet-50 has each shape, the totals say how much of the step a fused batch norm
-technique could take. Each pass is timed as a CUDA graph's replays, as the compiled step runs it. The statistics
-use float32 sums of x and x^2, good enough to time but to be replaced by Welford merges in a technique.
+technique could take. Session 20 on an H200 (reports/h200/session20/bn-kernels-graphs.json): bound 13.51 ms,
+inductor 17.47, these kernels 20.34, eager (cuDNN) 24.64; docs/tune.md "Session 20" reads it. Each pass is timed
+as a CUDA graph's replays, as the compiled step runs it. The statistics use float32 sums of x and x^2, good enough
+to time but to be replaced by Welford merges in a technique.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from suite import analysis
-from suite.contract.wire import Status
+from suite.contract.wire import SCREEN_SUFFIX, Status
 from suite.host.session import Plan
 from suite.run import runner
 from suite.tune import space
@@ -681,6 +681,20 @@ def _ablation_rows(
     for label, candidate, removed, record in measured:
         d = derived.get(record["id"]) if record is not None else None
         value = analysis.throughput(as_record(record)) if record is not None else None
+        contribution = None if removed is None or not value or not win_value else win_value / value - 1.0
+        earlier = (
+            f"measured in an earlier run ({str(record.get('started'))[:16]}), maybe on another machine"
+            if mixed and record is not None and not tuner.here(record)
+            else None
+        )
+        screens = None if removed is None or record is None else _screens_of_one_run(tuner, winner[1], record)
+        if screens is not None:
+            contribution = screens[0] / screens[1] - 1.0
+            earlier = "; ".join(
+                n
+                for n in (earlier, f"contribution from this run's screens, {screens[0]:,.1f} against {screens[1]:,.1f}")
+                if n
+            )
         out.append(
             {
                 "label": label,
@@ -694,16 +708,34 @@ def _ablation_rows(
                 "throughput": value,
                 "speedup_vs_fp32": None if d is None else d.speedup_vs_fp32,
                 "speedup_vs_tf32": None if d is None else d.speedup_vs_tf32,
-                "contribution": None if removed is None or not value or not win_value else win_value / value - 1.0,
+                "contribution": contribution,
                 "untrusted": None if record is None else untrusted_reason(record, doc),
-                "earlier_run": (
-                    f"measured in an earlier run ({str(record.get('started'))[:16]}), maybe on another machine"
-                    if mixed and record is not None and not tuner.here(record)
-                    else None
-                ),
+                "earlier_run": earlier,
             }
         )
     return out
+
+
+def _screens_of_one_run(tuner: Tuner, winner: dict[str, Any], record: dict[str, Any]) -> tuple[float, float] | None:
+    """The winner's and a leave-one-out row's screens, both measured in this run, when their full records come
+    from two runs (``--resume``): (winner, row) throughput, or None.
+
+    Two runs may be two machines. Session 20 on an H200: the ablation set the winner measured there (7,622.7 img/s)
+    against the file's record of the recipe without maxpool-offsets from a faster machine (7,651.2) and gave
+    maxpool-offsets -0.4%; this run had screened the two at 7,707.6 and 7,498.7, +2.8%. Screens are shorter
+    measurements, but of one machine, one after another."""
+    if tuner.run_of(record) == tuner.run_of(winner):
+        return None
+    pair = [tuner.kept.get(str(r["id"]) + SCREEN_SUFFIX) for r in (winner, record)]
+    values = [
+        analysis.throughput(as_record(s))
+        if s is not None and tuner.here(s) and s.get("status") == Status.PASSED
+        else None
+        for s in pair
+    ]
+    if values[0] and values[1]:
+        return float(values[0]), float(values[1])
+    return None
 
 
 def _reason(record: dict[str, Any] | None) -> str | None:

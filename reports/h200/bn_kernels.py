@@ -358,6 +358,19 @@ def _twin(t: torch.Tensor | None) -> torch.Tensor | None:
     return t.detach().clone(memory_format=torch.preserve_format).requires_grad_(t.requires_grad)
 
 
+def _compared(ours: list[Any], theirs: list[Any], grad: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Forward + backward of the hand-written kernels on ``ours`` and of PyTorch on ``theirs`` (twin inputs): each
+    output, running statistic and gradient beside PyTorch's, by name, in float32."""
+    a, b = BatchNormReLU.apply(*ours), reference(*theirs)
+    a.backward(grad)
+    b.backward(grad)
+    pairs = {"y": (a, b), "running_mean": (ours[4], theirs[4]), "running_var": (ours[5], theirs[5])}
+    for name, i in (("dx", 0), ("dweight", 1), ("dbias", 2), ("didentity", 3)):
+        if ours[i] is not None:
+            pairs[name] = (ours[i].grad, theirs[i].grad)
+    return {name: (p.detach().float(), q.detach().float()) for name, (p, q) in pairs.items()}
+
+
 def _agreement(args: list[Any], grad: torch.Tensor) -> float:
     """The largest relative difference between the hand-written kernels and PyTorch: output and gradients.
 
@@ -366,13 +379,9 @@ def _agreement(args: list[Any], grad: torch.Tensor) -> float:
     by a whole dy. A largest-element measure reads that as 0.3-0.8 (session 20's first run); the norm weighs it by
     how few they are.
     """
-    ours, theirs = [_twin(t) for t in args], [_twin(t) for t in args]
-    a, b = BatchNormReLU.apply(*ours), reference(*theirs)
-    a.backward(grad)
-    b.backward(grad)
-    pairs = [(a, b)] + [(p.grad, q.grad) for p, q in zip(ours[:4], theirs[:4], strict=True) if p is not None]
+    pairs = _compared([_twin(t) for t in args], [_twin(t) for t in args], grad)
     return max(
-        float((p.detach().float() - q.detach().float()).norm() / (q.detach().float().norm() + 1e-6)) for p, q in pairs
+        float((p - q).norm() / (q.norm() + 1e-6)) for name, (p, q) in pairs.items() if not name.startswith("running_")
     )
 
 
@@ -393,15 +402,8 @@ def check() -> int:
         ours = _inputs(n, c, h, w, has_id, device, dtype)
         theirs = [_twin(t) for t in ours]
         grad = torch.randn(n, c, h, w, device=device).to(dtype).contiguous(memory_format=torch.channels_last)
-        a, b = BatchNormReLU.apply(*ours), reference(*theirs)
-        a.backward(grad)
-        b.backward(grad)
-        pairs = {"y": (a, b), "running_mean": (ours[4], theirs[4]), "running_var": (ours[5], theirs[5])}
-        for name, i in (("dx", 0), ("dweight", 1), ("dbias", 2), ("didentity", 3)):
-            if ours[i] is not None:
-                pairs[name] = (ours[i].grad, theirs[i].grad)
-        for name, (p, q) in pairs.items():
-            err = float((p.detach().float() - q.detach().float()).abs().max() / (q.detach().float().abs().max() + 1e-6))
+        for name, (p, q) in _compared(ours, theirs, grad).items():
+            err = float((p - q).abs().max() / (q.abs().max() + 1e-6))
             worst = max(worst, err)
             print(f"{(n, c, h, w, has_id)} {name}: relative max error {err:.2e}")
     limit = 2e-2 if dtype == torch.float16 else 1e-4
@@ -435,6 +437,7 @@ def _time(fn: Any, args: list[Any], grad: torch.Tensor, device: str, iters: int)
     small shape measures Python and kernel launches (session 20's first run: 0.5-0.9 ms for shapes the traffic
     bound puts at 0.02-0.2 ms).
     """
+    warmup = min(5, iters)
     if device == "cuda":
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -447,7 +450,7 @@ def _time(fn: Any, args: list[Any], grad: torch.Tensor, device: str, iters: int)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             fn(*args).backward(grad)
-        for _ in range(min(5, iters)):
+        for _ in range(warmup):
             graph.replay()
         times = []
         for _ in range(iters):
@@ -461,11 +464,11 @@ def _time(fn: Any, args: list[Any], grad: torch.Tensor, device: str, iters: int)
         return sorted(times)[len(times) // 2]
     now = _clock(device)
     times = []
-    for i in range(iters + min(5, iters)):
+    for i in range(iters + warmup):
         _clear(args)
         t0 = now()
         fn(*args).backward(grad)
-        if i >= min(5, iters):
+        if i >= warmup:
             times.append(now() - t0)
     return sorted(times)[len(times) // 2]
 

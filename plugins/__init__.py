@@ -20,6 +20,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "plugins.techniques.amp",
     "plugins.techniques.islands",
     "plugins.techniques.cudnn_batch_norm",
+    "plugins.techniques.persistent_batch_norm",
     "plugins.techniques.cuda_graphs",
     "plugins.techniques.loading",
     "plugins.techniques.channels_last",
@@ -55,6 +56,8 @@ BUILTIN_IMPLEMENTATIONS: tuple[str, ...] = (
     "plugins.techniques._cudnn_batch_norm",
     "plugins.techniques._cudnn_api",
     "plugins.techniques._cudnn_fused",
+    "plugins.techniques._fx_patterns",
+    "plugins.techniques._persistent_batch_norm",
     "plugins.techniques._cuda_graphs",
     "plugins.techniques._loading",
     "plugins.techniques._channels_last",
@@ -78,7 +81,10 @@ use, so that registering them, as ``ampsuite list`` does, imports no torch). The
 server preloads them: a worker is a fork that has them already, and a cell's memory limit is
 room above them."""
 
-CUDA_ONLY_IMPLEMENTATIONS: tuple[str, ...] = ("plugins.techniques._maxpool_triton",)
-"""Halves that only a CUDA cell imports, and so are not preloaded: maxpool-offsets' Triton backward imports
-Triton (about a second, and CPU-only builds of torch may lack it), which no CPU cell runs. A CUDA cell has
-no memory limit for an import in the worker to eat into."""
+CUDA_ONLY_IMPLEMENTATIONS: tuple[str, ...] = (
+    "plugins.techniques._maxpool_triton",
+    "plugins.techniques._persistent_bn_kernels",
+)
+"""Halves that only a CUDA cell imports, and so are not preloaded: maxpool-offsets' Triton backward and
+persistent-batch-norm's kernels import Triton (about a second, and CPU-only builds of torch may lack it),
+which no CPU cell runs. A CUDA cell has no memory limit for an import in the worker to eat into."""

@@ -24,6 +24,7 @@ from torch import Tensor, fx, nn
 
 from plugins.techniques import _cudnn_api as api
 from plugins.techniques._cudnn_batch_norm import _INT32_MAX, _memory_format
+from plugins.techniques._fx_patterns import is_relu, only_user
 from suite import SkipCell, TrainStep
 
 OP = "ampsuite::fused_batch_norm"
@@ -214,17 +215,8 @@ class FusedBatchNorm2d(nn.BatchNorm2d):
         return y
 
 
-_RELUS: tuple[Callable[..., Any], ...] = (F.relu, F.relu_, torch.relu, torch.relu_)
 _ADDS: tuple[Callable[..., Any], ...] = (operator.add, operator.iadd, torch.add)
 _INPLACE = (operator.iadd, "add_")
-
-
-def _is_relu(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
-    if node.op == "call_module":
-        return type(modules[str(node.target)]) is nn.ReLU
-    if node.op == "call_function":
-        return node.target in _RELUS
-    return node.op == "call_method" and node.target in ("relu", "relu_")
 
 
 def _residual(add: fx.Node, bn: fx.Node) -> fx.Node | None:
@@ -243,11 +235,6 @@ def _residual(add: fx.Node, bn: fx.Node) -> fx.Node | None:
     return None
 
 
-def _only_user(node: fx.Node) -> fx.Node | None:
-    users = list(node.users)
-    return users[0] if len(users) == 1 else None
-
-
 def fuse_model(model: nn.Module) -> tuple[fx.GraphModule, dict[str, str]]:
     """``model`` traced, each ``BatchNorm2d`` replaced by a :class:`FusedBatchNorm2d` that took in what follows.
 
@@ -264,12 +251,12 @@ def fuse_model(model: nn.Module) -> tuple[fx.GraphModule, dict[str, str]]:
         name = str(node.target)
         ops, residual, tail = api.OPS_BN, None, node
         # A module called more than once has one ``ops`` for all its calls: only plain batch norm fits each.
-        user = _only_user(node) if calls[name] == 1 else None
-        if user is not None and _is_relu(user, modules):
+        user = only_user(node) if calls[name] == 1 else None
+        if user is not None and is_relu(user, modules):
             ops, tail = api.OPS_BN_RELU, user
         elif user is not None and (residual := _residual(user, node)) is not None:
-            relu = _only_user(user)
-            if relu is not None and _is_relu(relu, modules):
+            relu = only_user(user)
+            if relu is not None and is_relu(relu, modules):
                 ops, tail = api.OPS_BN_ADD_RELU, relu
             else:
                 residual = None

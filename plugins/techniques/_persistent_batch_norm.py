@@ -1,0 +1,132 @@
+"""The torch-dependent part of :mod:`plugins.techniques.persistent_batch_norm` (imported when a cell applies it).
+
+The model is traced with ``torch.fx``; each ``BatchNorm2d`` whose only reader is a ReLU becomes one call of a
+:class:`PersistentBatchNormReLU` over the same parameters and buffers. Its forward takes the kernels of
+:mod:`._persistent_bn_kernels` where they apply and ``relu(batch_norm(x))`` through PyTorch everywhere else, so
+the rewritten model computes what the original did in every mode.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, fx, nn
+
+from plugins.techniques._fx_patterns import is_relu, only_user
+from suite import SkipCell, TrainStep
+
+_INT32_MAX = 2**31 - 1
+KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _triton_runs(x: Tensor) -> bool:
+    """Whether the kernels can take ``x``: on a GPU, or on the CPU under Triton's interpreter (the tests)."""
+    return x.device.type == "cuda" or (x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1")
+
+
+class PersistentBatchNormReLU(nn.BatchNorm2d):
+    """``relu(batch_norm(x))`` over an existing ``BatchNorm2d``'s own parameters and buffers.
+
+    The optimizer, the state dict and every probe see the same tensors. In training, a 4-D channels-last input
+    of at least ``min_bytes`` goes through the persistent kernels; anything else (evaluation, a smaller or
+    contiguous-format input, a module without running statistics) through ``nn.BatchNorm2d`` and ``F.relu``.
+    """
+
+    def __init__(self, source: nn.BatchNorm2d, min_bytes: int) -> None:
+        super().__init__(
+            source.num_features, source.eps, source.momentum, source.affine, source.track_running_stats, device="meta"
+        )
+        self.weight, self.bias = source.weight, source.bias
+        self.running_mean, self.running_var = source.running_mean, source.running_var
+        self.num_batches_tracked = source.num_batches_tracked
+        self.train(source.training)
+        self.min_bytes = min_bytes
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, relu, persistent from {self.min_bytes / 1e6:g} MB"
+
+    def takes(self, x: Tensor) -> bool:
+        """Whether this call runs the persistent kernels."""
+        return bool(
+            self.training
+            and self.affine
+            and self.track_running_stats
+            and self.momentum is not None
+            and x.dim() == 4
+            and x.dtype in KERNEL_DTYPES
+            and x.numel() * x.element_size() >= self.min_bytes
+            and x.numel() <= _INT32_MAX
+            and x.numel() > x.shape[1]  # more than one value a channel, else nn.BatchNorm2d's own error
+            and x.is_contiguous(memory_format=torch.channels_last)
+            and _triton_runs(x)
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.takes(x):
+            return F.relu(super().forward(x))
+        assert self.running_mean is not None and self.running_var is not None and self.momentum is not None
+        assert self.num_batches_tracked is not None
+        kernels = importlib.import_module("plugins.techniques._persistent_bn_kernels")
+        y = kernels.bn_relu(x, self.weight, self.bias, self.running_mean, self.running_var, self.momentum, self.eps)
+        with torch.no_grad():
+            self.num_batches_tracked.add_(1)
+        return y
+
+
+def replace(model: nn.Module, min_bytes: int) -> tuple[fx.GraphModule, list[str]]:
+    """``model`` traced, each ``BatchNorm2d -> ReLU`` one :class:`PersistentBatchNormReLU` call; and their names.
+
+    A batch norm module called more than once, or whose output anything but one ReLU reads, is left as it is.
+    Raises whatever ``torch.fx`` raises on a model it cannot trace.
+    """
+    traced = fx.symbolic_trace(model)
+    modules = dict(traced.named_modules())
+    calls: dict[str, int] = {}
+    for node in traced.graph.nodes:
+        if node.op == "call_module":
+            calls[str(node.target)] = calls.get(str(node.target), 0) + 1
+    replaced: list[str] = []
+    for node in list(traced.graph.nodes):
+        if node.op != "call_module" or type(modules[str(node.target)]) is not nn.BatchNorm2d:
+            continue
+        name = str(node.target)
+        relu = only_user(node)
+        if calls[name] != 1 or relu is None or not is_relu(relu, modules):
+            continue
+        source = modules[name]
+        assert isinstance(source, nn.BatchNorm2d)
+        traced.set_submodule(name, PersistentBatchNormReLU(source, min_bytes))
+        with traced.graph.inserting_after(relu):
+            call = traced.graph.call_module(name, node.args, node.kwargs)
+        relu.replace_all_uses_with(call)
+        traced.graph.erase_node(relu)
+        traced.graph.erase_node(node)
+        replaced.append(name)
+    traced.graph.lint()
+    traced.delete_all_unused_submodules()
+    traced.recompile()
+    return traced, replaced
+
+
+def apply(step: TrainStep, options: Any) -> TrainStep:
+    if step.model is None:
+        raise SkipCell("persistent-batch-norm needs a workload with a model (this step has its own phases)")
+    if step.device.type == "cuda" and step.memory_format != torch.channels_last:
+        # Every call would fall back to PyTorch's batch norm: the cell would measure the model without the kernels.
+        raise SkipCell("persistent-batch-norm: the kernels take channels-last activations; add channels-last")
+    if importlib.util.find_spec("triton") is None:
+        raise SkipCell("persistent-batch-norm needs Triton, which this torch installation lacks")
+    try:
+        model, replaced = replace(step.model, int(options.min_mb * 1e6))
+    except Exception as exc:  # torch.fx raises many kinds on a model it cannot trace; each is this skip
+        raise SkipCell(f"persistent-batch-norm: torch.fx cannot trace this model: {type(exc).__name__}: {exc}") from exc
+    if not replaced:
+        raise SkipCell("persistent-batch-norm found no BatchNorm2d followed by a ReLU in this workload's model")
+    step.model = model
+    step.notes["persistent_batch_norm"] = {"modules": len(replaced), "min_mb": options.min_mb}
+    return step

@@ -1,0 +1,404 @@
+"""Training batch norm + ReLU as one persistent Triton kernel a pass, with a grid barrier between statistics and apply.
+
+Why (docs/tune.md "Session 20"): in ResNet-50's compiled fp16 step on an H200, inductor runs each batch norm that
+no residual add follows in five kernels, and the 30 small ones (64 x 56x56 down to 2048 x 7x7 at batch 256, 3-100
+MB each) take 4.47 ms a step against a traffic bound of 2.71: every kernel ramps up and drains on a few MB, and the
+apply reads from DRAM what the statistics read a moment before. Here each pass is one launch of a grid small
+enough to be resident at once (a few programs an SM). A program takes the statistics of its rows, the programs of
+a channel block wait for each other at a barrier in global memory, and each then applies to its own rows, read
+back in the reverse order so that the rows it read last, the likeliest still in L2, come first. The backward does
+the same with the sums of the masked gradient and of it times x-hat.
+
+The tensor is seen as its (rows = N*H*W, C) row-major matrix, which a channels-last activation is without a copy.
+Statistics are merged as (count, mean, M2) triples (Chan et al.): each tile's exactly, in registers, then a
+program's running triple, then the programs' at the barrier. Sums of x and x^2 in float32 lose the variance when
+the mean is large against the spread.
+
+The barrier needs every program of the grid resident at once; :func:`resident` sizes the grid from the compiled
+kernel's registers and shared memory. Triton's interpreter runs programs one after another, so a barrier there
+would wait forever: with ``phases=2`` (the interpreter's, and what the CPU tests run) the same kernel is launched
+twice, statistics then apply, and only the barrier itself goes untested off a GPU.
+
+Imported only where a cell runs the kernels: importing Triton costs a second, and the CPU wheels of torch may lack it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+from torch.library import triton_op, wrap_triton
+
+FORWARD_OP = "ampsuite::persistent_bn_relu"
+BACKWARD_OP = "ampsuite::persistent_bn_relu_backward"
+
+TILE_ROWS = 64
+TILE_CHANNELS = 64
+NUM_WARPS = 4
+PER_SM = 2
+"""Programs an SM runs, at most: more hide more memory latency, and all of them must fit at once."""
+MERGE_ROWS = 32
+"""Partials a program reads at once when it merges its channel block's statistics after the barrier."""
+
+_TOP_BIT = tl.constexpr(0x80000000)
+
+
+@triton.jit
+def _barrier(sem_ptr, programs):  # type: ignore[no-untyped-def]
+    """Wait until ``programs`` programs (the grid's first axis) have arrived at ``sem_ptr``.
+
+    The counter's top bit flips once a barrier: program 0 adds 2**31 - (programs - 1) and every other program 1,
+    2**31 in all, so the bit flips at the last arrival and the low bits come back to where they were. A semaphore
+    is thus ready for its next use without a reset, whichever value of the two it holds.
+    """
+    tl.debug_barrier()  # every warp's stores of this program are issued before the program arrives
+    # an int32 tensor to PyTorch (inductor allocates no uint32), counted as uint32 here: the flip is its top bit
+    sem_ptr = sem_ptr.to(tl.pointer_type(tl.uint32), bitcast=True)
+    top = tl.full([], _TOP_BIT, tl.uint32)
+    one = tl.full([], 1, tl.uint32)
+    add = tl.where(tl.program_id(0) == 0, top - (programs.to(tl.uint32) - one), one)
+    before = tl.atomic_add(sem_ptr, add, sem="release", scope="gpu")
+    flipped = False
+    while not flipped:
+        now = tl.atomic_add(sem_ptr, 0 * one, sem="acquire", scope="gpu")
+        flipped = ((before ^ now) & top) != 0
+    tl.debug_barrier()
+
+
+@triton.jit
+def _tile(start, end, t, cols, col_ok, channels, TILE_ROWS: tl.constexpr):  # type: ignore[no-untyped-def]
+    """Offsets and mask of a split's tile ``t`` (rows start + t*TILE_ROWS...): none past either end of the split."""
+    r = start + t * TILE_ROWS + tl.arange(0, TILE_ROWS)
+    ok = ((r >= start) & (r < end))[:, None] & col_ok[None, :]
+    return r[:, None] * channels + cols[None, :], ok
+
+
+@triton.jit
+def _forward_kernel(  # type: ignore[no-untyped-def]
+    x_ptr,
+    y_ptr,
+    weight_ptr,
+    bias_ptr,
+    mean_ptr,
+    rstd_ptr,
+    var_ptr,
+    part_ptr,
+    sem_ptr,
+    rows,
+    channels,
+    rows_per,
+    eps,
+    PHASE: tl.constexpr,
+    TILE_ROWS: tl.constexpr,
+    TILE_CHANNELS: tl.constexpr,
+    MERGE_ROWS: tl.constexpr,
+):
+    # PHASE 0: statistics, barrier, apply, in one launch; 1: statistics only; 2: apply only (after a launch of 1)
+    split = tl.program_id(0)
+    splits = tl.num_programs(0)
+    block = tl.program_id(1)
+    cols = block * TILE_CHANNELS + tl.arange(0, TILE_CHANNELS)
+    col_ok = cols < channels
+    start = split * rows_per
+    end = tl.minimum(start + rows_per, rows)
+    tiles = tl.cdiv(end - start, TILE_ROWS)
+    part = part_ptr + block * splits * 2 * TILE_CHANNELS  # this block's (split, mean | M2, channel) partials
+    if PHASE != 2:
+        count = tl.zeros([], dtype=tl.float32)
+        mean = tl.zeros([TILE_CHANNELS], dtype=tl.float32)
+        m2 = tl.zeros([TILE_CHANNELS], dtype=tl.float32)
+        # each tile's load is issued before the previous tile is reduced: two tiles in flight a program
+        offs, ok = _tile(start, end, 0, cols, col_ok, channels, TILE_ROWS)
+        ahead = tl.load(x_ptr + offs, mask=ok, other=0.0)
+        for t in range(0, tiles):
+            x = ahead.to(tl.float32)
+            ok_now = ok
+            offs, ok = _tile(start, end, t + 1, cols, col_ok, channels, TILE_ROWS)
+            ahead = tl.load(x_ptr + offs, mask=ok, other=0.0)
+            n = tl.minimum(end - start - t * TILE_ROWS, TILE_ROWS).to(tl.float32)
+            tile_mean = tl.sum(x, axis=0) / n
+            d = tl.where(ok_now, x - tile_mean[None, :], 0.0)
+            delta = tile_mean - mean
+            total = count + n
+            mean += delta * (n / total)
+            m2 += tl.sum(d * d, axis=0) + delta * delta * (count * n / total)
+            count = total
+        p = part + split * 2 * TILE_CHANNELS + tl.arange(0, TILE_CHANNELS)
+        tl.store(p, mean)
+        tl.store(p + TILE_CHANNELS, m2)
+    if PHASE == 0:
+        _barrier(sem_ptr + block, splits)
+    if PHASE != 1:
+        # the block's statistics from every split's (count, mean, M2): the mean first, then M2 around it
+        s_sum = tl.zeros([TILE_CHANNELS], dtype=tl.float32)
+        for s0 in range(0, splits, MERGE_ROWS):
+            s = s0 + tl.arange(0, MERGE_ROWS)
+            n = tl.minimum(tl.maximum(rows - s * rows_per, 0), rows_per).to(tl.float32)
+            sm = tl.load(
+                part + s[:, None] * 2 * TILE_CHANNELS + tl.arange(0, TILE_CHANNELS)[None, :],
+                mask=(s < splits)[:, None],
+                other=0.0,
+            )
+            s_sum += tl.sum(sm * n[:, None], axis=0)
+        mean = s_sum / rows
+        m2 = tl.zeros([TILE_CHANNELS], dtype=tl.float32)
+        for s0 in range(0, splits, MERGE_ROWS):
+            s = s0 + tl.arange(0, MERGE_ROWS)
+            s_ok = (s < splits)[:, None]
+            n = tl.minimum(tl.maximum(rows - s * rows_per, 0), rows_per).to(tl.float32)
+            at = part + s[:, None] * 2 * TILE_CHANNELS + tl.arange(0, TILE_CHANNELS)[None, :]
+            sm = tl.load(at, mask=s_ok, other=0.0)
+            sq = tl.load(at + TILE_CHANNELS, mask=s_ok, other=0.0)
+            d = sm - mean[None, :]
+            m2 += tl.sum(sq + n[:, None] * d * d, axis=0)
+        var = m2 / rows
+        rstd = 1.0 / tl.sqrt(var + eps)
+        if split == 0:
+            tl.store(mean_ptr + cols, mean, mask=col_ok)
+            tl.store(rstd_ptr + cols, rstd, mask=col_ok)
+            tl.store(var_ptr + cols, var, mask=col_ok)
+        scale = rstd * tl.load(weight_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+        bias = tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+        offs, ok = _tile(start, end, tiles - 1, cols, col_ok, channels, TILE_ROWS)
+        ahead = tl.load(x_ptr + offs, mask=ok, other=0.0)
+        for t in range(0, tiles):
+            x = ahead.to(tl.float32)
+            here, here_ok = offs, ok
+            offs, ok = _tile(start, end, tiles - 2 - t, cols, col_ok, channels, TILE_ROWS)
+            ahead = tl.load(x_ptr + offs, mask=ok, other=0.0)
+            # (x - mean) first: x * scale + (bias - mean * scale) cancels where the mean is large against the spread
+            z = (x - mean[None, :]) * scale[None, :] + bias[None, :]
+            tl.store(y_ptr + here, tl.maximum(z, 0.0).to(y_ptr.dtype.element_ty), mask=here_ok)
+
+
+@triton.jit
+def _backward_kernel(  # type: ignore[no-untyped-def]
+    dy_ptr,
+    x_ptr,
+    dx_ptr,
+    weight_ptr,
+    bias_ptr,
+    mean_ptr,
+    rstd_ptr,
+    dweight_ptr,
+    dbias_ptr,
+    part_ptr,
+    sem_ptr,
+    rows,
+    channels,
+    rows_per,
+    PHASE: tl.constexpr,
+    TILE_ROWS: tl.constexpr,
+    TILE_CHANNELS: tl.constexpr,
+    MERGE_ROWS: tl.constexpr,
+):
+    split = tl.program_id(0)
+    splits = tl.num_programs(0)
+    block = tl.program_id(1)
+    cols = block * TILE_CHANNELS + tl.arange(0, TILE_CHANNELS)
+    col_ok = cols < channels
+    start = split * rows_per
+    end = tl.minimum(start + rows_per, rows)
+    tiles = tl.cdiv(end - start, TILE_ROWS)
+    part = part_ptr + block * splits * 2 * TILE_CHANNELS
+    mean = tl.load(mean_ptr + cols, mask=col_ok, other=0.0)
+    rstd = tl.load(rstd_ptr + cols, mask=col_ok, other=0.0)
+    w = tl.load(weight_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    b = tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    # the forward's z = (x - mean) * scale + bias, in the same order, so that the ReLU mask is the forward's to the bit
+    scale = rstd * w
+    if PHASE != 2:
+        g_sum = tl.zeros([TILE_CHANNELS], dtype=tl.float32)
+        gx_sum = tl.zeros([TILE_CHANNELS], dtype=tl.float32)
+        offs, ok = _tile(start, end, 0, cols, col_ok, channels, TILE_ROWS)
+        x_ahead = tl.load(x_ptr + offs, mask=ok, other=0.0)
+        dy_ahead = tl.load(dy_ptr + offs, mask=ok, other=0.0)
+        for t in range(0, tiles):
+            x = x_ahead.to(tl.float32)
+            dy = dy_ahead.to(tl.float32)
+            here_ok = ok
+            offs, ok = _tile(start, end, t + 1, cols, col_ok, channels, TILE_ROWS)
+            x_ahead = tl.load(x_ptr + offs, mask=ok, other=0.0)
+            dy_ahead = tl.load(dy_ptr + offs, mask=ok, other=0.0)
+            live = ((x - mean[None, :]) * scale[None, :] + b[None, :] > 0) & here_ok
+            g = tl.where(live, dy, 0.0)
+            g_sum += tl.sum(g, axis=0)
+            gx_sum += tl.sum(g * ((x - mean[None, :]) * rstd[None, :]), axis=0)
+        p = part + split * 2 * TILE_CHANNELS + tl.arange(0, TILE_CHANNELS)
+        tl.store(p, g_sum)
+        tl.store(p + TILE_CHANNELS, gx_sum)
+    if PHASE == 0:
+        _barrier(sem_ptr + block, splits)
+    if PHASE != 1:
+        db = tl.zeros([TILE_CHANNELS], dtype=tl.float32)
+        dw = tl.zeros([TILE_CHANNELS], dtype=tl.float32)
+        for s0 in range(0, splits, MERGE_ROWS):
+            s = s0 + tl.arange(0, MERGE_ROWS)
+            at = part + s[:, None] * 2 * TILE_CHANNELS + tl.arange(0, TILE_CHANNELS)[None, :]
+            s_ok = (s < splits)[:, None]
+            db += tl.sum(tl.load(at, mask=s_ok, other=0.0), axis=0)
+            dw += tl.sum(tl.load(at + TILE_CHANNELS, mask=s_ok, other=0.0), axis=0)
+        if split == 0:
+            tl.store(dbias_ptr + cols, db, mask=col_ok)
+            tl.store(dweight_ptr + cols, dw, mask=col_ok)
+        mean_db = db / rows
+        mean_dw = dw / rows
+        offs, ok = _tile(start, end, tiles - 1, cols, col_ok, channels, TILE_ROWS)
+        x_ahead = tl.load(x_ptr + offs, mask=ok, other=0.0)
+        dy_ahead = tl.load(dy_ptr + offs, mask=ok, other=0.0)
+        for t in range(0, tiles):
+            x = x_ahead.to(tl.float32)
+            dy = dy_ahead.to(tl.float32)
+            here, here_ok = offs, ok
+            offs, ok = _tile(start, end, tiles - 2 - t, cols, col_ok, channels, TILE_ROWS)
+            x_ahead = tl.load(x_ptr + offs, mask=ok, other=0.0)
+            dy_ahead = tl.load(dy_ptr + offs, mask=ok, other=0.0)
+            live = ((x - mean[None, :]) * scale[None, :] + b[None, :] > 0) & here_ok
+            g = tl.where(live, dy, 0.0)
+            xhat = (x - mean[None, :]) * rstd[None, :]
+            dx = scale[None, :] * (g - mean_db[None, :] - xhat * mean_dw[None, :])
+            tl.store(dx_ptr + here, dx.to(dx_ptr.dtype.element_ty), mask=here_ok)
+
+
+def interpreted() -> bool:
+    """Whether Triton runs kernels in its CPU interpreter, where programs run one after another."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@functools.cache
+def resident(kernel_name: str, index: int, tile_rows: int, tile_channels: int, num_warps: int, per_sm: int) -> int:
+    """How many programs of a kernel the GPU holds at once, from the compiled kernel's registers and shared memory."""
+    props = torch.cuda.get_device_properties(index)
+    kernel = {"forward": _forward_kernel, "backward": _backward_kernel}[kernel_name]
+    compiled = _compiled(kernel, tile_rows, tile_channels, num_warps)
+    if hasattr(compiled, "_init_handles"):
+        compiled._init_handles()  # Triton reads the kernel's resources when it first loads it
+    threads = 32 * num_warps
+    regs_per_sm = getattr(props, "regs_per_multiprocessor", 65536)
+    by_regs = regs_per_sm // max(1, compiled.n_regs * threads)
+    smem_per_sm = getattr(props, "shared_memory_per_multiprocessor", 228 * 1024)
+    shared = compiled.metadata.shared
+    by_smem = smem_per_sm // shared if shared else by_regs
+    by_warps = getattr(props, "max_threads_per_multi_processor", 2048) // threads
+    return max(1, min(by_regs, by_smem, by_warps, per_sm)) * props.multi_processor_count
+
+
+def _compiled(kernel: Any, tile_rows: int, tile_channels: int, num_warps: int) -> Any:
+    """The kernel compiled for a float16 problem without launching it, so that its resources can be read.
+
+    Pointers are given as dtypes, which Triton's warmup takes in place of tensors: this runs while torch.compile
+    traces the model with fake tensors, where a tensor made here would be fake too.
+    """
+    h, f, i = torch.float16, torch.float32, torch.int32
+    meta = {"PHASE": 0, "TILE_ROWS": tile_rows, "TILE_CHANNELS": tile_channels, "MERGE_ROWS": MERGE_ROWS}
+    if kernel is _forward_kernel:
+        args: list[Any] = [h, h, f, f, f, f, f, f, i, 1 << 20, 64, 4096, 1e-5]
+    else:
+        args = [h, h, h, f, f, f, f, f, f, f, i, 1 << 20, 64, 4096]
+    return kernel.warmup(*args, grid=(1,), num_warps=num_warps, **meta)
+
+
+def _grid(kernel_name: str, x: torch.Tensor, rows: int, channels: int) -> tuple[int, int, int]:
+    """(row splits, channel blocks, rows a split): as many programs as the GPU holds at once, rows split evenly."""
+    blocks = triton.cdiv(channels, TILE_CHANNELS)
+    if x.device.type == "cuda" and not interpreted():
+        programs = resident(kernel_name, x.device.index or 0, TILE_ROWS, TILE_CHANNELS, NUM_WARPS, PER_SM)
+    else:
+        programs = 4 * blocks
+    splits = max(1, min(triton.cdiv(rows, TILE_ROWS), programs // blocks))
+    per = triton.cdiv(triton.cdiv(rows, splits), TILE_ROWS) * TILE_ROWS
+    return triton.cdiv(rows, per), blocks, per
+
+
+def as_rows(t: torch.Tensor) -> torch.Tensor:
+    """A channels-last (N, C, H, W) tensor as its (N*H*W, C) row-major matrix, without a copy."""
+    n, c, h, w = t.shape
+    return t.permute(0, 2, 3, 1).reshape(n * h * w, c)
+
+
+def _phases() -> tuple[int, ...]:
+    return (1, 2) if interpreted() else (0,)
+
+
+@triton_op(FORWARD_OP, mutates_args=())
+def persistent_bn_relu(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Training ``relu(batch_norm(x))`` of a channels-last (N, C, H, W) ``x``: (y, mean, 1/std, biased variance)."""
+    x2 = as_rows(x)
+    rows, channels = x2.shape
+    y = torch.empty_like(x)
+    mean = torch.empty(channels, device=x.device, dtype=torch.float32)
+    rstd = torch.empty_like(mean)
+    var = torch.empty_like(mean)
+    splits, blocks, per = _grid("forward", x, rows, channels)
+    part = torch.empty(blocks * splits * 2 * TILE_CHANNELS, device=x.device, dtype=torch.float32)
+    sem = torch.zeros(blocks, device=x.device, dtype=torch.int32)
+    for phase in _phases():
+        wrap_triton(_forward_kernel)[(splits, blocks)](
+            x2, as_rows(y), weight, bias, mean, rstd, var, part, sem, rows, channels, per, eps,
+            PHASE=phase, TILE_ROWS=TILE_ROWS, TILE_CHANNELS=TILE_CHANNELS, MERGE_ROWS=MERGE_ROWS,
+            num_warps=NUM_WARPS,
+        )  # fmt: skip
+    return y, mean, rstd, var
+
+
+@triton_op(BACKWARD_OP, mutates_args=())
+def persistent_bn_relu_backward(
+    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The gradients (dx, dweight, dbias) of :func:`persistent_bn_relu` from its output's ``dy``."""
+    dy = dy.contiguous(memory_format=torch.channels_last)
+    x2 = as_rows(x)
+    rows, channels = x2.shape
+    dx = torch.empty_like(x)
+    dweight = torch.empty(channels, device=x.device, dtype=torch.float32)
+    dbias = torch.empty_like(dweight)
+    splits, blocks, per = _grid("backward", x, rows, channels)
+    part = torch.empty(blocks * splits * 2 * TILE_CHANNELS, device=x.device, dtype=torch.float32)
+    sem = torch.zeros(blocks, device=x.device, dtype=torch.int32)
+    for phase in _phases():
+        wrap_triton(_backward_kernel)[(splits, blocks)](
+            as_rows(dy), x2, as_rows(dx), weight, bias, mean, rstd, dweight, dbias, part, sem, rows, channels, per,
+            PHASE=phase, TILE_ROWS=TILE_ROWS, TILE_CHANNELS=TILE_CHANNELS, MERGE_ROWS=MERGE_ROWS,
+            num_warps=NUM_WARPS,
+        )  # fmt: skip
+    return dx, dweight.to(weight.dtype), dbias.to(bias.dtype)
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, ...]) -> None:
+    x, weight, bias, _eps = inputs
+    _y, mean, rstd, _var = output
+    ctx.save_for_backward(x, weight, bias, mean, rstd)
+
+
+def _backward(ctx: Any, dy: torch.Tensor, *_stats_grads: Any) -> tuple[torch.Tensor | None, ...]:
+    x, weight, bias, mean, rstd = ctx.saved_tensors
+    dx, dweight, dbias = persistent_bn_relu_backward(dy, x, weight, bias, mean, rstd)
+    return dx, dweight, dbias, None
+
+
+persistent_bn_relu.register_autograd(_backward, setup_context=_setup_context)
+
+
+def bn_relu(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    running_mean: torch.Tensor | None,
+    running_var: torch.Tensor | None,
+    momentum: float,
+    eps: float,
+) -> torch.Tensor:
+    """``relu(batch_norm(x, training=True))`` with the running statistics updated as ``F.batch_norm`` does."""
+    y, mean, _rstd, var = persistent_bn_relu(x, weight, bias, eps)
+    if running_mean is not None and running_var is not None:
+        rows = x.numel() // x.shape[1]
+        with torch.no_grad():
+            running_mean.lerp_(mean.detach(), momentum)
+            running_var.lerp_(var.detach() * (rows / max(rows - 1, 1)), momentum)
+    return y

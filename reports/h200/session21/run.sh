@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Session 21 (issue 15): a persistent batch norm + ReLU kernel (plugins/techniques/_persistent_bn_kernels.py)
+# against inductor's, shape by shape, then in ResNet-50's step, on one nvidia-h200:
+#
+#   bash reports/h200/session21/run.sh SECONDS CALL      run(timeout_s=600)
+set -u
+S=${S:-reports/h200/session21}
+mkdir -p "$S"
+END=$(($(date +%s) + ${1:-560}))
+. reports/h200/lib.sh
+case "${2:-1}" in
+1)
+    probe_env
+    timeout $(($(left) - 20)) python3 reports/h200/bn_persistent.py --out "$S/bn-persistent${3:-}.json" >"$S/bn-persistent${3:-}.log" 2>&1
+    echo "bench rc $?" >>"$S/bn-persistent${3:-}.log"
+    finish "$(basename "$S")" nocache
+    ;;
+esac

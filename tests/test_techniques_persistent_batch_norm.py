@@ -1,0 +1,237 @@
+"""persistent-batch-norm: the torch.fx rewrite of BatchNorm2d -> ReLU, and the persistent kernels' arithmetic.
+
+On a CPU the rewritten modules fall back to PyTorch's batch norm and ReLU, so these tests hold the rewrite
+(which pairs, parameter identity, fallbacks, skips) to the model it rewrites. The kernels themselves run under
+Triton's interpreter in a process of their own, launched twice a pass (statistics, then apply) where a GPU runs
+one launch with a barrier between the two: the barrier is what only the GPU runs (reports/h200/bn_persistent.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torchvision
+from torch import nn
+
+from plugins.techniques import _persistent_batch_norm as impl
+from plugins.techniques import persistent_batch_norm
+from plugins.workloads import cnn
+from suite import BuildContext, CheckContext, SkipCell, TrainStep, Workload
+
+TECHNIQUE = persistent_batch_norm.ampsuite_techniques()[0]
+OPTIONS = persistent_batch_norm.PersistentBatchNormOptions
+CPU = torch.device("cpu")
+
+
+def train(model: nn.Module, inputs: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    outputs = []
+    for x in inputs:
+        optimizer.zero_grad()
+        out = model(x)
+        (out.float() ** 2).mean().backward()
+        optimizer.step()
+        outputs.append(out.detach())
+    return outputs, [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
+
+
+def test_declaration_and_options() -> None:
+    assert TECHNIQUE.name == "persistent-batch-norm" and TECHNIQUE.order == 42
+    assert TECHNIQUE.requires == frozenset({"cuda"})
+    assert TECHNIQUE.conflicts == frozenset({"cudnn-batch-norm", "fp32-islands"})
+    assert OPTIONS().min_mb == 256.0
+    with pytest.raises(ValueError, match="min_mb must be 0 or more, got -1"):
+        OPTIONS(min_mb=-1)
+    bare = Workload(name="gemm", summary="", build=lambda o, c: None, traits=frozenset())  # type: ignore[arg-type,return-value]
+    assert TECHNIQUE.check is not None
+    reason = TECHNIQUE.check(CheckContext(bare, None, "cuda", ("persistent-batch-norm",), 8))
+    assert reason == "needs a workload with a model (trait 'model'); 'gemm' has none"
+
+
+def test_the_matrix_skips_it_on_cpu_and_with_cudnn_batch_norm_with_the_reason() -> None:
+    from suite.host.manager import PluginSettings, load_registry
+    from suite.spec.matrix import expand
+    from suite.spec.suitefile import loads
+
+    spec = loads(
+        """
+        [workloads.resnet]
+        batch_size = 4
+        depth = 18
+        [combinations]
+        bn = ["amp-fp16", "channels-last", "persistent-batch-norm"]
+        both = ["amp-fp16", "persistent-batch-norm", "cudnn-batch-norm"]
+        """
+    )
+    registry = load_registry(PluginSettings(autoload=False))
+    cells = {c.combination: c for c in expand(spec, registry, "cpu")}
+    assert cells["bn"].skip_reason == "persistent-batch-norm needs a CUDA device; this run is on cpu"
+    cuda = {c.combination: c for c in expand(spec, registry, "cuda")}
+    assert cuda["bn"].skip_reason is None
+    assert "cudnn-batch-norm" in str(cuda["both"].skip_reason)
+
+
+def test_resnet50_takes_the_stem_and_every_block_relu_and_keeps_its_parameters() -> None:
+    """The stem and bn1, bn2 of each of 16 blocks; bn3 meets the residual add and the downsample norms no ReLU."""
+    model = torchvision.models.resnet50()
+    params = {n: id(p) for n, p in model.named_parameters()}
+    buffers = {n: id(b) for n, b in model.named_buffers()}
+    rewritten, replaced = impl.replace(model, 0)
+    assert len(replaced) == 33 and "bn1" in replaced and "layer4.2.bn2" in replaced
+    assert not any(name.endswith(("bn3", "downsample.1")) for name in replaced)
+    assert {n: id(p) for n, p in rewritten.named_parameters()} == params
+    assert {n: id(b) for n, b in rewritten.named_buffers()} == buffers
+    kinds = [type(m) for m in rewritten.modules() if isinstance(m, nn.BatchNorm2d)]
+    assert kinds.count(impl.PersistentBatchNormReLU) == 33 and kinds.count(nn.BatchNorm2d) == 20
+
+
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+def test_on_a_cpu_the_rewritten_resnet_trains_exactly_like_the_original(memory_format: torch.memory_format) -> None:
+    torch.manual_seed(0)
+    ref = torchvision.models.resnet18(num_classes=10).to(memory_format=memory_format)
+    model, _ = impl.replace(copy.deepcopy(ref), 0)
+    inputs = [torch.randn(4, 3, 32, 32).contiguous(memory_format=memory_format) for _ in range(3)]
+    x = inputs[0]
+    assert not model.get_submodule("bn1").takes(model.get_submodule("conv1")(x))  # no Triton on this CPU
+    (ref_out, ref_grads), (out, grads) = train(ref, inputs), train(model, inputs)
+    for a, b in [*zip(ref_out, out, strict=True), *zip(ref_grads, grads, strict=True)]:
+        torch.testing.assert_close(b, a, atol=0, rtol=0)
+    assert int(model.get_buffer("layer1.0.bn1.num_batches_tracked")) == 3
+
+
+def test_a_module_takes_the_kernels_only_in_training_on_large_enough_channels_last_input(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # what makes a CPU tensor one the kernels could take
+    module = impl.PersistentBatchNormReLU(nn.BatchNorm2d(8), min_bytes=4 * 8 * 6 * 6 * 4)
+    x = torch.randn(4, 8, 6, 6).contiguous(memory_format=torch.channels_last)
+    assert module.takes(x)
+    assert not module.takes(x[:3])  # below min_bytes
+    assert not module.takes(x.contiguous())
+    assert not module.takes(x.double())
+    module.eval()
+    assert not module.takes(x)
+    untracked = impl.PersistentBatchNormReLU(nn.BatchNorm2d(8, track_running_stats=False), min_bytes=0)
+    assert not untracked.takes(x)
+    monkeypatch.delenv("TRITON_INTERPRET")
+    assert not impl.PersistentBatchNormReLU(nn.BatchNorm2d(8), min_bytes=0).takes(x)
+
+
+def test_pairs_it_cannot_take_stay_as_they_are() -> None:
+    class Shared(nn.Module):
+        """A batch norm called twice, and one whose output a ReLU and a sum both read."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.twice, self.read_twice = nn.BatchNorm2d(4), nn.BatchNorm2d(4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = torch.relu(self.twice(torch.relu(self.twice(x))))
+            z = self.read_twice(y)
+            return torch.relu(z) + z
+
+    model, replaced = impl.replace(Shared(), 0)
+    assert replaced == []
+    assert all(type(m) is nn.BatchNorm2d for m in model.modules() if isinstance(m, nn.BatchNorm2d))
+
+
+def resnet_step() -> TrainStep:
+    options = cnn.ResNetOptions(depth=18, width=8, image_size=32, classes=10)
+    return cnn.build(options, BuildContext(CPU, 4, 0, "unused"))
+
+
+def test_apply_rewrites_the_model_and_says_so_and_skips_with_the_reason() -> None:
+    step = resnet_step()
+    step = TECHNIQUE.apply(step, OPTIONS(min_mb=1.5))
+    assert step.notes["persistent_batch_norm"] == {"modules": 9, "min_mb": 1.5}  # the stem, and bn1 of 8 basic blocks
+    assert step.model is not None
+    stem = step.model.get_submodule("bn1")
+    assert isinstance(stem, impl.PersistentBatchNormReLU) and stem.min_bytes == 1_500_000
+
+    bare = resnet_step()
+    bare.model = None
+    with pytest.raises(SkipCell, match="needs a workload with a model"):
+        TECHNIQUE.apply(bare, OPTIONS())
+    plain = resnet_step()
+    plain.model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
+    with pytest.raises(SkipCell, match="found no BatchNorm2d followed by a ReLU"):
+        TECHNIQUE.apply(plain, OPTIONS())
+
+    class Untraceable(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x if x.sum() > 0 else -x  # control flow on a value: torch.fx cannot trace it
+
+    odd = resnet_step()
+    odd.model = Untraceable()
+    with pytest.raises(SkipCell, match=r"torch\.fx cannot trace this model: TraceError"):
+        TECHNIQUE.apply(odd, OPTIONS())
+
+
+# The kernels under Triton's interpreter, in a process of their own: triton.jit reads TRITON_INTERPRET when a
+# kernel is defined, and this process may have imported Triton already.
+KERNEL_CHECK = """
+import copy
+import torch, torchvision
+from torch import nn
+import torch.nn.functional as F
+from plugins.techniques import _persistent_batch_norm as impl
+from plugins.techniques import _persistent_bn_kernels as kernels
+
+torch.manual_seed(0)
+calls = []
+bn_relu = kernels.bn_relu
+kernels.bn_relu = lambda *a: calls.append(a[0].shape) or bn_relu(*a)
+
+# shapes: one tile, several splits, channels past a tile and not a multiple of it, a last split short of rows
+for shape in [(2, 8, 5, 3), (4, 64, 7, 7), (3, 70, 4, 4), (8, 16, 12, 12), (2, 130, 3, 5)]:
+    c = shape[1]
+    ref = nn.BatchNorm2d(c)
+    nn.init.normal_(ref.weight, 1.0, 0.2); nn.init.normal_(ref.bias, 0.0, 0.2)
+    module = impl.PersistentBatchNormReLU(copy.deepcopy(ref), min_bytes=0)
+    # a mean far from zero against the spread: sums of x and x^2 in float32 would lose the variance here
+    x = (1000 + torch.randn(shape, dtype=torch.float64)).float().contiguous(memory_format=torch.channels_last)
+    grad = torch.randn(shape).contiguous(memory_format=torch.channels_last)
+    a, b = x.clone().requires_grad_(), x.double().requires_grad_()
+    out = module(a)
+    z = F.batch_norm(b, ref.running_mean.double(), ref.running_var.double(), ref.weight.double(),
+                     ref.bias.double(), training=True, momentum=0.1, eps=ref.eps)
+    exact = F.relu(z)
+    out.backward(grad)
+    # the ReLU's mask is the kernel's: where z is 0 within float32 rounding the two masks may differ, and there
+    # the gradient by a whole dy, which is rounding, not the batch norm's arithmetic this holds to float64
+    z.backward(grad.double() * (out.detach() > 0))
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    for name, got, want in [("y", out, exact), ("dx", a.grad, b.grad)]:
+        err = float((got.double() - want).abs().max() / want.abs().max())
+        assert err < 1e-4, (shape, name, err)
+    assert int(module.num_batches_tracked) == 1
+
+# a ResNet's gradients and running statistics are the original's, its batch norm + ReLU pairs through the kernels
+ref = torchvision.models.resnet18(num_classes=10).to(memory_format=torch.channels_last)
+model, replaced = impl.replace(copy.deepcopy(ref), 0)
+calls.clear()
+x = torch.randn(4, 3, 32, 32).contiguous(memory_format=torch.channels_last)
+for model_ in (ref, model):
+    (model_(x) ** 2).mean().backward()
+assert len(calls) == len(replaced) == 9, len(calls)  # the stem and bn1 of 8 basic blocks
+# relative in the norm: an element at z = 0 within float32 rounding may take the other side of a ReLU in either
+for (name, p), q in zip(ref.named_parameters(), model.parameters(), strict=True):
+    assert float((q.grad - p.grad).norm() / p.grad.norm()) < 1e-3, name
+for (name, p), q in zip(ref.named_buffers(), model.buffers(), strict=True):
+    torch.testing.assert_close(q, p, atol=1e-5, rtol=1e-4, msg=name)
+print("ok")
+"""
+
+
+def test_the_kernels_compute_batch_norm_and_relu_and_train_a_resnet_like_pytorch() -> None:
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    script = textwrap.dedent(KERNEL_CHECK)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]

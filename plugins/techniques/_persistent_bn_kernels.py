@@ -10,14 +10,17 @@ back in the reverse order so that the rows it read last, the likeliest still in 
 the same with the sums of the masked gradient and of it times x-hat.
 
 The tensor is seen as its (rows = N*H*W, C) row-major matrix, which a channels-last activation is without a copy.
-Statistics are merged as (count, mean, M2) triples (Chan et al.): each tile's exactly, in registers, then a
-program's running triple, then the programs' at the barrier. Sums of x and x^2 in float32 lose the variance when
-the mean is large against the spread.
+A program's sums (of x - K and its square, K each channel's first value, so that a mean far from zero against the
+spread cancels nothing; in the backward, of the masked gradient and of it times x-hat) go into the channel's totals
+by atomic adds before the barrier, and after it every program reads two numbers a channel. Merging every program's
+partials in every program instead (the first version) read the partials 500 times over for a 64-channel layer,
+more than the activation itself. Atomic float adds land in no fixed order, so the statistics may differ from run to
+run in the last bits, as with any split reduction by atomics.
 
 The barrier needs every program of the grid resident at once; :func:`resident` sizes the grid from the compiled
 kernel's registers and shared memory. Triton's interpreter runs programs one after another, so a barrier there
-would wait forever: with ``phases=2`` (the interpreter's, and what the CPU tests run) the same kernel is launched
-twice, statistics then apply, and only the barrier itself goes untested off a GPU.
+would wait forever: there (what the CPU tests run) each pass is two launches of the same kernel, statistics then
+apply, and only the barrier itself goes untested off a GPU.
 
 Imported only where a cell runs the kernels: importing Triton costs a second, and the CPU wheels of torch may lack it.
 """
@@ -36,13 +39,11 @@ from torch.library import triton_op, wrap_triton
 FORWARD_OP = "ampsuite::persistent_bn_relu"
 BACKWARD_OP = "ampsuite::persistent_bn_relu_backward"
 
-TILE_ROWS = 64
+TILE_ROWS = 128
 TILE_CHANNELS = 64
 NUM_WARPS = 4
-PER_SM = 2
+PER_SM = 4
 """Programs an SM runs, at most: more hide more memory latency, and all of them must fit at once."""
-MERGE_ROWS = 32
-"""Partials a program reads at once when it merges its channel block's statistics after the barrier."""
 
 _TOP_BIT = tl.constexpr(0x80000000)
 
@@ -56,7 +57,7 @@ def _barrier(sem_ptr, programs):  # type: ignore[no-untyped-def]
     is thus ready for its next use without a reset, whichever value of the two it holds.
     """
     tl.debug_barrier()  # every warp's stores of this program are issued before the program arrives
-    # an int32 tensor to PyTorch (inductor allocates no uint32), counted as uint32 here: the flip is its top bit
+    # the tail of a float32 work buffer to PyTorch (one zero-fill for sums and semaphores), a uint32 counter here
     sem_ptr = sem_ptr.to(tl.pointer_type(tl.uint32), bitcast=True)
     top = tl.full([], _TOP_BIT, tl.uint32)
     one = tl.full([], 1, tl.uint32)
@@ -86,8 +87,7 @@ def _forward_kernel(  # type: ignore[no-untyped-def]
     mean_ptr,
     rstd_ptr,
     var_ptr,
-    part_ptr,
-    sem_ptr,
+    work_ptr,
     rows,
     channels,
     rows_per,
@@ -95,9 +95,9 @@ def _forward_kernel(  # type: ignore[no-untyped-def]
     PHASE: tl.constexpr,
     TILE_ROWS: tl.constexpr,
     TILE_CHANNELS: tl.constexpr,
-    MERGE_ROWS: tl.constexpr,
 ):
-    # PHASE 0: statistics, barrier, apply, in one launch; 1: statistics only; 2: apply only (after a launch of 1)
+    # PHASE 0: statistics, barrier, apply, in one launch; 1: statistics only; 2: apply only (after a launch of 1).
+    # work: zeros, [sum of x - K | sum of (x - K)^2 | a semaphore per channel block], K each channel's first value
     split = tl.program_id(0)
     splits = tl.num_programs(0)
     block = tl.program_id(1)
@@ -106,56 +106,32 @@ def _forward_kernel(  # type: ignore[no-untyped-def]
     start = split * rows_per
     end = tl.minimum(start + rows_per, rows)
     tiles = tl.cdiv(end - start, TILE_ROWS)
-    part = part_ptr + block * splits * 2 * TILE_CHANNELS  # this block's (split, mean | M2, channel) partials
+    # the shift: sums of x - K lose nothing to cancellation when the mean is far from 0 against the spread
+    shift = tl.load(x_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
     if PHASE != 2:
-        count = tl.zeros([], dtype=tl.float32)
-        mean = tl.zeros([TILE_CHANNELS], dtype=tl.float32)
-        m2 = tl.zeros([TILE_CHANNELS], dtype=tl.float32)
+        s1 = tl.zeros([TILE_CHANNELS], dtype=tl.float32)
+        s2 = tl.zeros([TILE_CHANNELS], dtype=tl.float32)
         # each tile's load is issued before the previous tile is reduced: two tiles in flight a program
         offs, ok = _tile(start, end, 0, cols, col_ok, channels, TILE_ROWS)
         ahead = tl.load(x_ptr + offs, mask=ok, other=0.0)
         for t in range(0, tiles):
-            x = ahead.to(tl.float32)
-            ok_now = ok
+            d = tl.where(ok, ahead.to(tl.float32) - shift[None, :], 0.0)
             offs, ok = _tile(start, end, t + 1, cols, col_ok, channels, TILE_ROWS)
             ahead = tl.load(x_ptr + offs, mask=ok, other=0.0)
-            n = tl.minimum(end - start - t * TILE_ROWS, TILE_ROWS).to(tl.float32)
-            tile_mean = tl.sum(x, axis=0) / n
-            d = tl.where(ok_now, x - tile_mean[None, :], 0.0)
-            delta = tile_mean - mean
-            total = count + n
-            mean += delta * (n / total)
-            m2 += tl.sum(d * d, axis=0) + delta * delta * (count * n / total)
-            count = total
-        p = part + split * 2 * TILE_CHANNELS + tl.arange(0, TILE_CHANNELS)
-        tl.store(p, mean)
-        tl.store(p + TILE_CHANNELS, m2)
+            s1 += tl.sum(d, axis=0)
+            s2 += tl.sum(d * d, axis=0)
+        # into the channel's totals at once: every program then reads two numbers a channel, not every partial
+        tl.atomic_add(work_ptr + cols, s1, mask=col_ok, sem="relaxed", scope="gpu")
+        tl.atomic_add(work_ptr + channels + cols, s2, mask=col_ok, sem="relaxed", scope="gpu")
     if PHASE == 0:
-        _barrier(sem_ptr + block, splits)
+        _barrier(work_ptr + 2 * channels + block, splits)
     if PHASE != 1:
-        # the block's statistics from every split's (count, mean, M2): the mean first, then M2 around it
-        s_sum = tl.zeros([TILE_CHANNELS], dtype=tl.float32)
-        for s0 in range(0, splits, MERGE_ROWS):
-            s = s0 + tl.arange(0, MERGE_ROWS)
-            n = tl.minimum(tl.maximum(rows - s * rows_per, 0), rows_per).to(tl.float32)
-            sm = tl.load(
-                part + s[:, None] * 2 * TILE_CHANNELS + tl.arange(0, TILE_CHANNELS)[None, :],
-                mask=(s < splits)[:, None],
-                other=0.0,
-            )
-            s_sum += tl.sum(sm * n[:, None], axis=0)
-        mean = s_sum / rows
-        m2 = tl.zeros([TILE_CHANNELS], dtype=tl.float32)
-        for s0 in range(0, splits, MERGE_ROWS):
-            s = s0 + tl.arange(0, MERGE_ROWS)
-            s_ok = (s < splits)[:, None]
-            n = tl.minimum(tl.maximum(rows - s * rows_per, 0), rows_per).to(tl.float32)
-            at = part + s[:, None] * 2 * TILE_CHANNELS + tl.arange(0, TILE_CHANNELS)[None, :]
-            sm = tl.load(at, mask=s_ok, other=0.0)
-            sq = tl.load(at + TILE_CHANNELS, mask=s_ok, other=0.0)
-            d = sm - mean[None, :]
-            m2 += tl.sum(sq + n[:, None] * d * d, axis=0)
-        var = m2 / rows
+        # .cg: from L2, where the other programs' atomics are, never an L1 line
+        s1 = tl.load(work_ptr + cols, mask=col_ok, other=0.0, cache_modifier=".cg")
+        s2 = tl.load(work_ptr + channels + cols, mask=col_ok, other=0.0, cache_modifier=".cg")
+        centred = s1 / rows
+        var = tl.maximum(s2 / rows - centred * centred, 0.0)
+        mean = shift + centred
         rstd = 1.0 / tl.sqrt(var + eps)
         if split == 0:
             tl.store(mean_ptr + cols, mean, mask=col_ok)
@@ -186,16 +162,15 @@ def _backward_kernel(  # type: ignore[no-untyped-def]
     rstd_ptr,
     dweight_ptr,
     dbias_ptr,
-    part_ptr,
-    sem_ptr,
+    work_ptr,
     rows,
     channels,
     rows_per,
     PHASE: tl.constexpr,
     TILE_ROWS: tl.constexpr,
     TILE_CHANNELS: tl.constexpr,
-    MERGE_ROWS: tl.constexpr,
 ):
+    # work: zeros, [sum of the masked gradient g | sum of g * x-hat | a semaphore per channel block]
     split = tl.program_id(0)
     splits = tl.num_programs(0)
     block = tl.program_id(1)
@@ -204,7 +179,6 @@ def _backward_kernel(  # type: ignore[no-untyped-def]
     start = split * rows_per
     end = tl.minimum(start + rows_per, rows)
     tiles = tl.cdiv(end - start, TILE_ROWS)
-    part = part_ptr + block * splits * 2 * TILE_CHANNELS
     mean = tl.load(mean_ptr + cols, mask=col_ok, other=0.0)
     rstd = tl.load(rstd_ptr + cols, mask=col_ok, other=0.0)
     w = tl.load(weight_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
@@ -228,20 +202,13 @@ def _backward_kernel(  # type: ignore[no-untyped-def]
             g = tl.where(live, dy, 0.0)
             g_sum += tl.sum(g, axis=0)
             gx_sum += tl.sum(g * ((x - mean[None, :]) * rstd[None, :]), axis=0)
-        p = part + split * 2 * TILE_CHANNELS + tl.arange(0, TILE_CHANNELS)
-        tl.store(p, g_sum)
-        tl.store(p + TILE_CHANNELS, gx_sum)
+        tl.atomic_add(work_ptr + cols, g_sum, mask=col_ok, sem="relaxed", scope="gpu")
+        tl.atomic_add(work_ptr + channels + cols, gx_sum, mask=col_ok, sem="relaxed", scope="gpu")
     if PHASE == 0:
-        _barrier(sem_ptr + block, splits)
+        _barrier(work_ptr + 2 * channels + block, splits)
     if PHASE != 1:
-        db = tl.zeros([TILE_CHANNELS], dtype=tl.float32)
-        dw = tl.zeros([TILE_CHANNELS], dtype=tl.float32)
-        for s0 in range(0, splits, MERGE_ROWS):
-            s = s0 + tl.arange(0, MERGE_ROWS)
-            at = part + s[:, None] * 2 * TILE_CHANNELS + tl.arange(0, TILE_CHANNELS)[None, :]
-            s_ok = (s < splits)[:, None]
-            db += tl.sum(tl.load(at, mask=s_ok, other=0.0), axis=0)
-            dw += tl.sum(tl.load(at + TILE_CHANNELS, mask=s_ok, other=0.0), axis=0)
+        db = tl.load(work_ptr + cols, mask=col_ok, other=0.0, cache_modifier=".cg")
+        dw = tl.load(work_ptr + channels + cols, mask=col_ok, other=0.0, cache_modifier=".cg")
         if split == 0:
             tl.store(dbias_ptr + cols, db, mask=col_ok)
             tl.store(dweight_ptr + cols, dw, mask=col_ok)
@@ -293,12 +260,12 @@ def _compiled(kernel: Any, tile_rows: int, tile_channels: int, num_warps: int) -
     Pointers are given as dtypes, which Triton's warmup takes in place of tensors: this runs while torch.compile
     traces the model with fake tensors, where a tensor made here would be fake too.
     """
-    h, f, i = torch.float16, torch.float32, torch.int32
-    meta = {"PHASE": 0, "TILE_ROWS": tile_rows, "TILE_CHANNELS": tile_channels, "MERGE_ROWS": MERGE_ROWS}
+    h, f = torch.float16, torch.float32
+    meta = {"PHASE": 0, "TILE_ROWS": tile_rows, "TILE_CHANNELS": tile_channels}
     if kernel is _forward_kernel:
-        args: list[Any] = [h, h, f, f, f, f, f, f, i, 1 << 20, 64, 4096, 1e-5]
+        args: list[Any] = [h, h, f, f, f, f, f, f, 1 << 20, 64, 4096, 1e-5]
     else:
-        args = [h, h, h, f, f, f, f, f, f, f, i, 1 << 20, 64, 4096]
+        args = [h, h, h, f, f, f, f, f, f, f, 1 << 20, 64, 4096]
     return kernel.warmup(*args, grid=(1,), num_warps=num_warps, **meta)
 
 
@@ -336,12 +303,11 @@ def persistent_bn_relu(
     rstd = torch.empty_like(mean)
     var = torch.empty_like(mean)
     splits, blocks, per = _grid("forward", x, rows, channels)
-    part = torch.empty(blocks * splits * 2 * TILE_CHANNELS, device=x.device, dtype=torch.float32)
-    sem = torch.zeros(blocks, device=x.device, dtype=torch.int32)
+    work = torch.zeros(2 * channels + blocks, device=x.device, dtype=torch.float32)
     for phase in _phases():
         wrap_triton(_forward_kernel)[(splits, blocks)](
-            x2, as_rows(y), weight, bias, mean, rstd, var, part, sem, rows, channels, per, eps,
-            PHASE=phase, TILE_ROWS=TILE_ROWS, TILE_CHANNELS=TILE_CHANNELS, MERGE_ROWS=MERGE_ROWS,
+            x2, as_rows(y), weight, bias, mean, rstd, var, work, rows, channels, per, eps,
+            PHASE=phase, TILE_ROWS=TILE_ROWS, TILE_CHANNELS=TILE_CHANNELS,
             num_warps=NUM_WARPS,
         )  # fmt: skip
     return y, mean, rstd, var
@@ -359,12 +325,11 @@ def persistent_bn_relu_backward(
     dweight = torch.empty(channels, device=x.device, dtype=torch.float32)
     dbias = torch.empty_like(dweight)
     splits, blocks, per = _grid("backward", x, rows, channels)
-    part = torch.empty(blocks * splits * 2 * TILE_CHANNELS, device=x.device, dtype=torch.float32)
-    sem = torch.zeros(blocks, device=x.device, dtype=torch.int32)
+    work = torch.zeros(2 * channels + blocks, device=x.device, dtype=torch.float32)
     for phase in _phases():
         wrap_triton(_backward_kernel)[(splits, blocks)](
-            as_rows(dy), x2, as_rows(dx), weight, bias, mean, rstd, dweight, dbias, part, sem, rows, channels, per,
-            PHASE=phase, TILE_ROWS=TILE_ROWS, TILE_CHANNELS=TILE_CHANNELS, MERGE_ROWS=MERGE_ROWS,
+            as_rows(dy), x2, as_rows(dx), weight, bias, mean, rstd, dweight, dbias, work, rows, channels, per,
+            PHASE=phase, TILE_ROWS=TILE_ROWS, TILE_CHANNELS=TILE_CHANNELS,
             num_warps=NUM_WARPS,
         )  # fmt: skip
     return dx, dweight.to(weight.dtype), dbias.to(bias.dtype)

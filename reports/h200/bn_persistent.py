@@ -33,13 +33,12 @@ import torch
 from plugins.techniques import _persistent_bn_kernels as pk
 
 CONFIGS = [
-    (128, 32, 4, 2),
-    (128, 64, 4, 2),
     (128, 64, 4, 4),
-    (256, 32, 8, 2),
+    (128, 64, 4, 2),
+    (128, 32, 4, 4),
     (64, 64, 4, 4),
-    (256, 64, 8, 1),
-    (64, 128, 4, 2),
+    (256, 64, 8, 2),
+    (128, 128, 8, 2),
 ]
 """(tile rows, tile channels, warps, programs an SM) tried for each shape."""
 

@@ -2,7 +2,11 @@
 # Session 21 (issue 15): a persistent batch norm + ReLU kernel (plugins/techniques/_persistent_bn_kernels.py)
 # against inductor's, shape by shape, then in ResNet-50's step, on one nvidia-h200:
 #
-#   bash reports/h200/session21/run.sh SECONDS CALL      run(timeout_s=600)
+#   bash reports/h200/session21/run.sh SECONDS CALL [SUFFIX]      run(timeout_s=600)
+#
+# Call 1 (three times: the first failed to compile, then without and with prefetching, SUFFIX -prefetch) times the
+# kernels shape by shape; call 2 times the version with atomic sums, then runs the cells of tests/gpu/resnet50-bn.toml
+# in the background; call 3 waits for them.
 set -u
 S=${S:-reports/h200/session21}
 mkdir -p "$S"

@@ -5,8 +5,8 @@
 #   bash reports/h200/session21/run.sh SECONDS CALL [SUFFIX]      run(timeout_s=600)
 #
 # Call 1 (three times: the first failed to compile, then without and with prefetching, SUFFIX -prefetch) times the
-# kernels shape by shape; call 2 times the version with atomic sums, then runs the cells of tests/gpu/resnet50-bn.toml
-# in the background; call 3 waits for them.
+# kernels shape by shape; call 2 times the version with atomic sums, checks it under torch.compile on a small model,
+# then runs the cells of tests/gpu/resnet50-bn.toml in the background; call 3 waits for them.
 set -u
 S=${S:-reports/h200/session21}
 mkdir -p "$S"
@@ -18,5 +18,19 @@ case "${2:-1}" in
     timeout $(($(left) - 20)) python3 reports/h200/bn_persistent.py --out "$S/bn-persistent${3:-}.json" >"$S/bn-persistent${3:-}.log" 2>&1
     echo "bench rc $?" >>"$S/bn-persistent${3:-}.log"
     finish "$(basename "$S")" nocache
+    ;;
+2)
+    probe_env
+    timeout 200 python3 reports/h200/bn_persistent.py --iters 20 --out "$S/bn-persistent-atomics.json" >"$S/bn-persistent-atomics.log" 2>&1
+    echo "bench rc $?" >>"$S/bn-persistent-atomics.log"
+    timeout 200 python3 reports/h200/session21/smoke.py >"$S/smoke.log" 2>&1
+    echo "smoke rc $?" >>"$S/smoke.log"
+    grep -q "smoke ok" "$S/smoke.log" && run_bg 0 tests/gpu/resnet50-bn.toml resnet50-bn
+    wait_bg resnet50-bn
+    finish "$(basename "$S")" nocache
+    ;;
+3)
+    wait_bg resnet50-bn
+    finish "$(basename "$S")"
     ;;
 esac

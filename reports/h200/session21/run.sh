@@ -21,11 +21,11 @@ case "${2:-1}" in
     ;;
 2)
     probe_env
-    timeout 200 python3 reports/h200/bn_persistent.py --iters 20 --out "$S/bn-persistent-atomics.json" >"$S/bn-persistent-atomics.log" 2>&1
-    echo "bench rc $?" >>"$S/bn-persistent-atomics.log"
     timeout 200 python3 reports/h200/session21/smoke.py >"$S/smoke.log" 2>&1
     echo "smoke rc $?" >>"$S/smoke.log"
-    grep -q "smoke ok" "$S/smoke.log" && run_bg 0 tests/gpu/resnet50-bn.toml resnet50-bn
+    timeout 200 python3 reports/h200/bn_persistent.py --iters 20 --out "$S/bn-persistent-atomics.json" >"$S/bn-persistent-atomics.log" 2>&1
+    echo "bench rc $?" >>"$S/bn-persistent-atomics.log"
+    grep -q "smoke ok" "$S/smoke.log" && run_bg 0 tests/gpu/resnet50-bn.toml resnet50-bn -k tuned
     wait_bg resnet50-bn
     finish "$(basename "$S")" nocache
     ;;

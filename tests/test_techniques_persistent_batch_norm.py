@@ -235,3 +235,25 @@ def test_the_kernels_compute_batch_norm_and_relu_and_train_a_resnet_like_pytorch
     script = textwrap.dedent(KERNEL_CHECK)
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("rewrite", ["persistent", "cudnn-fuse"])
+def test_other_techniques_modules_stay_whole_calls(rewrite: str) -> None:
+    """maxpool-offsets' pool iterates over its window, which torch.fx cannot trace; it holds no batch norm, so the
+    rewrites leave it one call (session 21: the first ResNet-50 cell with both techniques was a skip for it)."""
+    from plugins.techniques import _cudnn_fused, _maxpool_offsets
+
+    torch.manual_seed(0)
+    ref = torchvision.models.resnet18(num_classes=10)
+    _maxpool_offsets.replace(ref, "inline")
+    with pytest.raises(torch.fx.proxy.TraceError):
+        torch.fx.symbolic_trace(ref)
+    if rewrite == "persistent":
+        model, replaced = impl.replace(copy.deepcopy(ref), 0)
+        assert len(replaced) == 9
+    else:
+        model, kinds = _cudnn_fused.fuse_model(copy.deepcopy(ref))
+        assert len(kinds) == 20
+    assert type(model.get_submodule("maxpool")) is _maxpool_offsets.OffsetMaxPool2d
+    x = torch.randn(2, 3, 32, 32)
+    torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)

@@ -24,7 +24,7 @@ from torch import Tensor, fx, nn
 
 from plugins.techniques import _cudnn_api as api
 from plugins.techniques._cudnn_batch_norm import _INT32_MAX, _memory_format
-from plugins.techniques._fx_patterns import is_relu, only_user
+from plugins.techniques._fx_patterns import is_relu, only_user, trace
 from suite import SkipCell, TrainStep
 
 OP = "ampsuite::fused_batch_norm"
@@ -241,7 +241,7 @@ def fuse_model(model: nn.Module) -> tuple[fx.GraphModule, dict[str, str]]:
     Returns the rewritten module (same parameter and buffer names and objects) and, per batch norm, the
     operations its call now covers. Raises whatever ``torch.fx`` raises on a model it cannot trace.
     """
-    traced = fx.symbolic_trace(model)
+    traced = trace(model)
     modules = dict(traced.named_modules())
     calls = Counter(str(node.target) for node in traced.graph.nodes if node.op == "call_module")
     fused: dict[str, str] = {}

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, fx, nn
 
-from plugins.techniques._fx_patterns import is_relu, only_user
+from plugins.techniques._fx_patterns import is_relu, only_user, trace
 from suite import SkipCell, TrainStep
 
 _INT32_MAX = 2**31 - 1
@@ -84,7 +84,7 @@ def replace(model: nn.Module, min_bytes: int) -> tuple[fx.GraphModule, list[str]
     A batch norm module called more than once, or whose output anything but one ReLU reads, is left as it is.
     Raises whatever ``torch.fx`` raises on a model it cannot trace.
     """
-    traced = fx.symbolic_trace(model)
+    traced = trace(model)
     modules = dict(traced.named_modules())
     calls: dict[str, int] = {}
     for node in traced.graph.nodes:

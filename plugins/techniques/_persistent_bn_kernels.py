@@ -13,9 +13,10 @@ The tensor is seen as its (rows = N*H*W, C) row-major matrix, which a channels-l
 A program's sums (of x - K and its square, K each channel's first value, so that a mean far from zero against the
 spread cancels nothing; in the backward, of the masked gradient and of it times x-hat) go into the channel's totals
 by atomic adds before the barrier, and after it every program reads two numbers a channel. Merging every program's
-partials in every program instead (the first version) read the partials 500 times over for a 64-channel layer,
-more than the activation itself. Atomic float adds land in no fixed order, so the statistics may differ from run to
-run in the last bits, as with any split reduction by atomics.
+partials in every program instead (the versions timed in session 21) has each of some 500 programs of a 64-channel
+layer read some 500 partials, by the count more traffic than the activation itself, and a chain of dependent L2
+reads. Atomic float adds land in no fixed order, so the statistics may differ from run to run in the last bits, as
+with any split reduction by atomics.
 
 The barrier needs every program of the grid resident at once; :func:`resident` sizes the grid from the compiled
 kernel's registers and shared memory. Triton's interpreter runs programs one after another, so a barrier there

@@ -8,10 +8,13 @@ statistics, a barrier in global memory, then the apply, read back from L2 where 
 ``torch.library.triton_op``, so torch.compile launches them as they are and compiles the rest.
 
 Measured on an H200 (session 21, torch 2.11, batch 256, fp16, channels-last; ``reports/h200/bn_persistent.py``),
-forward + backward as CUDA graph replays against inductor's kernels: ResNet-50's stem (64 x 112x112, 411 MB)
-1.075 against 1.347 ms; 512 x 14x14 and 512 x 7x7 level; the other shapes 4-15% slower (64 x 56x56 0.302 against
-0.280). Hence ``min_mb``: by default only activations of 256 MB and more take the kernels, which in ResNet-50 at
-batch 256 is the stem's. The running statistics and ``num_batches_tracked`` update as ``nn.BatchNorm2d``'s do.
+forward + backward as CUDA graph replays against inductor's kernels, the kernels' second version (their sums merged
+by every program): ResNet-50's stem (64 x 112x112, 411 MB) 1.075 against 1.347 ms; 512 x 14x14 and 512 x 7x7
+level; the other shapes 4-15% slower (64 x 56x56 0.302 against 0.280). Hence ``min_mb``: by default only
+activations of 256 MB and more take the kernels, which in ResNet-50 at batch 256 is the stem's. The third version,
+this one (sums by atomic adds), ran on the GPU under torch.compile on a small model but was not timed, and the
+technique's effect on ResNet-50's step is not measured yet (docs/tune.md, "Session 21"). The running statistics
+and ``num_batches_tracked`` update as ``nn.BatchNorm2d``'s do.
 
 It needs CUDA (Triton) and channels-last activations: a CUDA cell without channels-last is a skip with the reason,
 as every call would fall back. A model ``torch.fx`` cannot trace, or with no ``BatchNorm2d -> ReLU``, is a skip

@@ -11,7 +11,8 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
-from typing import Any
+from collections import Counter
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -19,6 +20,9 @@ from torch import Tensor, fx, nn
 
 from plugins.techniques._fx_patterns import is_relu, only_user, trace
 from suite import SkipCell, TrainStep
+
+if TYPE_CHECKING:
+    from plugins.techniques.persistent_batch_norm import PersistentBatchNormOptions
 
 _INT32_MAX = 2**31 - 1
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -86,10 +90,7 @@ def replace(model: nn.Module, min_bytes: int) -> tuple[fx.GraphModule, list[str]
     """
     traced = trace(model)
     modules = dict(traced.named_modules())
-    calls: dict[str, int] = {}
-    for node in traced.graph.nodes:
-        if node.op == "call_module":
-            calls[str(node.target)] = calls.get(str(node.target), 0) + 1
+    calls = Counter(str(node.target) for node in traced.graph.nodes if node.op == "call_module")
     replaced: list[str] = []
     for node in list(traced.graph.nodes):
         if node.op != "call_module" or type(modules[str(node.target)]) is not nn.BatchNorm2d:
@@ -113,7 +114,7 @@ def replace(model: nn.Module, min_bytes: int) -> tuple[fx.GraphModule, list[str]
     return traced, replaced
 
 
-def apply(step: TrainStep, options: Any) -> TrainStep:
+def apply(step: TrainStep, options: PersistentBatchNormOptions) -> TrainStep:
     if step.model is None:
         raise SkipCell("persistent-batch-norm needs a workload with a model (this step has its own phases)")
     if step.device.type == "cuda" and step.memory_format != torch.channels_last:

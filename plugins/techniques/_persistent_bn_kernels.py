@@ -365,6 +365,6 @@ def bn_relu(
     if running_mean is not None and running_var is not None:
         rows = x.numel() // x.shape[1]
         with torch.no_grad():
-            running_mean.lerp_(mean.detach(), momentum)
-            running_var.lerp_(var.detach() * (rows / max(rows - 1, 1)), momentum)
+            running_mean.lerp_(mean.detach().to(running_mean.dtype), momentum)
+            running_var.lerp_((var.detach() * (rows / max(rows - 1, 1))).to(running_var.dtype), momentum)
     return y

@@ -566,6 +566,15 @@ hidden = [16, 17, 18]
 SLOW_IDS = ["toy[hidden=16]/fp32/bs8", "toy[hidden=17]/fp32/bs8", "toy[hidden=18]/fp32/bs8"]
 
 
+def _as_a_shell_starts_it() -> None:
+    """SIGINT at its default and unblocked in the child, as a shell starts a command. A child inherits an ignored
+    or blocked SIGINT from this process across exec, and Python then never raises KeyboardInterrupt: the pytest
+    process may carry either from earlier tests (in CI, after the rest of the suite, this run finished its cells
+    with SIGINT sent and exited 0), which is not the behaviour under test."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(suite_path: Path, out: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "suite", "run", str(suite_path), "-o", str(out), "--no-report", "--no-peaks", *extra],
@@ -573,6 +582,7 @@ def _start(suite_path: Path, out: Path, *extra: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # like a terminal's foreground job: Ctrl-C goes to the group
+        preexec_fn=_as_a_shell_starts_it,
         cwd=out.parent,
     )
 

@@ -23,8 +23,8 @@ import torch.nn.functional as F
 from torch import Tensor, fx, nn
 
 from plugins.techniques import _cudnn_api as api
-from plugins.techniques._cudnn_batch_norm import _INT32_MAX, _memory_format
-from plugins.techniques._fx_patterns import is_relu, only_user, trace
+from plugins.techniques._cudnn_batch_norm import _memory_format
+from plugins.techniques._fx_patterns import AdoptedBatchNorm2d, is_relu, only_user, trace
 from suite import SkipCell, TrainStep
 
 OP = "ampsuite::fused_batch_norm"
@@ -155,7 +155,7 @@ def _backward(ctx: Any, grad_y: Tensor, *_other_grads: Any) -> tuple[Tensor | No
 fused_batch_norm.register_autograd(_backward, setup_context=_setup_context)
 
 
-class FusedBatchNorm2d(nn.BatchNorm2d):
+class FusedBatchNorm2d(AdoptedBatchNorm2d):
     """``BatchNorm2d`` whose forward also adds a residual and applies a ReLU, as one cuDNN call where it can.
 
     Built from an existing module, it holds that module's own parameters and buffers (the optimizer, the
@@ -165,18 +165,7 @@ class FusedBatchNorm2d(nn.BatchNorm2d):
     """
 
     def __init__(self, source: nn.BatchNorm2d, ops: int) -> None:
-        super().__init__(
-            source.num_features,
-            source.eps,
-            source.momentum,
-            source.affine,
-            source.track_running_stats,
-            device="meta",
-        )
-        self.weight, self.bias = source.weight, source.bias
-        self.running_mean, self.running_var = source.running_mean, source.running_var
-        self.num_batches_tracked = source.num_batches_tracked
-        self.train(source.training)
+        super().__init__(source)
         self.ops = ops
 
     def extra_repr(self) -> str:
@@ -184,14 +173,8 @@ class FusedBatchNorm2d(nn.BatchNorm2d):
 
     def _fusable(self, x: Tensor, z: Tensor | None) -> bool:
         return bool(
-            self.training
-            and self.affine
-            and self.track_running_stats
-            and self.momentum is not None
+            self.trains_on(x)
             and self.weight.dtype == torch.float32
-            and x.dim() == 4
-            and x.numel() <= _INT32_MAX
-            and x.numel() > x.shape[1]  # more than one value per channel, else nn.BatchNorm2d's own error
             and (not _cudnn(x) or (x.dtype in api.DATA_TYPES and x.is_contiguous(memory_format=torch.channels_last)))
             and (z is None or (z.shape == x.shape and z.dtype == x.dtype and z.stride() == x.stride()))
         )

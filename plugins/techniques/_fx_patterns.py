@@ -1,4 +1,5 @@
-"""How the model rewrites of cudnn-batch-norm (``fuse``) and persistent-batch-norm trace a model and read its graph.
+"""What the model rewrites of cudnn-batch-norm (``fuse``) and persistent-batch-norm share: how they trace a model,
+read its graph, and build the module they put in a batch norm's place.
 
 Both replace ``BatchNorm2d -> ReLU`` with one call of a module of their own, so they trace and match the same way.
 """
@@ -12,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
+INT32_MAX = 2**31 - 1
 RELUS: tuple[Callable[..., Any], ...] = (F.relu, F.relu_, torch.relu, torch.relu_)
 
 
@@ -48,3 +50,33 @@ def trace(model: nn.Module) -> fx.GraphModule:
     ``torch.fx`` raises on a module it must open and cannot trace.
     """
     return fx.GraphModule(model, _BatchNormTracer().trace(model), model.__class__.__name__)
+
+
+class AdoptedBatchNorm2d(nn.BatchNorm2d):
+    """A ``BatchNorm2d`` over an existing one's own parameters and buffers, in its training mode.
+
+    The optimizer, the state dict and every probe see the same tensors under the same names.
+    """
+
+    def __init__(self, source: nn.BatchNorm2d) -> None:
+        super().__init__(
+            source.num_features, source.eps, source.momentum, source.affine, source.track_running_stats, device="meta"
+        )
+        self.weight, self.bias = source.weight, source.bias
+        self.running_mean, self.running_var = source.running_mean, source.running_var
+        self.num_batches_tracked = source.num_batches_tracked
+        self.train(source.training)
+
+    def trains_on(self, x: torch.Tensor) -> bool:
+        """Whether this call is one a replacement kernel can take as far as the module goes: training, with affine
+        parameters and momentum-updated running statistics, on a 4-D input that int32 offsets index and that has
+        more than one value a channel (else ``nn.BatchNorm2d``'s own error)."""
+        return bool(
+            self.training
+            and self.affine
+            and self.track_running_stats
+            and self.momentum is not None
+            and x.dim() == 4
+            and x.numel() <= INT32_MAX
+            and x.numel() > x.shape[1]
+        )

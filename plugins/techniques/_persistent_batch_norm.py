@@ -18,13 +18,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, fx, nn
 
-from plugins.techniques._fx_patterns import is_relu, only_user, trace
+from plugins.techniques._fx_patterns import AdoptedBatchNorm2d, is_relu, only_user, trace
 from suite import SkipCell, TrainStep
 
 if TYPE_CHECKING:
     from plugins.techniques.persistent_batch_norm import PersistentBatchNormOptions
 
-_INT32_MAX = 2**31 - 1
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -33,7 +32,7 @@ def _triton_runs(x: Tensor) -> bool:
     return x.device.type == "cuda" or (x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1")
 
 
-class PersistentBatchNormReLU(nn.BatchNorm2d):
+class PersistentBatchNormReLU(AdoptedBatchNorm2d):
     """``relu(batch_norm(x))`` over an existing ``BatchNorm2d``'s own parameters and buffers.
 
     The optimizer, the state dict and every probe see the same tensors. In training, a 4-D channels-last input
@@ -42,13 +41,7 @@ class PersistentBatchNormReLU(nn.BatchNorm2d):
     """
 
     def __init__(self, source: nn.BatchNorm2d, min_bytes: int) -> None:
-        super().__init__(
-            source.num_features, source.eps, source.momentum, source.affine, source.track_running_stats, device="meta"
-        )
-        self.weight, self.bias = source.weight, source.bias
-        self.running_mean, self.running_var = source.running_mean, source.running_var
-        self.num_batches_tracked = source.num_batches_tracked
-        self.train(source.training)
+        super().__init__(source)
         self.min_bytes = min_bytes
 
     def extra_repr(self) -> str:
@@ -57,15 +50,9 @@ class PersistentBatchNormReLU(nn.BatchNorm2d):
     def takes(self, x: Tensor) -> bool:
         """Whether this call runs the persistent kernels."""
         return bool(
-            self.training
-            and self.affine
-            and self.track_running_stats
-            and self.momentum is not None
-            and x.dim() == 4
+            self.trains_on(x)
             and x.dtype in KERNEL_DTYPES
             and x.numel() * x.element_size() >= self.min_bytes
-            and x.numel() <= _INT32_MAX
-            and x.numel() > x.shape[1]  # more than one value a channel, else nn.BatchNorm2d's own error
             and x.is_contiguous(memory_format=torch.channels_last)
             and _triton_runs(x)
         )

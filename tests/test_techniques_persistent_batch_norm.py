@@ -237,6 +237,36 @@ def test_the_kernels_compute_batch_norm_and_relu_and_train_a_resnet_like_pytorch
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
 
 
+# An H200's SM: 65,536 registers, 228 KB of shared memory, 2,048 threads.
+H200_SM = {"regs_per_sm": 65536, "shared_per_sm": 233472, "threads_per_sm": 2048}
+
+
+@pytest.mark.parametrize(
+    ("n_regs", "shared", "num_warps", "blocks", "from_raw_figures"),
+    [
+        (170, 1024, 4, 2, 3),  # 5,440 registers a warp are 5,632 as allocated
+        (255, 1024, 4, 2, 2),  # the 128 x 64 tile (255 registers, Triton 3.8 for sm_90)
+        (32, 1024, 4, 16, 16),  # threads bound
+        (16, 0, 1, 32, 64),  # at most 32 blocks an SM
+        (32, 57600, 4, 3, 4),  # 1 KB a block the driver keeps
+    ],
+)
+def test_programs_resident_at_once_are_counted_as_cuda_allocates(
+    n_regs: int, shared: int, num_warps: int, blocks: int, from_raw_figures: int
+) -> None:
+    """One program more than the GPU holds at once and the grid barrier waits forever."""
+    pytest.importorskip("triton")
+    from plugins.techniques import _persistent_bn_kernels as kernels
+
+    assert kernels.blocks_per_sm(n_regs, shared, num_warps, **H200_SM) == blocks
+    raw = min(
+        H200_SM["regs_per_sm"] // (n_regs * 32 * num_warps),
+        H200_SM["shared_per_sm"] // shared if shared else 64,
+        H200_SM["threads_per_sm"] // (32 * num_warps),
+    )
+    assert raw == from_raw_figures
+
+
 @pytest.mark.parametrize("rewrite", ["persistent", "cudnn-fuse"])
 def test_other_techniques_modules_stay_whole_calls(rewrite: str) -> None:
     """maxpool-offsets' pool iterates over its window, which torch.fx cannot trace; it holds no batch norm, so the

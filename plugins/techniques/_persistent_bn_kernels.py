@@ -237,6 +237,29 @@ def interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
+# How CUDA hands an SM's resources to blocks (the occupancy calculator's rules, compute capability 8.0 to 9.0):
+# registers go to a warp 256 at a time, shared memory to a block 128 bytes at a time plus 1 KB the driver keeps for
+# the block, and an SM takes 32 blocks at most. A count from the raw figures can be one block too many (170 registers
+# a thread, 4 warps: 3 blocks by the raw product, 2 as allocated), and one block too many is a grid the barrier waits
+# on forever.
+REGISTER_UNIT = 256
+SHARED_UNIT = 128
+SHARED_RESERVED = 1024
+MAX_BLOCKS_PER_SM = 32
+
+
+def blocks_per_sm(
+    n_regs: int, shared: int, num_warps: int, regs_per_sm: int, shared_per_sm: int, threads_per_sm: int
+) -> int:
+    """How many blocks of a kernel one SM holds at once, as CUDA allocates registers and shared memory."""
+    regs_per_warp = -(-n_regs * 32 // REGISTER_UNIT) * REGISTER_UNIT
+    by_regs = (regs_per_sm // regs_per_warp) // num_warps if regs_per_warp else MAX_BLOCKS_PER_SM
+    shared_per_block = -(-(shared + SHARED_RESERVED) // SHARED_UNIT) * SHARED_UNIT
+    by_shared = shared_per_sm // shared_per_block
+    by_threads = threads_per_sm // (32 * num_warps)
+    return min(by_regs, by_shared, by_threads, MAX_BLOCKS_PER_SM)
+
+
 @functools.cache
 def resident(kernel_name: str, index: int, tile_rows: int, tile_channels: int, num_warps: int, per_sm: int) -> int:
     """How many programs of a kernel the GPU holds at once, from the compiled kernel's registers and shared memory."""
@@ -245,14 +268,17 @@ def resident(kernel_name: str, index: int, tile_rows: int, tile_channels: int, n
     compiled = _compiled(kernel, tile_rows, tile_channels, num_warps)
     if hasattr(compiled, "_init_handles"):
         compiled._init_handles()  # Triton reads the kernel's resources when it first loads it
-    threads = 32 * num_warps
-    regs_per_sm = getattr(props, "regs_per_multiprocessor", 65536)
-    by_regs = regs_per_sm // max(1, compiled.n_regs * threads)
-    smem_per_sm = getattr(props, "shared_memory_per_multiprocessor", 228 * 1024)
-    shared = compiled.metadata.shared
-    by_smem = smem_per_sm // shared if shared else by_regs
-    by_warps = getattr(props, "max_threads_per_multi_processor", 2048) // threads
-    return max(1, min(by_regs, by_smem, by_warps, per_sm)) * props.multi_processor_count
+    fits = blocks_per_sm(
+        compiled.n_regs,
+        compiled.metadata.shared,
+        num_warps,
+        getattr(props, "regs_per_multiprocessor", 65536),
+        getattr(props, "shared_memory_per_multiprocessor", 228 * 1024),
+        getattr(props, "max_threads_per_multi_processor", 2048),
+    )
+    if fits < 1:
+        raise RuntimeError(f"persistent batch norm: the {kernel_name} kernel does not fit on an SM")
+    return min(fits, per_sm) * props.multi_processor_count
 
 
 def _compiled(kernel: Any, tile_rows: int, tile_channels: int, num_warps: int) -> Any:

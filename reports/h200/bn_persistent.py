@@ -93,10 +93,13 @@ def main() -> int:
         row["inductor"] = bk._time(
             torch.compile(bk.reference, options=settings, dynamic=False), a, grad, dev, args.iters
         )
+        # a line a timing: session 22's run timed out after the checks with no line to say where
+        print(f"  {c}x{h}x{w} inductor {row['inductor'] * 1e3:.3f} ms", flush=True)
         sweep = {}
         for config in CONFIGS:
             _set(config)
             sweep[str(config)] = bk._time(persistent, a, grad, dev, args.iters)
+            print(f"  {c}x{h}x{w} {config} {sweep[str(config)] * 1e3:.3f} ms", flush=True)
         best = min(sweep, key=sweep.__getitem__)
         row["sweep"] = sweep
         row["config"] = best

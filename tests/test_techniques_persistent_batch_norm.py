@@ -237,6 +237,38 @@ def test_the_kernels_compute_batch_norm_and_relu_and_train_a_resnet_like_pytorch
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
 
 
+def test_under_torch_compile_the_kernels_calls_break_no_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each graph break splits the compiled step (and its CUDA graphs) in two: session 22's ResNet-50 cell with all
+    33 pairs through the kernels gave no step in 450 s while the forward imported the kernels a call."""
+    pytest.importorskip("triton")
+    from plugins.techniques import _persistent_bn_kernels as kernels
+
+    # the kernels' operator as an opaque one with a fake: Triton's interpreter cannot run on dynamo's fake tensors
+    @torch.library.custom_op("ampsuite_test::bn_relu", mutates_args=())
+    def bn_relu(
+        x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        mean = x.mean((0, 2, 3))
+        var = x.var((0, 2, 3), unbiased=False)
+        return torch.relu(x), mean, (var + eps).rsqrt(), var
+
+    @bn_relu.register_fake
+    def _(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> tuple[torch.Tensor, ...]:
+        stats = x.new_empty(x.shape[1], dtype=torch.float32)
+        return torch.empty_like(x), stats, stats.clone(), stats.clone()
+
+    monkeypatch.setattr(kernels, "persistent_bn_relu", bn_relu)
+    monkeypatch.setattr(impl, "_triton_runs", lambda x: True)
+    layers = [m for _ in range(3) for m in (nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU())]
+    model, replaced = impl.replace(nn.Sequential(*layers).to(memory_format=torch.channels_last), 0)
+    assert len(replaced) == 3
+    x = torch.randn(2, 8, 6, 6).contiguous(memory_format=torch.channels_last)
+    assert all(m.takes(x) for m in model.modules() if isinstance(m, impl.PersistentBatchNormReLU))
+    explained = torch._dynamo.explain(model)(x)
+    assert explained.graph_break_count == 0, [b.reason for b in explained.break_reasons]
+    assert "ampsuite_test.bn_relu" in str(explained.graphs[0].code)
+
+
 # An H200's SM: 65,536 registers, 228 KB of shared memory, 2,048 threads.
 H200_SM = {"regs_per_sm": 65536, "shared_per_sm": 233472, "threads_per_sm": 2048}
 

@@ -40,6 +40,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "plugins.probes.flops",
     "plugins.probes.tensorcores",
     "plugins.probes.clocks",
+    "plugins.probes.graphs",
     "plugins.executors.local",
     "plugins.executors.slurm",
 )

@@ -537,10 +537,12 @@ class ClockWorker(FakeWorker):
     ("warning", "chosen"),
     [
         ("clocks throttled: sw_thermal_slowdown during the timed steps", False),
+        ("unstable timing: torch.compile compiled 1 graph(s) during the timed steps", False),
+        ("torch.compile: 1 graph break, 2 graphs (most frequent: Attempted to call function marked as skipped)", True),
         ("power-capped: the SM clock fell to 1545 MHz, 16% below 1830 MHz at up to 694 W (sw_power_cap)", True),
     ],
 )
-def test_throttled_clocks_are_never_chosen_and_the_power_cap_is_no_throttling(
+def test_disturbed_timings_are_never_chosen_and_neither_the_power_cap_nor_a_graph_break_disturbs(
     tmp_path: Path, warning: str, chosen: bool
 ) -> None:
     (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra=""), encoding="utf-8")

@@ -17,7 +17,7 @@ from typing import Any, cast
 from suite import analysis
 from suite.contract import wire
 
-__all__ = ["as_record", "numerics_reason", "throttled_reason", "untrusted_reason"]
+__all__ = ["as_record", "disturbed_reason", "numerics_reason", "untrusted_reason"]
 
 
 def as_record(record: Mapping[str, Any]) -> wire.Record:
@@ -54,7 +54,7 @@ def numerics_reason(record: Record, doc: Doc) -> str | None:
 
 def untrusted_reason(record: Record, doc: Doc) -> str | None:
     """Why ``record`` is not a trustworthy figure (None when it is): :func:`numerics_reason`, its noise, then
-    throttled clocks.
+    a disturbed timing (:func:`disturbed_reason`).
 
     The noise of the median (the relative standard error the stopping rule uses)
     must be within the run's ``noise_target``. The report's wider "unstable"
@@ -69,11 +69,17 @@ def untrusted_reason(record: Record, doc: Doc) -> str | None:
         return "no noise estimate"
     if own > target:
         return f"noise {own:.2%} above target {target:.2%}"
-    return throttled_reason(record)
+    return disturbed_reason(record)
 
 
-def throttled_reason(record: Record) -> str | None:
-    """The clocks probe's "throttled" warning of ``record`` (None when its clocks held or only the power cap
-    lowered them): a figure of the cooling, not of the recipe, which ``--resume`` measures again."""
-    throttled = [w for w in analysis.instability_warnings(as_record(record)) if "throttl" in w.lower()]
-    return throttled[0] if throttled else None
+def disturbed_reason(record: Record) -> str | None:
+    """The warning of ``record`` that says its timing measured something besides the recipe (None when there is
+    none): throttled clocks (the clocks probe), a figure of the cooling, or a torch.compile compile during the
+    timed steps (the compiled-graphs probe), a figure of the compiler. ``--resume`` measures such a record again.
+    The power cap is no disturbance: it is the speed the GPU sustains."""
+    disturbed = [
+        w
+        for w in analysis.instability_warnings(as_record(record))
+        if "throttl" in w.lower() or ("during the timed steps" in w and "compiled" in w)
+    ]
+    return disturbed[0] if disturbed else None

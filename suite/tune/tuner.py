@@ -27,7 +27,7 @@ from suite.spec.suitefile import SuiteSpec
 from suite.tune import space
 from suite.tune.budget import Budget
 from suite.tune.space import Candidate, WorkloadConfig
-from suite.tune.trust import as_record, numerics_reason, throttled_reason, untrusted_reason
+from suite.tune.trust import as_record, disturbed_reason, numerics_reason, untrusted_reason
 
 __all__ = ["FULL", "SCREEN", "SCREENED_STEPS", "Measure", "Progress", "TuneConfig", "Tuner"]
 
@@ -246,8 +246,9 @@ class Tuner:
 
     def _stale(self, cell: Cell, phase: str) -> str | None:
         """Why the record taken from the file (``--resume``) under ``cell``'s id is measured again: it measured
-        another definition (the suite file changed), or, for a full record, throttled clocks, which measure the
-        cooling, not the recipe (screens count for their numerics only and are kept)."""
+        another definition (the suite file changed), or, for a full record, a disturbed timing (throttled clocks, a
+        compile in the timed steps), which measures something besides the recipe (screens count for their numerics
+        only and are kept)."""
         if cell.id not in self.from_file:
             return None
         changed = definition.difference(self.kept[cell.id], cell, self.plan.registry)
@@ -255,7 +256,7 @@ class Tuner:
             return f"the file's record measured other {changed}"
         if phase == SCREEN:
             return None
-        reason = throttled_reason(self.kept[cell.id])
+        reason = disturbed_reason(self.kept[cell.id])
         return None if reason is None else f"the file's record says {reason}"
 
     def _back_up(self) -> None:

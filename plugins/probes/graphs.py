@@ -2,7 +2,7 @@
 
 A graph break splits a compiled step in two: inductor fuses nothing across it, and under
 ``mode="reduce-overhead"`` each piece is a CUDA graph of its own. Session 22's ResNet-50 cell with every
-batch norm + ReLU through persistent-batch-norm's kernels had 33 of them (an ``importlib.import_module`` in
+batch norm + ReLU through persistent-batch-norm's kernels had 42 of them (an ``importlib.import_module`` in
 the module's forward) and gave no step in 450 s, while nothing in its record said why. This probe records what
 dynamo counted by the time the timed steps start (``metrics["compiled_graphs"]``, ``metrics["graph_breaks"]``
 and the reasons in ``diagnostics["graph_breaks"]``), with a warning when there was a break, and a warning that

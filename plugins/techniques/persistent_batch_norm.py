@@ -14,7 +14,7 @@ level; the other shapes 4-15% slower (64 x 56x56 0.302 against 0.280). Hence ``m
 activations of 256 MB and more take the kernels, which in ResNet-50 at batch 256 is the stem's. The third version,
 this one (sums by atomic adds), took 0.156 ms off ResNet-50's tuned step in session 22 (7,772.6 against 7,735.9
 img/s on one H200, docs/tune.md "Session 22", with a graph break at the stem since removed); with ``min_mb = 0``,
-33 graph breaks then, the cell gave no result within 450 s. The running statistics and ``num_batches_tracked``
+42 graph breaks then, the cell gave no result within 450 s. The running statistics and ``num_batches_tracked``
 update as ``nn.BatchNorm2d``'s do.
 
 It needs CUDA (Triton) and channels-last activations: a CUDA cell without channels-last is a skip with the reason,

@@ -567,10 +567,11 @@ SLOW_IDS = ["toy[hidden=16]/fp32/bs8", "toy[hidden=17]/fp32/bs8", "toy[hidden=18
 
 
 def _as_a_shell_starts_it() -> None:
-    """SIGINT at its default and unblocked in the child, as a shell starts a command. A child inherits an ignored
-    or blocked SIGINT from this process across exec, and Python then never raises KeyboardInterrupt: the pytest
-    process may carry either from earlier tests (in CI, after the rest of the suite, this run finished its cells
-    with SIGINT sent and exited 0), which is not the behaviour under test."""
+    """SIGINT at its default and unblocked in the child, as a shell starts a foreground command. A child inherits
+    an ignored SIGINT across exec, and Python then never raises KeyboardInterrupt. The pytest process has it
+    ignored whenever the tests run as a background job of a non-interactive shell (`.ci/run &`: POSIX shells
+    start such jobs with SIGINT and SIGQUIT ignored); there this run finished its cells with SIGINT sent and
+    exited 0, which is not the behaviour under test."""
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 

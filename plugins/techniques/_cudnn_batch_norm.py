@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from plugins.techniques._fx_patterns import INT32_MAX
 from suite import SkipCell, TrainStep
 
 if TYPE_CHECKING:
@@ -26,7 +27,6 @@ BATCH_NORMS: tuple[type[_BatchNorm], ...] = (nn.BatchNorm1d, nn.BatchNorm2d, nn.
 """Module types whose training forward becomes the operator (``SyncBatchNorm`` is none of them)."""
 
 _MARK = "_ampsuite_cudnn_batch_norm"
-_INT32_MAX = 2**31 - 1  # cuDNN's batch norm indexes with 32-bit integers (as aten's own dispatch checks)
 
 
 def _memory_format(x: Tensor) -> torch.memory_format:
@@ -156,7 +156,7 @@ def _eligible(module: _BatchNorm, x: Tensor) -> bool:
         and module.affine
         and module.momentum is not None  # None means a cumulative average, which nn.BatchNorm computes in Python
         and x.dim() >= 3  # cuDNN's spatial modes; (N, C) input stays with PyTorch
-        and x.numel() <= _INT32_MAX
+        and x.numel() <= INT32_MAX  # cuDNN indexes with 32-bit integers (as aten's own dispatch checks)
     )
 
 

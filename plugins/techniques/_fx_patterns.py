@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 INT32_MAX = 2**31 - 1
+"""The most elements a replacement kernel takes: cuDNN's batch norm and the Triton kernels index with int32."""
 RELUS: tuple[Callable[..., Any], ...] = (F.relu, F.relu_, torch.relu, torch.relu_)
 
 

@@ -148,11 +148,14 @@ def resnet_step() -> TrainStep:
 
 def test_apply_rewrites_the_model_and_says_so_and_skips_with_the_reason() -> None:
     step = resnet_step()
-    step = TECHNIQUE.apply(step, OPTIONS(min_mb=1.5))
-    assert step.notes["persistent_batch_norm"] == {"modules": 9, "min_mb": 1.5}  # the stem, and bn1 of 8 basic blocks
+    step = TECHNIQUE.apply(step, OPTIONS(min_mb=1.5, num_warps=8))
+    # the stem, and bn1 of 8 basic blocks
+    assert step.notes["persistent_batch_norm"] == {"modules": 9, "min_mb": 1.5, "num_warps": 8}
     assert step.model is not None
     stem = step.model.get_submodule("bn1")
-    assert isinstance(stem, impl.PersistentBatchNormReLU) and stem.min_bytes == 1_500_000
+    assert isinstance(stem, impl.PersistentBatchNormReLU) and stem.min_bytes == 1_500_000 and stem.num_warps == 8
+    with pytest.raises(ValueError, match="num_warps must be 4 or 8, got 2"):
+        OPTIONS(num_warps=2)
 
     bare = resnet_step()
     bare.model = None
@@ -186,7 +189,7 @@ from plugins.techniques import _persistent_bn_kernels as kernels
 torch.manual_seed(0)
 calls = []
 bn_relu = kernels.bn_relu
-kernels.bn_relu = lambda *a: calls.append(a[0].shape) or bn_relu(*a)
+kernels.bn_relu = lambda *a: calls.append(a[7]) or bn_relu(*a)
 
 # shapes: one tile, several splits, channels past a tile and not a multiple of it, a last split short of rows
 for shape in [(2, 8, 5, 3), (4, 64, 7, 7), (3, 70, 4, 4), (8, 16, 12, 12), (2, 130, 3, 5)]:
@@ -214,12 +217,12 @@ for shape in [(2, 8, 5, 3), (4, 64, 7, 7), (3, 70, 4, 4), (8, 16, 12, 12), (2, 1
 
 # a ResNet's gradients and running statistics are the original's, its batch norm + ReLU pairs through the kernels
 ref = torchvision.models.resnet18(num_classes=10).to(memory_format=torch.channels_last)
-model, replaced = impl.replace(copy.deepcopy(ref), 0)
+model, replaced = impl.replace(copy.deepcopy(ref), 0, 8)
 calls.clear()
 x = torch.randn(4, 3, 32, 32).contiguous(memory_format=torch.channels_last)
 for model_ in (ref, model):
     (model_(x) ** 2).mean().backward()
-assert len(calls) == len(replaced) == 9, len(calls)  # the stem and bn1 of 8 basic blocks
+assert calls == [8] * len(replaced) and len(replaced) == 9, calls  # the stem and bn1 of 8 basic blocks, 8 warps
 # relative in the norm: an element at z = 0 within float32 rounding may take the other side of a ReLU in either
 for (name, p), q in zip(ref.named_parameters(), model.parameters(), strict=True):
     assert float((q.grad - p.grad).norm() / p.grad.norm()) < 1e-3, name
@@ -246,14 +249,16 @@ def test_under_torch_compile_the_kernels_calls_break_no_graph(monkeypatch: pytes
     # the kernels' operator as an opaque one with a fake: Triton's interpreter cannot run on dynamo's fake tensors
     @torch.library.custom_op("ampsuite_test::bn_relu", mutates_args=())
     def bn_relu(
-        x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float
+        x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float, num_warps: int
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         mean = x.mean((0, 2, 3))
         var = x.var((0, 2, 3), unbiased=False)
         return torch.relu(x), mean, (var + eps).rsqrt(), var
 
     @bn_relu.register_fake
-    def _(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> tuple[torch.Tensor, ...]:
+    def _(
+        x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float, num_warps: int
+    ) -> tuple[torch.Tensor, ...]:
         stats = x.new_empty(x.shape[1], dtype=torch.float32)
         return torch.empty_like(x), stats, stats.clone(), stats.clone()
 

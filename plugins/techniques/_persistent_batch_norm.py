@@ -39,12 +39,13 @@ class PersistentBatchNormReLU(AdoptedBatchNorm2d):
     contiguous-format input, a module without running statistics) through ``nn.BatchNorm2d`` and ``F.relu``.
     """
 
-    def __init__(self, source: nn.BatchNorm2d, min_bytes: int) -> None:
+    def __init__(self, source: nn.BatchNorm2d, min_bytes: int, num_warps: int = 4) -> None:
         super().__init__(source)
         self.min_bytes = min_bytes
+        self.num_warps = num_warps
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, relu, persistent from {self.min_bytes / 1e6:g} MB"
+        return f"{super().extra_repr()}, relu, persistent from {self.min_bytes / 1e6:g} MB, {self.num_warps} warps"
 
     def takes(self, x: Tensor) -> bool:
         """Whether this call runs the persistent kernels."""
@@ -65,13 +66,15 @@ class PersistentBatchNormReLU(AdoptedBatchNorm2d):
         # under torch.compile, 42 breaks in ResNet-50 with min_mb = 0 (session 22: that cell gave no step in 450 s).
         from plugins.techniques import _persistent_bn_kernels as kernels
 
-        y = kernels.bn_relu(x, self.weight, self.bias, self.running_mean, self.running_var, self.momentum, self.eps)
+        y = kernels.bn_relu(
+            x, self.weight, self.bias, self.running_mean, self.running_var, self.momentum, self.eps, self.num_warps
+        )
         with torch.no_grad():
             self.num_batches_tracked.add_(1)
         return y
 
 
-def replace(model: nn.Module, min_bytes: int) -> tuple[fx.GraphModule, list[str]]:
+def replace(model: nn.Module, min_bytes: int, num_warps: int = 4) -> tuple[fx.GraphModule, list[str]]:
     """``model`` traced, each ``BatchNorm2d -> ReLU`` one :class:`PersistentBatchNormReLU` call; and their names.
 
     A batch norm module called more than once, or whose output anything but one ReLU reads, is left as it is.
@@ -90,7 +93,7 @@ def replace(model: nn.Module, min_bytes: int) -> tuple[fx.GraphModule, list[str]
             continue
         source = modules[name]
         assert isinstance(source, nn.BatchNorm2d)
-        traced.set_submodule(name, PersistentBatchNormReLU(source, min_bytes))
+        traced.set_submodule(name, PersistentBatchNormReLU(source, min_bytes, num_warps))
         with traced.graph.inserting_after(relu):
             call = traced.graph.call_module(name, node.args, node.kwargs)
         relu.replace_all_uses_with(call)
@@ -112,11 +115,15 @@ def apply(step: TrainStep, options: PersistentBatchNormOptions) -> TrainStep:
     if importlib.util.find_spec("triton") is None:
         raise SkipCell("persistent-batch-norm needs Triton, which this torch installation lacks")
     try:
-        model, replaced = replace(step.model, int(options.min_mb * 1e6))
+        model, replaced = replace(step.model, int(options.min_mb * 1e6), options.num_warps)
     except Exception as exc:  # torch.fx raises many kinds on a model it cannot trace; each is this skip
         raise SkipCell(f"persistent-batch-norm: torch.fx cannot trace this model: {type(exc).__name__}: {exc}") from exc
     if not replaced:
         raise SkipCell("persistent-batch-norm found no BatchNorm2d followed by a ReLU in this workload's model")
     step.model = model
-    step.notes["persistent_batch_norm"] = {"modules": len(replaced), "min_mb": options.min_mb}
+    step.notes["persistent_batch_norm"] = {
+        "modules": len(replaced),
+        "min_mb": options.min_mb,
+        "num_warps": options.num_warps,
+    }
     return step

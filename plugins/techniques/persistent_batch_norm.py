@@ -46,9 +46,18 @@ class PersistentBatchNormOptions:
         },
     )
 
+    num_warps: int = field(
+        default=4,
+        metadata={
+            "help": "warps a program of the kernels (4 or 8): with 4, the 128 x 64 tile spills registers on sm_90"
+        },
+    )
+
     def __post_init__(self) -> None:
         if self.min_mb < 0:
             raise ValueError(f"min_mb must be 0 or more, got {self.min_mb}")
+        if self.num_warps not in (4, 8):
+            raise ValueError(f"num_warps must be 4 or 8, got {self.num_warps}")
 
 
 def _impl() -> ModuleType:

@@ -144,6 +144,21 @@ def test_workload_page_has_every_cell_with_figures_and_evidence(
     assert "verdict-drift" in text and "verdict-non-finite" in text
 
 
+def test_a_stopped_workers_stacks_are_a_block_of_their_own_not_a_fact() -> None:
+    from suite.report.views import evidence_view
+
+    stacks = 'Current thread 0x7f (most recent call first):\n  File "suite/run/worker.py", line 9 in run_cell'
+    record = {
+        "id": "w/c/bs1",
+        "status": "interrupted",
+        "evidence": {"reason": "interrupted while running", "stderr_tail": "compiling", "stacks": stacks},
+    }
+    view = evidence_view(record)  # type: ignore[arg-type]
+    assert view is not None and view.summary == "interrupted while running"
+    assert view.blocks == [("stacks", stacks), ("stderr tail", "compiling")]
+    assert view.facts == []
+
+
 def test_script_in_names_never_reaches_a_page_raw(site: Path) -> None:
     checked = 0
     for path in site.rglob("*"):

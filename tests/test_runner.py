@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -663,6 +664,8 @@ def test_sigint_interrupts_records_the_rest_and_resume_reruns_only_them(tmp_path
         (SLOW_IDS[2], "interrupted"),
     ]
     assert doc["cells"][1]["evidence"]["reason"] == "interrupted while running"
+    # where the worker was when it was stopped: in the measuring worker's code, not only the parent's
+    assert re.search(r'File ".*suite/run/worker\.py", line \d+ in ', doc["cells"][1]["evidence"]["stacks"])
     assert doc["cells"][2]["evidence"]["reason"] == "not started: the run was interrupted before this cell"
     assert "1 passed, 2 interrupted" in stdout  # the summary is still printed
     assert doc["run"]["finished"] is not None

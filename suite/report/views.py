@@ -26,7 +26,7 @@ from suite.report.fmt import DASH, bytes_, num, pct, ratio, secs
 
 __all__ = ["CellView", "Run", "cell_anchor", "cell_view", "load_runs", "setup_label", "workload_page_name"]
 
-EVIDENCE_TEXT_KEYS = ("traceback", "stderr_tail")
+EVIDENCE_TEXT_KEYS = ("traceback", "stacks", "stderr_tail")
 
 
 def _digest(text: str) -> str:

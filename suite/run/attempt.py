@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "KILL_GRACE_SECONDS",
     "CellJob",
+    "WorkerInterrupted",
     "checked",
     "ended",
     "in_worker",
@@ -96,6 +97,19 @@ def kill_group(proc: Any) -> None:
     proc.join(KILL_GRACE_SECONDS)
 
 
+class WorkerInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) while a worker ran: the worker is gone, and ``stacks`` says where it was.
+
+    A KeyboardInterrupt still, so every caller that stops on Ctrl-C stops on it. Session 23's cells on an H200 were
+    interrupted at a call's end twice without a step, and their records could not say whether they were compiling
+    or waiting on the GPU.
+    """
+
+    def __init__(self, stacks: str) -> None:
+        super().__init__("interrupted while running")
+        self.stacks = stacks
+
+
 def stacks(proc: Any, log: Path) -> str:
     """Ask a stuck worker for every thread's Python stack (faulthandler, :data:`procs.STACKS_SIGNAL`)."""
     start = procs.log_size(log)
@@ -142,6 +156,12 @@ def in_worker(
         dump = stacks(proc, log)
         kill_group(proc)
         return "timed out", dump
+    except KeyboardInterrupt as exc:
+        try:
+            dump = stacks(proc, log)
+        finally:  # a second Ctrl-C during the dump still takes the worker down
+            kill_group(proc)
+        raise WorkerInterrupted(dump) from exc
     except BaseException:
         kill_group(proc)
         raise
@@ -196,6 +216,9 @@ def measure_once(job: CellJob) -> Outcome:
     )
 
 
-def interrupted_outcome(log: Path) -> Outcome:
-    """The outcome of a cell whose worker was stopped by Ctrl-C (or SIGTERM)."""
-    return outcome(Status.INTERRUPTED, {"reason": "interrupted while running", "stderr_tail": procs.log_tail(log)})
+def interrupted_outcome(log: Path, interrupt: KeyboardInterrupt | None = None) -> Outcome:
+    """The outcome of a cell whose worker was stopped by Ctrl-C (or SIGTERM), with its stacks when it had any."""
+    evidence = {"reason": "interrupted while running", "stderr_tail": procs.log_tail(log)}
+    if isinstance(interrupt, WorkerInterrupted) and interrupt.stacks:
+        evidence["stacks"] = interrupt.stacks
+    return outcome(Status.INTERRUPTED, evidence)

@@ -45,8 +45,8 @@ def measure_processes(job: CellJob) -> Outcome:
         log = job.log if i == 1 else job.log.with_name(f"{job.log.stem}-process{i}{job.log.suffix}")
         try:
             result = attempt.measure_once(job.with_log(log))
-        except KeyboardInterrupt:
-            result = attempt.interrupted_outcome(log)
+        except KeyboardInterrupt as exc:
+            result = attempt.interrupted_outcome(log, exc)
         if result.get("status") != Status.PASSED:
             evidence = result.get("evidence")
             if isinstance(evidence, dict):

@@ -311,8 +311,8 @@ def run_record(job: CellJob) -> dict[str, Any]:
     t0 = time.perf_counter()
     try:
         outcome: Outcome = measure_processes(job)
-    except KeyboardInterrupt:
-        outcome = attempt.interrupted_outcome(job.log)
+    except KeyboardInterrupt as exc:
+        outcome = attempt.interrupted_outcome(job.log, exc)
     return _completed(record, outcome, t0)
 
 

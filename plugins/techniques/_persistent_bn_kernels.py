@@ -45,7 +45,8 @@ TILE_CHANNELS = 64
 NUM_WARPS = 4
 """Warps a program, by default: the technique's ``num_warps`` option. Compiled for sm_90 (Triton 3.8), the
 128 x 64 tile takes 255 registers a thread with 4 warps and spills (88 bytes of stack forward, 424 backward);
-with 8 warps 203 and 254, no spill, 16 warps an SM instead of 8."""
+with 8 warps 203 and 254, no spill, 16 warps an SM instead of 8. Yet 8 warps ran 9-25% slower on every ResNet-50
+shape on an H200 (session 23, ``reports/h200/bn_persistent.py``): the spill is not what holds the kernels back."""
 PER_SM = 4
 """Programs an SM runs, at most: more hide more memory latency, and all of them must fit at once."""
 

@@ -240,9 +240,9 @@ def test_the_kernels_compute_batch_norm_and_relu_and_train_a_resnet_like_pytorch
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
 
 
-def test_under_torch_compile_the_kernels_calls_break_no_graph(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each graph break splits the compiled step (and its CUDA graphs) in two: session 22's ResNet-50 cell with all
-    33 pairs through the kernels gave no step in 450 s while the forward imported the kernels a call."""
+def test_under_torch_compile_the_kernels_run_outside_every_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Launched by Triton, whose compile of the kernel sizes the grid, never by inductor's copy of it: inside the
+    graph the stem's cell gave no step within 422 s on an H200 (session 23), outside it ran (session 22)."""
     pytest.importorskip("triton")
     from plugins.techniques import _persistent_bn_kernels as kernels
 
@@ -270,8 +270,13 @@ def test_under_torch_compile_the_kernels_calls_break_no_graph(monkeypatch: pytes
     x = torch.randn(2, 8, 6, 6).contiguous(memory_format=torch.channels_last)
     assert all(m.takes(x) for m in model.modules() if isinstance(m, impl.PersistentBatchNormReLU))
     explained = torch._dynamo.explain(model)(x)
-    assert explained.graph_break_count == 0, [b.reason for b in explained.break_reasons]
-    assert "ampsuite_test.bn_relu" in str(explained.graphs[0].code)
+    assert explained.graph_break_count == 3, [b.reason for b in explained.break_reasons]  # one a call, no more
+    assert all("disable" in b.reason for b in explained.break_reasons), [b.reason for b in explained.break_reasons]
+    assert not any("ampsuite_test" in str(g.code) for g in explained.graphs)
+    # and the compiled model computes what the eager one does, the calls run between its graphs
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(model, backend="aot_eager")(x), model(x))
 
 
 # An H200's SM: 65,536 registers, 228 KB of shared memory, 2,048 threads.

@@ -62,16 +62,39 @@ class PersistentBatchNormReLU(AdoptedBatchNorm2d):
             return F.relu(super().forward(x))
         assert self.running_mean is not None and self.running_var is not None and self.momentum is not None
         assert self.num_batches_tracked is not None
-        # An import statement, which dynamo traces through: importlib.import_module here was a graph break a call
-        # under torch.compile, 42 breaks in ResNet-50 with min_mb = 0 (session 22: that cell gave no step in 450 s).
-        from plugins.techniques import _persistent_bn_kernels as kernels
-
-        y = kernels.bn_relu(
+        y = _outside_graphs(
             x, self.weight, self.bias, self.running_mean, self.running_var, self.momentum, self.eps, self.num_warps
         )
         with torch.no_grad():
             self.num_batches_tracked.add_(1)
         return y
+
+
+@torch.compiler.disable
+def _outside_graphs(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor,
+    running_mean: Tensor,
+    running_var: Tensor,
+    momentum: float,
+    eps: float,
+    num_warps: int,
+) -> Tensor:
+    """The kernels launched by Triton itself, never inside a torch.compile graph: a graph break a call, on purpose.
+
+    The grid barrier holds only if every program of the grid is resident at once, and ``resident`` counts that from
+    the kernel as Triton compiles it. Inside a graph, inductor compiles and launches its own copy of the kernel, whose
+    registers nothing here sees: one program too many an SM and the barrier waits forever. The GPU's evidence, on one
+    H200 (docs/tune.md "Sessions 22 and 23"): with a break at each call, ResNet-50's step with the stem through the
+    kernels ran 7,772.6 img/s; with the calls inside inductor's graph, that cell gave no step within 422 s (312 s
+    to the first step with the breaks) and the one with all 33 pairs none within 530 s twice. Eager, the same
+    kernels run every ResNet-50 shape in a millisecond or less. A break a call is cheap for the stem alone (the
+    default ``min_mb``), not for all 33 pairs (43 graphs), which the shape-by-shape timing shows cannot gain anyway.
+    """
+    from plugins.techniques import _persistent_bn_kernels as kernels
+
+    return kernels.bn_relu(x, weight, bias, running_mean, running_var, momentum, eps, num_warps)
 
 
 def replace(model: nn.Module, min_bytes: int, num_warps: int = 4) -> tuple[fx.GraphModule, list[str]]:

@@ -13,8 +13,10 @@ by every program): ResNet-50's stem (64 x 112x112, 411 MB) 1.075 against 1.347 m
 level; the other shapes 4-15% slower (64 x 56x56 0.302 against 0.280). Hence ``min_mb``: by default only
 activations of 256 MB and more take the kernels, which in ResNet-50 at batch 256 is the stem's. The third version,
 this one (sums by atomic adds), took 0.156 ms off ResNet-50's tuned step in session 22 (7,772.6 against 7,735.9
-img/s on one H200, docs/tune.md "Session 22", with a graph break at the stem since removed); with ``min_mb = 0``,
-42 graph breaks then, the cell gave no result within 450 s. Session 23 timed this version shape by shape: all 33
+img/s on one H200, docs/tune.md "Session 22", the kernels launched between the compiled graphs); with
+``min_mb = 0``, 42 graph breaks, the cell gave no result within 450 s. The kernels run outside torch.compile's
+graphs on purpose (``_persistent_batch_norm._outside_graphs`` says why): inside them (session 23) the stem's cell
+gave no step within 422 s. Session 23 timed this version shape by shape: all 33
 pairs 5.967 ms forward + backward against inductor's 6.214, of which the stem 1.022 against 1.335 and the other 32
 4.945 against 4.879, so ``min_mb``'s default stands. The running statistics and ``num_batches_tracked`` update as
 ``nn.BatchNorm2d``'s do.

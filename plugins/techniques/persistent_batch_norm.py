@@ -16,10 +16,9 @@ this one (sums by atomic adds), took 0.156 ms off ResNet-50's tuned step in sess
 img/s on one H200, docs/tune.md "Session 22", the kernels launched between the compiled graphs); with
 ``min_mb = 0``, 42 graph breaks, the cell gave no result within 450 s. The kernels run outside torch.compile's
 graphs on purpose (``_persistent_batch_norm._outside_graphs`` says why): inside them (session 23) the stem's cell
-gave no step within 422 s. Session 23 timed this version shape by shape: all 33
-pairs 5.967 ms forward + backward against inductor's 6.214, of which the stem 1.022 against 1.335 and the other 32
-4.945 against 4.879, so ``min_mb``'s default stands. The running statistics and ``num_batches_tracked`` update as
-``nn.BatchNorm2d``'s do.
+gave no step within 422 s. Session 23 timed this version shape by shape: all 33 pairs 5.967 ms forward + backward
+against inductor's 6.214, of which the stem 1.022 against 1.335 and the other 32 4.945 against 4.879, so
+``min_mb``'s default stands. The running statistics and ``num_batches_tracked`` update as ``nn.BatchNorm2d``'s do.
 
 It needs CUDA (Triton) and channels-last activations: a CUDA cell without channels-last is a skip with the reason,
 as every call would fall back. A model ``torch.fx`` cannot trace, or with no ``BatchNorm2d -> ReLU``, is a skip

@@ -95,7 +95,7 @@ def main() -> int:
         if not has_id and (c, h, w) not in DOWNSAMPLE
     ]
     rows: list[dict[str, Any]] = []
-    inputs = {}
+    inputs, best_config = {}, {}
     for c, h, w, count in todo:
         a = bk._inputs(n, c, h, w, False, dev, dtype)
         grad = torch.randn(n, c, h, w, device=dev).to(dtype).contiguous(memory_format=torch.channels_last)
@@ -106,9 +106,10 @@ def main() -> int:
             _set(config)
             row["sweep"][str(config)] = bk._time(persistent, a, grad, dev, args.iters)
             print(f"  {c}x{h}x{w} {config} {row['sweep'][str(config)] * 1e3:.3f} ms", flush=True)
-        best = min(row["sweep"], key=row["sweep"].__getitem__)
+        best_config[c, h, w] = min(CONFIGS, key=lambda config: row["sweep"][str(config)])
+        best = str(best_config[c, h, w])
         row["config"], row["persistent"] = best, row["sweep"][best]
-        _set(tuple(json.loads(best.replace("(", "[").replace(")", "]"))))
+        _set(best_config[c, h, w])
         row["error"] = _error(persistent, a, grad)
         print(
             f"{c}x{h}x{w} x{count}: persistent {row['persistent'] * 1e3:.3f} {best}, error {row['error']:.1e}",
@@ -121,7 +122,7 @@ def main() -> int:
     ]:
         for row in [] if skip else rows:
             a, grad = inputs[row["C"], row["H"], row["W"]]
-            _set(tuple(json.loads(row["config"].replace("(", "[").replace(")", "]"))))
+            _set(best_config[row["C"], row["H"], row["W"]])
             torch._dynamo.reset()
             row[phase] = bk._time(torch.compile(fn, options=settings, dynamic=False), a, grad, dev, args.iters)
             print(f"  {row['C']}x{row['H']}x{row['W']} {phase} {row[phase] * 1e3:.3f} ms", flush=True)

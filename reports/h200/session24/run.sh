@@ -5,7 +5,7 @@
 #
 #   bash reports/h200/session24/run.sh SECONDS [last]      run(timeout_s=600), the same command every call
 #
-# Every call: start the cells (stack, tuned-bn, fp32, stack-cd; each in its own process) in the background unless
+# Every call: start the cells (fp32, the baseline, first; then stack, tuned-bn, stack-cd; each in its own process) in the background unless
 # they run or ran on this machine, and wait for them; once they are done, start `ampsuite selfcheck` of the stack
 # cell the same way. `last` also sends back inductor's autotuning choices (reports/h200/inductor-autotune.txz).
 set -u

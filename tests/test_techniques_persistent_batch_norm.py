@@ -43,7 +43,7 @@ def train(model: nn.Module, inputs: list[torch.Tensor]) -> tuple[list[torch.Tens
 
 def test_declaration_and_options() -> None:
     assert TECHNIQUE.name == "persistent-batch-norm" and TECHNIQUE.order == 42
-    assert TECHNIQUE.requires == frozenset({"cuda"})
+    assert TECHNIQUE.requires == frozenset({"cuda", "channels-last"})
     assert TECHNIQUE.conflicts == frozenset({"cudnn-batch-norm", "fp32-islands"})
     assert OPTIONS().min_mb == 256.0
     with pytest.raises(ValueError, match="min_mb must be 0 or more, got -1"):
@@ -54,7 +54,7 @@ def test_declaration_and_options() -> None:
     assert reason == "needs a workload with a model (trait 'model'); 'gemm' has none"
 
 
-def test_the_matrix_skips_it_on_cpu_and_with_cudnn_batch_norm_with_the_reason() -> None:
+def test_the_matrix_skips_it_on_cpu_without_channels_last_and_with_cudnn_batch_norm_with_the_reason() -> None:
     from suite.host.manager import PluginSettings, load_registry
     from suite.spec.matrix import expand
     from suite.spec.suitefile import loads
@@ -66,7 +66,8 @@ def test_the_matrix_skips_it_on_cpu_and_with_cudnn_batch_norm_with_the_reason() 
         depth = 18
         [combinations]
         bn = ["amp-fp16", "channels-last", "persistent-batch-norm"]
-        both = ["amp-fp16", "persistent-batch-norm", "cudnn-batch-norm"]
+        both = ["amp-fp16", "channels-last", "persistent-batch-norm", "cudnn-batch-norm"]
+        contiguous = ["amp-fp16", "persistent-batch-norm"]
         """
     )
     registry = load_registry(PluginSettings(autoload=False))
@@ -75,6 +76,8 @@ def test_the_matrix_skips_it_on_cpu_and_with_cudnn_batch_norm_with_the_reason() 
     cuda = {c.combination: c for c in expand(spec, registry, "cuda")}
     assert cuda["bn"].skip_reason is None
     assert "cudnn-batch-norm" in str(cuda["both"].skip_reason)
+    # pruned before anything runs, so that tune keeps it in a path's pool until channels-last has joined
+    assert cuda["contiguous"].skip_reason == "persistent-batch-norm requires channels-last in the same combination"
 
 
 def test_resnet50_takes_the_stem_and_every_block_relu_and_keeps_its_parameters() -> None:

@@ -134,6 +134,7 @@ def apply(step: TrainStep, options: PersistentBatchNormOptions) -> TrainStep:
         raise SkipCell("persistent-batch-norm needs a workload with a model (this step has its own phases)")
     if step.device.type == "cuda" and step.memory_format != torch.channels_last:
         # Every call would fall back to PyTorch's batch norm: the cell would measure the model without the kernels.
+        # Suites never get here (the technique requires channels-last, pruned at expansion); a direct caller can.
         raise SkipCell("persistent-batch-norm: the kernels take channels-last activations; add channels-last")
     if importlib.util.find_spec("triton") is None:
         raise SkipCell("persistent-batch-norm needs Triton, which this torch installation lacks")

@@ -20,8 +20,11 @@ gave no step within 422 s. Session 23 timed this version shape by shape: all 33 
 against inductor's 6.214, of which the stem 1.022 against 1.335 and the other 32 4.945 against 4.879, so
 ``min_mb``'s default stands. The running statistics and ``num_batches_tracked`` update as ``nn.BatchNorm2d``'s do.
 
-It needs CUDA (Triton) and channels-last activations: a CUDA cell without channels-last is a skip with the reason,
-as every call would fall back. A model ``torch.fx`` cannot trace, or with no ``BatchNorm2d -> ReLU``, is a skip
+It needs CUDA (Triton) and channels-last activations, and says so in ``requires``: without channels-last every call
+would fall back to PyTorch's batch norm, and the matrix prunes such a combination before anything runs. So ``ampsuite
+tune`` keeps it in a path's pool, untried, until the path holds channels-last (a skip at apply time instead took it
+out of the pool at the path's first round: session 24's replay of the next ResNet-50 resume,
+reports/h200/session24/replay.py). A model ``torch.fx`` cannot trace, or with no ``BatchNorm2d -> ReLU``, is a skip
 with the reason. It conflicts with cudnn-batch-norm and fp32-islands, which replace the same modules' forward.
 Order 42, with cudnn-batch-norm: a model rewrite after AMP (30) and before torch-compile (80).
 """
@@ -89,7 +92,7 @@ def ampsuite_techniques() -> list[Technique]:
             apply=apply,
             options=PersistentBatchNormOptions,
             order=42,
-            requires=frozenset({"cuda"}),
+            requires=frozenset({"cuda", "channels-last"}),
             conflicts=frozenset({"cudnn-batch-norm", "fp32-islands"}),
             check=check,
         )

@@ -5,9 +5,10 @@
 #
 #   bash reports/h200/session24/run.sh SECONDS [last]      run(timeout_s=600), the same command every call
 #
-# Every call: start the cells (fp32, the baseline, first; then stack, tuned-bn, stack-cd; each in its own process) in the background unless
-# they run or ran on this machine, and wait for them; once they are done, start `ampsuite selfcheck` of the stack
-# cell the same way. `last` also sends back inductor's autotuning choices (reports/h200/inductor-autotune.txz).
+# Every call: start the cells (fp32, the baseline, first; then stack, tuned-bn, stack-cd, stack-nobn; each in its
+# own process) in the background unless they run or ran on this machine, and wait for them; once they are done,
+# start `ampsuite selfcheck` of the stack cell the same way. (Session 24 added stack-nobn after this driver's run
+# and ran it inline, as reports/README.md says.) `last` also sends back inductor's autotuning choices (reports/h200/inductor-autotune.txz).
 set -u
 S=${S:-reports/h200/session24}
 mkdir -p "$S"

@@ -11,7 +11,7 @@ import types
 
 import pytest
 import torch
-from torch._dynamo.utils import counters
+from torch._dynamo.utils import compilation_time_metrics, counters
 
 from plugins.probes import graphs
 from suite import ProbeContext
@@ -22,6 +22,7 @@ from suite.analysis import instability_warnings
 def _fresh_dynamo() -> None:
     torch._dynamo.reset()
     counters.clear()
+    compilation_time_metrics.clear()
 
 
 def _ctx() -> ProbeContext:
@@ -68,6 +69,23 @@ def test_a_graph_break_is_counted_with_its_reason_and_warned_without_untrusting_
     assert not counters["stats"] and not counters["graph_break"]  # the next in-process cell starts from zero
 
 
+def test_the_compile_phases_are_recorded_costliest_first_and_cleared_for_the_next_cell() -> None:
+    f = torch.compile(lambda x: x.cos() + 1, backend="aot_eager", dynamic=False)
+    f(torch.randn(4))
+    ctx = _ctx()
+    with graphs.around(ctx):
+        f(torch.randn(4))
+    phases = ctx.diagnostics["compile_seconds"]
+    assert phases and all(v >= 0 for v in phases.values())
+    assert list(phases.values()) == sorted(phases.values(), reverse=True)
+    # dynamo's outermost phase holds the rest: a frame's compile is at least as long as any phase within it
+    assert phases[next(iter(phases))] >= max(phases.values())
+    assert not compilation_time_metrics  # the next in-process cell starts from zero
+    assert graphs.compile_seconds({"a": [1.0, 2.0], "b": [4.0], "c": []}) == {"b": 4.0, "a": 3.0}
+    many = {f"p{i:02d}": [float(i)] for i in range(graphs.PHASES_KEPT + 3)}
+    assert list(graphs.compile_seconds(many)) == [f"p{i:02d}" for i in range(graphs.PHASES_KEPT + 2, 2, -1)]
+
+
 def test_a_compile_in_the_timed_steps_makes_the_cell_untrusted() -> None:
     f = torch.compile(lambda x: x.sin() * 2, backend="aot_eager", dynamic=False)
     f(torch.randn(4))
@@ -84,6 +102,7 @@ def test_a_cell_that_compiled_nothing_records_nothing() -> None:
     with graphs.around(ctx):
         torch.randn(4).sin()
     assert ctx.metrics == {} and ctx.diagnostics == {} and ctx.warnings == []
+    assert graphs.compile_seconds({}) == {}
 
 
 def test_a_compiled_cell_run_in_its_own_worker_records_its_graphs(ampsuite_run) -> None:
@@ -99,4 +118,7 @@ def test_a_compiled_cell_run_in_its_own_worker_records_its_graphs(ampsuite_run) 
     compiled = result.metrics("toy/compiled/bs4")
     assert compiled["compiled_graphs"] >= 1 and compiled["graph_breaks"] == 0
     assert "compiled_graphs" not in result.metrics("toy/fp32/bs4")
+    by_id = {r["id"]: r for r in result.doc["cells"]}
+    assert by_id["toy/compiled/bs4"]["diagnostics"]["compile_seconds"]  # where its first step's time went
+    assert "compile_seconds" not in (by_id["toy/fp32/bs4"].get("diagnostics") or {})
     assert not [w for r in result.doc["cells"] for w in r["warnings"] if "torch.compile" in w]

@@ -15,7 +15,7 @@ from suite import results
 from suite import tune as tune_module
 from suite.cli import main
 from suite.contract.errors import ExitCode
-from suite.contract.wire import Cell, Status
+from suite.contract.wire import Cell, Status, screen_id, screened_cell
 from suite.host import session
 from suite.host.manager import PluginSettings
 from suite.report.tune_page import tune_context
@@ -359,12 +359,18 @@ class CompanionWorker(FakeWorker):
 
 def _tune_with_noop(tmp_path: Path, worker: type[FakeWorker], **settings: Any) -> dict[str, Any]:
     """A fresh tune of the toy suite with ``noop`` in its space, measured by ``worker`` given ``settings``."""
-    (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra='noop = ["noop"]'), encoding="utf-8")
+    return _tune_toy(tmp_path, worker, 'noop = ["noop"]', **settings)
+
+
+def _tune_toy(tmp_path: Path, worker: type[FakeWorker], extra: str, **settings: Any) -> dict[str, Any]:
+    """A fresh tune of the toy suite with ``extra`` in its file, measured by ``worker`` given ``settings``."""
+    (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra=extra), encoding="utf-8")
     plan = session.plan(tmp_path / "s.toml")
     fake = worker(plan.registry, 1.0)
+    budget = settings.pop("budget", 600.0)
     for name, value in settings.items():
         setattr(fake, name, value)
-    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
+    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=budget, clock=fake.clock)
     (toy,) = tune(plan, config, lambda line: None, measure=fake)["workloads"]
     return dict(toy)
 
@@ -427,37 +433,143 @@ def test_a_technique_that_replaces_autocast_starts_a_path_of_its_own(tmp_path: P
 
 class NearMissWorker(FakeWorker):
     """bf16 is the start; noop and fused-optimizer each make it ``gain`` faster. A screen's noise is 0.6% here, so
-    that a single step must clear 1.2% (the sum of two figures' noise) where a full one clears 1%."""
+    that a single step must clear 1.2% (the sum of two figures' noise) where a full one clears 1%. When the gain does
+    not ``hold``, a repeated screen (``.../screen-N``) finds it gone: the first screen's was the machine's drift."""
 
     gain = 1.011
+    holds = True
 
     def __call__(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
         record = super().__call__(cell, spec, timeout)
         names = {t for t, _ in cell.techniques}
-        speed = (2.0 if "amp-bf16" in names else 1.0) * self.gain ** len(names & {"noop", "fused-optimizer"})
+        repeated = screened_cell(cell.id) not in (None, cell.id.removesuffix("/screen"))
+        gain = self.gain if self.holds or not repeated else 0.999
+        speed = (2.0 if "amp-bf16" in names else 1.0) * gain ** len(names & {"noop", "fused-optimizer"})
         median = 0.01 / speed
-        step_time = {**_step_time(median), "noise": 0.006 if cell.id.endswith("/screen") else 0.001}
+        step_time = {**_step_time(median), "noise": 0.006 if screened_cell(cell.id) else 0.001}
         record["metrics"] = {"step_time": step_time, "throughput": cell.batch_size / median}
         return record
+
+
+def _decisions(toy: dict[str, Any], phase: str) -> list[tuple[str, str]]:
+    """(combination, decision) of each step in ``phase`` but the repeated screens (``.../screen-N``), in order."""
+    return [
+        (s["combination"], s["decision"])
+        for s in toy["steps"]
+        if s["phase"] == phase and not str(s["cell_id"]).rsplit("/", 1)[-1].startswith("screen-")
+    ]
 
 
 @pytest.mark.parametrize("gain", [1.011, 1.004])
 def test_near_misses_of_a_greedy_round_are_screened_together(tmp_path: Path, gain: float) -> None:
     toy = _tune_with_noop(tmp_path, NearMissWorker, gain=gain)
-    greedy = {s["combination"]: s["decision"] for s in toy["steps"] if s["phase"] == "greedy"}
-    # Neither alone clears the screens' noise...
-    assert greedy["amp-bf16+noop"] == greedy["amp-bf16+fused-optimizer"] == "not faster"
-    (together,) = [c for c in greedy if c.startswith("amp-bf16+") and {"noop", "fused-optimizer"} <= {*c.split("+")}]
+    bf16 = [(c, d) for c, d in _decisions(toy, "greedy") if c.startswith("amp-bf16+")]
+    both = {"amp-bf16", "noop", "fused-optimizer"}
+    # The first round: neither alone clears the screens' noise, then both together.
+    together, joint = bf16[2]
+    assert set(together.split("+")) == both
     if gain > 1.01:
-        # ...together they do (+2.2%): the path takes both, and in full each is clearly worth its place.
-        assert greedy[together] == "kept: the round's near misses together"
-        assert sorted(toy["winner"]["techniques"]) == ["amp-bf16", "fused-optimizer", "noop"]
+        # Together they do (+2.2%): the path takes both, and in full each is clearly worth its place.
+        assert [d for c, d in bf16[:2]] == ["not faster", "not faster"]
+        assert joint == "kept: the round's near misses together" and len(bf16) == 3
+        assert sorted(toy["winner"]["techniques"]) == sorted(both)
         contributions = {r["label"]: r["contribution"] for r in toy["ablation"]}
         assert contributions["without noop"] == contributions["without fused-optimizer"] == pytest.approx(gain - 1)
     else:
-        # +0.8% together is no clear gain either: the path ends where it was, and the simplest recipe wins.
-        assert greedy[together] == "not faster"
-        assert toy["winner"]["techniques"] == ["amp-bf16"]
+        # +0.8% together is no clear gain either. The round's fastest near miss is then screened beside the path until
+        # each has three screens, and each of its is faster each time: kept; the next round's likewise.
+        assert joint == "not faster"
+        assert sorted(d.split(",")[0] for c, d in bf16[:2]) == ["kept: confirmed", "not faster"]
+        confirmed = [c for c, d in bf16 if d.startswith("kept: confirmed, each of its screens faster")]
+        assert [len(c.split("+")) for c in confirmed] == [2, 3] and set(confirmed[1].split("+")) == both
+        repeats = [
+            s for s in toy["steps"] if s["combination"].startswith("amp-bf16") and "/screen-" in str(s["cell_id"])
+        ]
+        # round 1: two repeats each of the path and the near miss; round 2: the near miss's, the path's already taken
+        assert len(repeats) == 6 and {s["decision"] for s in repeats} == {search.CONFIRMING}
+        # The finalists lie within 1% of each other: the simplest would win, but each step was confirmed.
+        assert sorted(toy["winner"]["techniques"]) == sorted(both)
+
+
+def test_a_near_miss_that_repeated_screens_do_not_confirm_is_turned_down(tmp_path: Path) -> None:
+    toy = _tune_with_noop(tmp_path, NearMissWorker, gain=1.004, holds=False)
+    greedy = [(c, d) for c, d in _decisions(toy, "greedy") if c.startswith("amp-bf16+")]
+    unconfirmed = [d for c, d in greedy if d.startswith("not confirmed")]
+    # The round's fastest near miss screened again, three times each: it lost its lead, and the path ended.
+    assert len(unconfirmed) == 1
+    assert unconfirmed[0].startswith("not confirmed: screens 12,") and " against 12,800.0, 12,800.0" in unconfirmed[0]
+    assert not [d for c, d in greedy if d.startswith("kept")]
+    assert toy["winner"]["techniques"] == ["amp-bf16"]
+
+
+def test_a_near_miss_the_budget_cannot_screen_again_is_not_confirmed(tmp_path: Path) -> None:
+    # At 1 s a cell: FP32, two starts, the first round's two screens and the joint one take 6 s, and the search phases
+    # leave 20% of the budget to the ablation: with 10 s, one repeat fits, the next does not.
+    toy = _tune_with_noop(tmp_path, NearMissWorker, gain=1.004, budget=10.0)
+    decisions = [d for c, d in _decisions(toy, "greedy")]
+    assert "not confirmed: the budget left a repeat unmeasured" in decisions
+    assert not [d for d in decisions if d.startswith("kept")]
+    repeats = [s for s in toy["steps"] if s["decision"] == search.CONFIRMING]
+    assert len(repeats) == 1 and str(repeats[0]["cell_id"]).endswith("/screen-2")
+    refused = [s for s in toy["steps"] if s["phase"] == "greedy" and s["cell_id"] is None]
+    assert refused and {s["decision"] for s in refused} == {search.NOT_MEASURED}
+
+
+class RecordingNearMissWorker(NearMissWorker):
+    """NearMissWorker that keeps the id of each cell it measures."""
+
+    def __call__(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
+        self.ids.append(cell.id)
+        return super().__call__(cell, spec, timeout)
+
+
+def test_a_resumed_search_takes_a_confirmation_of_one_earlier_run_and_redoes_one_split_across_runs(
+    tmp_path: Path,
+) -> None:
+    suite = tmp_path / "s.toml"
+    suite.write_text(TOY_SUITE.format(extra='noop = ["noop"]'), encoding="utf-8")
+    fake = RecordingNearMissWorker(session.plan(suite).registry, 1.0)
+    fake.gain, fake.ids = 1.004, []
+    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=10.0, clock=fake.clock)
+    tune(session.plan(suite), config, lambda line: None, measure=fake)
+    near = next(i for i in fake.ids if i.endswith("/screen-2")).removesuffix("/screen-2")
+    # The budget ended the test after the near miss's second screen. The resume measures all six in its own run:
+    # the two first screens and that repeat again, beside the three new ones.
+    fake.ids = []
+    resumed = dataclasses.replace(config, resume=True, budget_seconds=600.0)
+    (toy,) = tune(session.plan(suite), resumed, lambda line: None, measure=fake)["workloads"]
+    path = near.replace("+fused-optimizer", "").replace("+noop", "")
+    six = {f"{c}/screen{k}" for c in (path, near) for k in ("", "-2", "-3")}
+    assert six <= set(fake.ids)
+    assert next(d for c, d in _decisions(toy, "greedy") if c == near.split("/")[1]).startswith("kept: confirmed")
+    # Resumed again, the verdicts stand: no screen is repeated, and the same recipe wins.
+    fake.ids = []
+    (again,) = tune(session.plan(suite), resumed, lambda line: None, measure=fake)["workloads"]
+    assert not [i for i in fake.ids if "/screen-" in i]
+    assert again["winner"]["combination"] == toy["winner"]["combination"]
+    assert sorted(again["winner"]["techniques"]) == ["amp-bf16", "fused-optimizer", "noop"]
+    taken = [
+        d
+        for c, d in _decisions(again, "greedy")
+        if c.startswith("amp-bf16") and d.startswith("kept: confirmed, as decided on 20")
+    ]
+    assert len(taken) == 2 and all(" against " in d for d in taken)
+    verdicts = results.load(config.output)["run"]["tune"]["confirmations"]
+    bf16 = [(v["incumbent"], v["near"], v["confirmed"]) for v in verdicts if v["incumbent"].startswith("amp-bf16")]
+    assert len(bf16) == 2 and bf16[0] == ("amp-bf16/bs64", near.split("/")[1] + "/bs64", True) and bf16[1][2]
+
+
+def test_screen_ids_name_their_cell_and_selfcheck_leaves_every_screen_out() -> None:
+    assert screen_id("toy/amp-bf16/bs64") == "toy/amp-bf16/bs64/screen"
+    assert screen_id("toy/amp-bf16/bs64", 3) == "toy/amp-bf16/bs64/screen-3"
+    assert (
+        screened_cell("toy/amp-bf16/bs64/screen-3") == screened_cell("toy/amp-bf16/bs64/screen") == "toy/amp-bf16/bs64"
+    )
+    for plain in ("toy/amp-bf16/bs64", "toy/screen/bs64", "toy/a/bs64/screen-x", "toy/a/bs64/screens"):
+        assert screened_cell(plain) is None
+    record = {"status": Status.PASSED, "world_size": 1, "workload": {"plugin": "toy"}, "batch_size": 64}
+    doc = {"cells": [{**record, "id": i} for i in ("toy/a/bs64", "toy/a/bs64/screen", "toy/a/bs64/screen-2")]}
+    assert [c.name for c in selfcheck.cell_checks(doc)] == ["cell toy/a/bs64"]
 
 
 class InterruptingWorker(FakeWorker):
@@ -638,20 +750,29 @@ def test_resume_measures_a_throttled_record_again_and_keeps_it_when_cut_short(tm
 
 
 class RoundsWorker(FakeWorker):
-    """reduce-overhead alone is within noise, coordinate descent alone is 5% faster, both together 10%."""
+    """reduce-overhead alone is within noise (+0.5%, gone when screened again), coordinate descent alone is 5% faster,
+    both together 10%."""
+
+    holds = False
 
     def __call__(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
         record = super().__call__(cell, spec, timeout)
         options = dict(cell.techniques)
         compile_options = options.get("torch-compile", {})
+        repeated = "/screen-" in cell.id and not self.holds
         gain = (1.05 if compile_options.get("coordinate_descent") else 1.0) * (
-            1.005 if compile_options.get("mode") == "reduce-overhead" else 1.0
+            (0.999 if repeated else 1.005) if compile_options.get("mode") == "reduce-overhead" else 1.0
         )
         if compile_options.get("coordinate_descent") and compile_options.get("mode") == "reduce-overhead":
             gain = 1.10
         median = 0.01 / (1.0 + 0.1 * len(options)) / gain
         record["metrics"] = {"step_time": _step_time(median), "throughput": cell.batch_size / median}
         return record
+
+
+def _verdict(decision: str) -> str:
+    """A step's decision without its figures: "kept", "not better", "not confirmed"."""
+    return next((v for v in ("not confirmed", "kept") if decision.startswith(v)), decision)
 
 
 def test_an_option_passed_over_is_tried_again_on_top_of_a_value_kept_after_it(tmp_path: Path) -> None:
@@ -661,15 +782,56 @@ def test_an_option_passed_over_is_tried_again_on_top_of_a_value_kept_after_it(tm
     fake = RoundsWorker(plan.registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
     (toy,) = tune(plan, config, lambda line: None, measure=fake)["workloads"]
-    options = [(s["combination"].split("@", 1)[1], s["decision"]) for s in toy["steps"] if s["phase"] == "option"]
-    assert options == [
-        ("torch-compile.mode=reduce-overhead", "not better"),
+    options = [(c.split("@", 1)[1], d) for c, d in _decisions(toy, "option") if d != search.CONFIRMING]
+    assert [(c, _verdict(d)) for c, d in options] == [
+        ("torch-compile.mode=reduce-overhead", "not confirmed"),
         ("torch-compile.coordinate_descent=True", "kept"),
         ("torch-compile.coordinate_descent=True@torch-compile.mode=reduce-overhead", "kept"),
     ]
     assert toy["winner"]["combination"].endswith(
         "@torch-compile.coordinate_descent=True@torch-compile.mode=reduce-overhead"
     )
+
+
+class FileReadingWorker(RecordingNearMissWorker):
+    """Reads the results file from disk before each cell: what a run killed at that moment would leave."""
+
+    def __call__(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
+        path = self.output
+        on_disk = results.load(path) if path.exists() else {"run": {}}
+        self.seen.append((on_disk["run"].get("tune") or {}).get("confirmations") or [])
+        return super().__call__(cell, spec, timeout)
+
+
+def test_a_verdict_is_in_the_results_file_before_the_next_cell_runs(tmp_path: Path) -> None:
+    suite = tmp_path / "s.toml"
+    suite.write_text(TOY_SUITE.format(extra='noop = ["noop"]'), encoding="utf-8")
+    fake = FileReadingWorker(session.plan(suite).registry, 1.0)
+    fake.gain, fake.ids, fake.seen, fake.output = 1.004, [], [], tmp_path / "out" / "results.json"
+    config = TuneConfig(output=fake.output, budget_seconds=600.0, clock=fake.clock)
+    tune(session.plan(suite), config, lambda line: None, measure=fake)
+    last_repeat = max(i for i, c in enumerate(fake.ids) if c.endswith("/screen-3"))
+    first_after = next(seen for i, seen in enumerate(fake.seen) if i > last_repeat)
+    assert first_after and first_after[0]["confirmed"] is True and " against " in first_after[0]["screens"]
+
+
+class HoldingRoundsWorker(RoundsWorker):
+    """RoundsWorker whose reduce-overhead gain (+0.5%) holds up when screened again."""
+
+    holds = True
+
+
+def test_an_option_value_within_noise_is_kept_when_its_screens_confirm_it(tmp_path: Path) -> None:
+    extra = 'compiled = ["amp-bf16", "torch-compile"]\n[tune.torch-compile]\nmode = ["reduce-overhead"]'
+    toy = _tune_toy(tmp_path, HoldingRoundsWorker, extra)
+    (option,) = [(c, d) for c, d in _decisions(toy, "option") if "@" in c and d != search.CONFIRMING]
+    assert option[0].endswith("@torch-compile.mode=reduce-overhead")
+    assert option[1].startswith("kept: confirmed, each of its screens faster than each of the incumbent's (")
+    assert toy["winner"]["combination"] == option[0]
+    # the winner's full record, not a screen, is the recipe's figure
+    assert not str(toy["winner"]["cell_id"]).endswith("/screen")
+    screens = [s for s in toy["steps"] if s["phase"] == "option" and s["decision"] == search.CONFIRMING]
+    assert {str(s["cell_id"]).rsplit("/", 1)[1] for s in screens} == {"screen", "screen-2", "screen-3"}
 
 
 class ModesWorker(RoundsWorker):
@@ -705,9 +867,9 @@ def test_resume_tries_the_option_values_already_measured_before_new_ones(tmp_pat
         "workloads"
     ]
     assert toy["winner"]["combination"] == first["winner"]["combination"]
-    options = [(s["combination"].split("@", 1)[1], s["decision"]) for s in toy["steps"] if s["phase"] == "option"]
-    assert options[:3] == [
-        ("torch-compile.mode=reduce-overhead", "not better"),
+    options = [(c.split("@", 1)[1], d) for c, d in _decisions(toy, "option") if d != search.CONFIRMING]
+    assert [(c, _verdict(d)) for c, d in options[:3]] == [
+        ("torch-compile.mode=reduce-overhead", "not confirmed"),
         ("torch-compile.coordinate_descent=True", "kept"),
         ("torch-compile.coordinate_descent=True@torch-compile.mode=reduce-overhead", "kept"),
     ]

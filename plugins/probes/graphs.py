@@ -12,20 +12,32 @@ The counts are dynamo's own (``torch._dynamo.utils.counters``), which every torc
 process. A cell runs in a worker of its own, so they are the cell's; after the timed steps the probe clears
 them, so that the next cell of an ``--in-process`` run starts from zero. A cell that compiled nothing records
 nothing.
+
+Where the first step's time went, too: ``diagnostics["compile_seconds"]``, torch's own compile-time counters
+(``torch._dynamo.utils.compilation_time_metrics``, the phases it times with ``dynamo_timed``: tracing, AOTAutograd,
+inductor's lowering, code generation, waiting for the Triton compiles, autotuning), each summed over the cell's
+graphs, costliest first; the phases nest, so they do not add up. With inductor, ``diagnostics["compile_threads"]``:
+the Triton compiles it runs at once. A cold ResNet-50 compile took 200-260 s of a tune cell's first step on an
+H200 (sessions 17-24), and compiles are most of what a tune spends (a replay of the next ResNet-50 resume: 20 cold
+compiles in 5,370 s, reports/h200/session25/replay.py); these say which phase to shorten.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+import sys
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from suite import Probe, ProbeContext, hookimpl
 
-__all__ = ["REASONS_KEPT", "around", "reason_line", "summarize"]
+__all__ = ["PHASES_KEPT", "REASONS_KEPT", "around", "compile_seconds", "reason_line", "summarize"]
 
 REASONS_KEPT = 5
 """Distinct break reasons kept in the record, most frequent first."""
+
+PHASES_KEPT = 12
+"""Compile phases kept in the record, costliest first."""
 
 
 def reason_line(reason: str) -> str:
@@ -49,6 +61,20 @@ def summarize(counters: Mapping[str, Mapping[str, int]]) -> tuple[int, int, list
     return graphs, sum(merged.values()), [{"reason": r, "count": c} for r, c in ranked[:REASONS_KEPT]]
 
 
+def compile_seconds(timings: Mapping[str, Sequence[float]]) -> dict[str, float]:
+    """Seconds per compile phase, each summed over its runs, the :data:`PHASES_KEPT` costliest first."""
+    totals = {str(phase): round(float(sum(values)), 3) for phase, values in timings.items() if values}
+    ranked = sorted(totals.items(), key=lambda item: (-item[1], item[0]))
+    return dict(ranked[:PHASES_KEPT])
+
+
+def _compile_threads() -> int | None:
+    """inductor's parallel Triton compiles, when this process imported inductor (a compile with it did)."""
+    config = sys.modules.get("torch._inductor.config")
+    threads = getattr(config, "compile_threads", None)
+    return int(threads) if isinstance(threads, int) else None
+
+
 @contextlib.contextmanager
 def around(ctx: ProbeContext) -> Iterator[None]:
     try:
@@ -56,16 +82,27 @@ def around(ctx: ProbeContext) -> Iterator[None]:
     except Exception:  # a torch without dynamo: nothing was compiled by it
         yield
         return
+    try:
+        from torch._dynamo.utils import compilation_time_metrics as timings
+    except ImportError:  # not kept by this torch: the counts alone
+        timings = {}
     graphs, breaks, reasons = summarize(counters)
+    phases = compile_seconds(timings)
     try:
         yield
     finally:
         after = int(counters["stats"].get("unique_graphs", 0))
         counters.clear()
+        timings.clear()
     if graphs == 0 and after == 0:
         return
     ctx.metrics["compiled_graphs"] = graphs
     ctx.metrics["graph_breaks"] = breaks
+    if phases:
+        ctx.diagnostics["compile_seconds"] = phases
+    threads = _compile_threads()
+    if threads is not None:
+        ctx.diagnostics["compile_threads"] = threads
     if reasons:
         ctx.diagnostics["graph_breaks"] = reasons
     if breaks:

@@ -35,6 +35,8 @@ __all__ = [
     "NOT_RUN",
     "ORDER",
     "SCREEN_SUFFIX",
+    "screen_id",
+    "screened_cell",
     "TERMINAL",
     "WORKER_STATUSES",
     "Cell",
@@ -78,7 +80,21 @@ NOT_RUN: frozenset[Status] = frozenset({Status.SKIPPED, Status.INTERRUPTED})
 WORKER_STATUSES: frozenset[Status] = frozenset({Status.PASSED, Status.SKIPPED, Status.FAILED, Status.OOM})
 """What a worker may say about its own cell; timeout, crashed and interrupted are the runner's to say."""
 SCREEN_SUFFIX = "/screen"
-"""What ends the id of a tune candidate's short screening measurement (``CELL_ID/screen``)."""
+"""What ends the id of a tune candidate's short screening measurement (``CELL_ID/screen``); a repeated screen of
+the same cell, which ``ampsuite tune`` takes to confirm a small gain, ends in ``/screen-N`` (N = 2, 3, ...)."""
+
+
+def screen_id(cell_id: str, repeat: int = 1) -> str:
+    """The id of the ``repeat``-th screening measurement of the cell ``cell_id``."""
+    return cell_id + SCREEN_SUFFIX + ("" if repeat == 1 else f"-{repeat}")
+
+
+def screened_cell(record_id: str) -> str | None:
+    """The id of the cell that ``record_id`` screens, or None when it is not a screen's id."""
+    head, sep, tail = record_id.rpartition(SCREEN_SUFFIX)
+    if not sep or (tail and not (tail.startswith("-") and tail[1:].isdigit())):
+        return None
+    return head
 
 
 # ---------------------------------------------------------------------------

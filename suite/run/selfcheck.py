@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from suite.contract.step import Batch, TrainStep
-from suite.contract.wire import SCREEN_SUFFIX, Status
+from suite.contract.wire import Status, screened_cell
 from suite.host.manager import PluginSettings, load_registry
 from suite.run.measure import summarize, time_steps
 from suite.run.worker import build_step
@@ -166,7 +166,7 @@ def tuned_checks(doc: Mapping[str, Any]) -> tuple[Check, ...]:
 def cell_checks(doc: Mapping[str, Any]) -> tuple[Check, ...]:
     """One check per passed single-process cell of any results document (``ampsuite run``'s or tune's).
 
-    Screened tune candidates (ids ending in ``/screen``) are left out: their full
+    Screened tune candidates (ids ending in ``/screen`` or ``/screen-N``) are left out: their full
     measurement, where there is one, is the same recipe.
     """
     return tuple(
@@ -174,7 +174,7 @@ def cell_checks(doc: Mapping[str, Any]) -> tuple[Check, ...]:
         for r in doc.get("cells") or []
         if r.get("status") == Status.PASSED
         and int(r.get("world_size") or 1) == 1
-        and not str(r["id"]).endswith(SCREEN_SUFFIX)
+        and screened_cell(str(r["id"])) is None
     )
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from suite import analysis, results
-from suite.contract.wire import SCREEN_SUFFIX, Cell, Status
+from suite.contract.wire import Cell, Status, screen_id, screened_cell
 from suite.host.manager import PluginSettings
 from suite.host.session import Plan
 from suite.run import definition, runner
@@ -87,9 +87,25 @@ class Tuner:
         # Per workload configuration, per cell name: a trusted full figure and the name progress shows it under.
         self._figures: dict[str, dict[str, tuple[float, str]]] = {}
         self._file_winners: dict[str, Candidate] = {}
+        self.verdicts: dict[tuple[str, str, str], dict[str, Any]] = {}
+        """Near misses screened again beside what they would replace (search._confirm), this run's and, on
+        --resume, the file's: (workload configuration, incumbent name, near miss name) -> the verdict."""
         if previous is not None:
             self._best_from(previous)
             self._prices_from(previous)
+            for verdict in ((previous.get("run") or {}).get("tune") or {}).get("confirmations") or []:
+                self.verdicts[(str(verdict["key"]), str(verdict["incumbent"]), str(verdict["near"]))] = dict(verdict)
+
+    def decide(self, verdict: dict[str, Any]) -> None:
+        """Keep a near miss's ``verdict`` (search._confirm), in the results file at once: a run ended without its
+        summary (the machine taken back, a SIGKILL) keeps the verdicts it reached, and ``--resume`` takes them."""
+        self.verdicts[(str(verdict["key"]), str(verdict["incumbent"]), str(verdict["near"]))] = verdict
+        self.writer.doc["run"].setdefault("tune", {})["confirmations"] = list(self.verdicts.values())
+        self.writer.flush()
+
+    def confirmed(self, key: str) -> set[tuple[str, str]]:
+        """(incumbent, near miss) names of workload configuration ``key`` whose near miss was confirmed faster."""
+        return {(i, n) for (k, i, n), v in self.verdicts.items() if k == key and v.get("confirmed")}
 
     def file_winner(self, key: str) -> Candidate | None:
         """--resume: the winner the file's last run chose for the workload configuration ``key``, while its record
@@ -136,18 +152,19 @@ class Tuner:
 
     # -- one candidate -------------------------------------------------------------------------
 
-    def _cell(self, config: WorkloadConfig, candidate: Candidate, phase: str) -> Cell:
-        """The cell measuring ``candidate`` in ``phase``: a screen has its own id, ``.../screen``."""
+    def _cell(self, config: WorkloadConfig, candidate: Candidate, phase: str, repeat: int = 1) -> Cell:
+        """The cell measuring ``candidate`` in ``phase``: a screen has its own id, ``.../screen``, and a repeated
+        screen (``repeat`` > 1) its own again, ``.../screen-N``."""
         cell = candidate.cell(self.spec, self.plan.registry, self.plan.device, config)
-        return dataclasses.replace(cell, id=cell.id + SCREEN_SUFFIX) if phase == SCREEN else cell
+        return dataclasses.replace(cell, id=screen_id(cell.id, repeat)) if phase == SCREEN else cell
 
     def pruned(self, config: WorkloadConfig, candidate: Candidate) -> bool:
         """Whether matrix expansion prunes ``candidate`` (a conflict, a requirement, a check's reason): free to ask."""
         return self._cell(config, candidate, SCREEN).skip_reason is not None
 
-    def known(self, config: WorkloadConfig, candidate: Candidate, phase: str) -> bool:
+    def known(self, config: WorkloadConfig, candidate: Candidate, phase: str, repeat: int = 1) -> bool:
         """Whether :meth:`run` would return a record already at hand (``--resume``) without measuring: free."""
-        cell = self._cell(config, candidate, phase)
+        cell = self._cell(config, candidate, phase, repeat)
         return cell.id in self.kept and self._stale(cell, phase) is None
 
     def here(self, record: dict[str, Any]) -> bool:
@@ -167,9 +184,10 @@ class Tuner:
         return max((s for s in self._earlier if s <= began), default=self._earlier[0] if self._earlier else "earlier")
 
     def run(
-        self, config: WorkloadConfig, candidate: Candidate, phase: str, again: str | None = None
+        self, config: WorkloadConfig, candidate: Candidate, phase: str, again: str | None = None, repeat: int = 1
     ) -> dict[str, Any] | None:
-        """Measure ``candidate`` (``phase`` SCREEN or FULL): its record, or None when the budget does not allow it.
+        """Measure ``candidate`` (``phase`` SCREEN or FULL; ``repeat`` > 1: that screen's repeat, a cell of its own):
+        its record, or None when the budget does not allow it.
 
         A record already in the file (``--resume``) is returned as it is, unless its clocks were
         throttled, or ``again`` gives a reason to measure it in this run: then it is measured again,
@@ -178,7 +196,7 @@ class Tuner:
 
         :raises KeyboardInterrupt: after writing the record, when Ctrl-C or SIGTERM interrupted the cell.
         """
-        cell = self._cell(config, candidate, phase)
+        cell = self._cell(config, candidate, phase, repeat)
         spec = self.screen_spec if phase == SCREEN else self.spec
         previous = self.kept.get(cell.id)
         stale = self._stale(cell, phase)
@@ -195,7 +213,7 @@ class Tuner:
             record.update(status=Status.SKIPPED, evidence={"reason": cell.skip_reason})
             return self._keep(record)
         measure = spec.measure
-        graph = cell.id.removesuffix(SCREEN_SUFFIX)  # a screen and a full measurement of a cell compile one graph
+        graph = screened_cell(cell.id) or cell.id  # a cell's screens and full measurement compile one graph
         estimate = self.budget.estimate(
             (config.key, phase), measure.max_seconds * measure.processes, candidate.techniques, graph
         )

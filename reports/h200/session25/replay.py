@@ -3,7 +3,11 @@ gain under the 1% floor kept when three screens of it each beat three of the pat
 the search now reach session 24's `stack` recipe, and at what device time? Session 24's replay (its model, its
 file), the device faked; a repeated screen (``.../screen-N``) is timed and figured as a screen.
 
-    PYTHONPATH=. python3 reports/h200/session25/replay.py [BUDGET_SECONDS [COMPILE_SECONDS]]
+    PYTHONPATH=. python3 reports/h200/session25/replay.py [BUDGET_SECONDS [COMPILE_SECONDS [RESULTS]]]
+
+RESULTS: the file to resume (default session 20's); reports/h200/session25/tune-resnet50/results.json replays the
+resume after this session's run, whose records (2026-12-03) the model takes as they are and whose verdict it takes
+from the file.
 
 The model's figures are one per technique set, repeat or not: each gain it holds holds up when screened again, as
 persistent-batch-norm's did on one machine (+0.47% in session 22, +0.41% and +0.49% in session 24). It says what the
@@ -41,6 +45,8 @@ class Replay(replay24.Replay):  # type: ignore[misc,name-defined]
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 3:
+        replay17.FILE = Path(sys.argv[3]).resolve()
     replay17.Replay = Replay
     replay17.tune = replay24._tune_and_say
     replay17.main(

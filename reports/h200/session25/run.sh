@@ -6,6 +6,9 @@
 #
 #   bash reports/h200/session25/run.sh SECONDS [last]      run(timeout_s=600), the same command every call
 #
+# For the next resume: S=reports/h200/sessionN FROM=reports/h200/session25/tune-resnet50/results.json BUDGET=1650
+# bash reports/h200/session25/run.sh SECONDS [last] (FROM: the file to resume, BUDGET: the tune's --budget in s).
+#
 # The first call copies session 20's results into the background run's folder and starts `ampsuite tune --resume
 # --budget 6000s` there (reports/h200/session25/replay.py: the search needs ~5,400 s to reach `stack`, more than a
 # session's 1,800 s; each cell is in the file the moment it is measured, and a verdict on a near miss too). Every call
@@ -25,9 +28,9 @@ if [ ! -f "$B/env-done" ]; then
 fi
 if [ ! -f "$B/tune-resnet50/results.json" ]; then
     mkdir -p "$B/tune-resnet50"
-    cp reports/h200/session20/tune-resnet50/results.json "$B/tune-resnet50/results.json"
+    cp "${FROM:-reports/h200/session20/tune-resnet50/results.json}" "$B/tune-resnet50/results.json"
 fi
-tune_bg 0 tests/gpu/tune-resnet50.toml tune-resnet50 6000
+tune_bg 0 tests/gpu/tune-resnet50.toml tune-resnet50 "${BUDGET:-6000}"
 if [ "${2:-}" = last ]; then
     END=$((END - 45))  # the tune's summary and the cache's parts need the last seconds
     wait_bg tune-resnet50

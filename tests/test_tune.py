@@ -536,20 +536,29 @@ def test_a_near_miss_the_budget_cannot_screen_again_is_not_confirmed(tmp_path: P
 class RecordingNearMissWorker(NearMissWorker):
     """NearMissWorker that keeps the id of each cell it measures."""
 
+    ids: list[str]
+
     def __call__(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
         self.ids.append(cell.id)
         return super().__call__(cell, spec, timeout)
 
 
-def test_a_resumed_search_takes_a_confirmation_of_one_earlier_run_and_redoes_one_split_across_runs(
-    tmp_path: Path,
-) -> None:
+def _a_near_miss_tuned(tmp_path: Path, budget: float) -> tuple[Path, RecordingNearMissWorker, TuneConfig]:
+    """The toy suite with noop, where noop and fused-optimizer are each +0.4% (near misses that hold), tuned once
+    within ``budget``: (the suite file, its recording worker, the config)."""
     suite = tmp_path / "s.toml"
     suite.write_text(TOY_SUITE.format(extra='noop = ["noop"]'), encoding="utf-8")
     fake = RecordingNearMissWorker(session.plan(suite).registry, 1.0)
     fake.gain, fake.ids = 1.004, []
-    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=10.0, clock=fake.clock)
+    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=budget, clock=fake.clock)
     tune(session.plan(suite), config, lambda line: None, measure=fake)
+    return suite, fake, config
+
+
+def test_a_resumed_search_takes_a_confirmation_of_one_earlier_run_and_redoes_one_split_across_runs(
+    tmp_path: Path,
+) -> None:
+    suite, fake, config = _a_near_miss_tuned(tmp_path, 10.0)
     near = next(i for i in fake.ids if i.endswith("/screen-2")).removesuffix("/screen-2")
     # The budget ended the test after the near miss's second screen. The resume measures all six in its own run:
     # the two first screens and that repeat again, beside the three new ones.
@@ -814,6 +823,9 @@ def test_an_option_passed_over_is_tried_again_on_top_of_a_value_kept_after_it(tm
 class FileReadingWorker(RecordingNearMissWorker):
     """Reads the results file from disk before each cell: what a run killed at that moment would leave."""
 
+    output: Path
+    seen: list[list[dict[str, Any]]]
+
     def __call__(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
         path = self.output
         on_disk = results.load(path) if path.exists() else {"run": {}}
@@ -831,6 +843,31 @@ def test_a_verdict_is_in_the_results_file_before_the_next_cell_runs(tmp_path: Pa
     last_repeat = max(i for i, c in enumerate(fake.ids) if c.endswith("/screen-3"))
     first_after = next(seen for i, seen in enumerate(fake.seen) if i > last_repeat)
     assert first_after and first_after[0]["confirmed"] is True and " against " in first_after[0]["screens"]
+
+
+def test_a_damaged_verdict_in_the_file_is_tested_again_not_trusted(tmp_path: Path) -> None:
+    suite, fake, config = _a_near_miss_tuned(tmp_path, 600.0)
+    doc = results.load(config.output)
+    verdicts = doc["run"]["tune"]["confirmations"]
+    first = dict(verdicts[0])
+    verdicts[0]["confirmed"] = "yes"  # not a bool: whoever edited the file, the entry decides nothing
+    verdicts[1:] = [*verdicts[1:], 42, {"key": "toy"}]
+    doc["integrity"] = {"sha256": results.store.checksum(doc)}
+    config.output.write_text(json.dumps(doc), encoding="utf-8")
+    fake.ids = []
+    (toy,) = tune(session.plan(suite), dataclasses.replace(config, resume=True), lambda line: None, measure=fake)[
+        "workloads"
+    ]
+    near = first["near"].rsplit("/", 1)[0]
+    # The damaged pair is decided again, from its six screens in the file (all of one run: nothing to measure), the
+    # others are taken as they stand; the file's entries are whole again.
+    decisions = {c: d for c, d in _decisions(toy, "greedy") if d.startswith("kept")}
+    assert decisions[near].startswith("kept: confirmed, each of its screens faster")
+    assert [d for c, d in decisions.items() if c != near and "as decided on" in d]
+    assert not [i for i in fake.ids if "/screen-" in i]
+    assert sorted(toy["winner"]["techniques"]) == ["amp-bf16", "fused-optimizer", "noop"]
+    saved = results.load(config.output)["run"]["tune"]["confirmations"]
+    assert {v["near"]: v["confirmed"] for v in saved}[first["near"]] is True and len(saved) == len(verdicts) - 2
 
 
 class HoldingRoundsWorker(RoundsWorker):

@@ -543,13 +543,15 @@ def _settle(
     each other: a replay of the next ResNet-50 resume after session 25 ended with half-weights + the stem's
     persistent batch norm 0.9% ahead of the autocast recipe in full, and chose the latter for its fewer techniques
     (reports/h200/session25/replay.py)."""
+    settled: list[Candidate] = []
     while True:
         choice = _choose(measured, tuner.confirmed(config.key))
         if choice is None:
             return None
         fastest = max(measured, key=lambda m: _value(m[1]))
-        if fastest[0] == choice[0] or _value(fastest[1]) <= _value(choice[1]):
+        if fastest[0] == choice[0] or _value(fastest[1]) <= _value(choice[1]) or choice[0] in settled:
             return choice
+        settled.append(choice[0])  # each choice is held against the fastest once
         step = _step(steps, tuner, "final", fastest[0], fastest[1])
         if _confirm(tuner, config, choice[0], fastest[0], step, (steps, "final")) is None:
             return choice

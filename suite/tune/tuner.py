@@ -57,6 +57,18 @@ class TuneConfig:
     clock: Callable[[], float] = time.monotonic
 
 
+VERDICT_KEYS = ("key", "incumbent", "near", "screens", "decided")
+"""The text fields of a near miss's verdict (search._confirm), besides its ``confirmed`` flag."""
+
+
+def _well_formed(verdict: Any) -> bool:
+    return (
+        isinstance(verdict, dict)
+        and all(isinstance(verdict.get(k), str) for k in VERDICT_KEYS)
+        and isinstance(verdict.get("confirmed"), bool)
+    )
+
+
 class Tuner:
     """One tune run: the results writer, the budget, the worker context and the progress lines."""
 
@@ -94,7 +106,8 @@ class Tuner:
             self._best_from(previous)
             self._prices_from(previous)
             for verdict in ((previous.get("run") or {}).get("tune") or {}).get("confirmations") or []:
-                self.verdicts[(str(verdict["key"]), str(verdict["incumbent"]), str(verdict["near"]))] = dict(verdict)
+                if _well_formed(verdict):  # else the pair is tested again: nothing is decided on a damaged entry
+                    self.verdicts[(verdict["key"], verdict["incumbent"], verdict["near"])] = dict(verdict)
 
     def decide(self, verdict: dict[str, Any]) -> None:
         """Keep a near miss's ``verdict`` (search._confirm), in the results file at once: a run ended without its

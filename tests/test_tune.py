@@ -509,6 +509,18 @@ def test_near_misses_of_a_greedy_round_are_screened_together(tmp_path: Path, gai
         assert sorted(toy["winner"]["techniques"]) == sorted(both)
 
 
+def test_progress_names_each_repeated_screen(tmp_path: Path) -> None:
+    suite = tmp_path / "s.toml"
+    suite.write_text(TOY_SUITE.format(extra='noop = ["noop"]'), encoding="utf-8")
+    fake = NearMissWorker(session.plan(suite).registry, 1.0)
+    fake.gain = 1.004
+    lines: list[str] = []
+    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
+    tune(session.plan(suite), config, lines.append, measure=fake)
+    assert [line for line in lines if "amp-bf16/bs64 (screen 2) " in line and "best so far" in line]
+    assert [line for line in lines if "amp-bf16/bs64 (screen 3) " in line]
+
+
 def test_a_near_miss_that_repeated_screens_do_not_confirm_is_turned_down(tmp_path: Path) -> None:
     toy = _tune_with_noop(tmp_path, NearMissWorker, gain=1.004, holds=False)
     greedy = [(c, d) for c, d in _decisions(toy, "greedy") if c.startswith("amp-bf16+")]

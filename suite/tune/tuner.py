@@ -219,7 +219,9 @@ class Tuner:
             self._consider(config, candidate, phase, previous)  # --resume: still the best so far
             return previous
         if stale is not None:
-            self._line(f"{config.key}: {candidate.name} ({phase}) measured again, {stale}")
+            self._line(
+                f"{config.key}: {candidate.name} ({phase}{'' if repeat == 1 else f' {repeat}'}) measured again, {stale}"
+            )
             self._back_up()
         if cell.skip_reason:
             record = runner.base_record(cell, self.plan.registry)
@@ -266,7 +268,7 @@ class Tuner:
         self._keep(record)
         if stale is not None and phase != SCREEN:  # the figure measured again replaces the file's in the best so far
             self._figures.get(config.key, {}).pop(candidate.name, None)
-        self._report(config, candidate, phase, record)
+        self._report(config, candidate, phase if repeat == 1 else f"{phase} {repeat}", record)
         return record
 
     def _keep(self, record: dict[str, Any]) -> dict[str, Any]:
@@ -339,13 +341,15 @@ class Tuner:
             self._figures.setdefault(key, {})[name] = (value, label)
         return value, why
 
-    def _report(self, config: WorkloadConfig, candidate: Candidate, phase: str, record: dict[str, Any]) -> None:
+    def _report(self, config: WorkloadConfig, candidate: Candidate, label: str, record: dict[str, Any]) -> None:
+        """One progress line for ``record``; ``label``: its phase, with the repeat of a repeated screen."""
+        phase = label.split(" ", 1)[0]
         value, why = self._consider(config, candidate, phase, record)
         figure = f"{value:,.0f} {config.unit}/s" if value is not None else str(record["status"])
         best = self.best(config.key)
         best_text = f"best so far {best[0]} {best[1]:,.0f} {config.unit}/s" if best else "no trusted figure yet"
         self._line(
-            f"{config.key}: {candidate.name} ({phase}) {figure}{'' if why is None else f' [{why}]'}; {best_text}"
+            f"{config.key}: {candidate.name} ({label}) {figure}{'' if why is None else f' [{why}]'}; {best_text}"
         )
 
     def _line(self, text: str) -> None:

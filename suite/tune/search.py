@@ -9,7 +9,9 @@ Per workload configuration (see docs/tune.md):
 3. greedy forward selection: screen the start plus each technique of the pool,
    keep the fastest addition when it is faster by more than the two figures'
    noise and its numerics are healthy, else the round's faster additions
-   together on the same terms (the joint step), repeat until neither helps; one
+   together on the same terms (the joint step), else the fastest of them alone
+   when three screens of it each beat three of the path's, taken alternately in
+   this run (a confirmed near miss, :func:`_confirm`); repeat until none helps; one
    path from the fastest start, then one from each other healthy precision start;
    each later path first screens its start with the companions of the fastest
    path's end so far and goes on from there when that clearly helps (the head
@@ -18,7 +20,7 @@ Per workload configuration (see docs/tune.md):
    file's are screened again first, so that it compares figures of one machine;
 4. finalists (the paths' ends, then the best screened candidates) measured in full; the winner is
    the fastest trustworthy one, the simplest (then the one without a loss scale) when others are
-   not clearly faster;
+   not clearly faster, unless a confirmed near miss says otherwise (:func:`_settle`);
 5. technique option variants and the other selected batch sizes, measured in
    full against the winner (another batch size gets its own FP32 cell first);
 6. the ablation: FP32, TF32 (when the suite declares it), the winner, the
@@ -928,7 +930,8 @@ def tune(plan: Plan, config: TuneConfig, progress: Progress = print, measure: Me
         "device": plan.device,
         "base_techniques": list(plan.spec.base_techniques),
         "search": "greedy forward selection from each precision start (the AMP dtypes, techniques replacing "
-        "autocast), screened short, finalists in full",
+        "autocast), screened short, a near miss kept when three screens of it each beat three of what it would "
+        "replace, finalists in full",
         "screen_measure": dataclasses.asdict(tuner.screen_spec.measure),
         "finalists": config.finalists,
         "reserve_share": config.reserve_share,

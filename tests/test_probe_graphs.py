@@ -78,8 +78,8 @@ def test_the_compile_phases_are_recorded_costliest_first_and_cleared_for_the_nex
     phases = ctx.diagnostics["compile_seconds"]
     assert phases and all(v >= 0 for v in phases.values())
     assert list(phases.values()) == sorted(phases.values(), reverse=True)
-    # dynamo's outermost phase holds the rest: a frame's compile is at least as long as any phase within it
-    assert phases[next(iter(phases))] >= max(phases.values())
+    # dynamo's frame compile holds every other phase of a forward-only compile: summed right, it comes first
+    assert next(iter(phases)) == "_compile.compile_inner"
     assert not compilation_time_metrics  # the next in-process cell starts from zero
     assert graphs.compile_seconds({"a": [1.0, 2.0], "b": [4.0], "c": []}) == {"b": 4.0, "a": 3.0}
     many = {f"p{i:02d}": [float(i)] for i in range(graphs.PHASES_KEPT + 3)}

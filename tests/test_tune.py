@@ -460,8 +460,7 @@ class NearMissWorker(FakeWorker):
     def __call__(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
         record = super().__call__(cell, spec, timeout)
         names = {t for t, _ in cell.techniques}
-        repeated = screened_cell(cell.id) not in (None, cell.id.removesuffix("/screen"))
-        gain = self.gain if self.holds or not repeated else 0.999
+        gain = self.gain if self.holds or "/screen-" not in cell.id else 0.999
         speed = (2.0 if "amp-bf16" in names else 1.0) * gain ** len(names & {"noop", "fused-optimizer"})
         median = 0.01 / speed
         step_time = {**_step_time(median), "noise": 0.006 if screened_cell(cell.id) else 0.001}

@@ -112,7 +112,7 @@ class Tuner:
     def decide(self, verdict: dict[str, Any]) -> None:
         """Keep a near miss's ``verdict`` (search._confirm), in the results file at once: a run ended without its
         summary (the machine taken back, a SIGKILL) keeps the verdicts it reached, and ``--resume`` takes them."""
-        self.verdicts[(str(verdict["key"]), str(verdict["incumbent"]), str(verdict["near"]))] = verdict
+        self.verdicts[(verdict["key"], verdict["incumbent"], verdict["near"])] = verdict
         self.writer.doc["run"].setdefault("tune", {})["confirmations"] = list(self.verdicts.values())
         self.writer.flush()
 
@@ -210,6 +210,7 @@ class Tuner:
         :raises KeyboardInterrupt: after writing the record, when Ctrl-C or SIGTERM interrupted the cell.
         """
         cell = self._cell(config, candidate, phase, repeat)
+        label = phase if repeat == 1 else f"{phase} {repeat}"  # how progress names the measurement
         spec = self.screen_spec if phase == SCREEN else self.spec
         previous = self.kept.get(cell.id)
         stale = self._stale(cell, phase)
@@ -219,9 +220,7 @@ class Tuner:
             self._consider(config, candidate, phase, previous)  # --resume: still the best so far
             return previous
         if stale is not None:
-            self._line(
-                f"{config.key}: {candidate.name} ({phase}{'' if repeat == 1 else f' {repeat}'}) measured again, {stale}"
-            )
+            self._line(f"{config.key}: {candidate.name} ({label}) measured again, {stale}")
             self._back_up()
         if cell.skip_reason:
             record = runner.base_record(cell, self.plan.registry)
@@ -268,7 +267,7 @@ class Tuner:
         self._keep(record)
         if stale is not None and phase != SCREEN:  # the figure measured again replaces the file's in the best so far
             self._figures.get(config.key, {}).pop(candidate.name, None)
-        self._report(config, candidate, phase if repeat == 1 else f"{phase} {repeat}", record)
+        self._report(config, candidate, phase, record, label)
         return record
 
     def _keep(self, record: dict[str, Any]) -> dict[str, Any]:
@@ -341,9 +340,10 @@ class Tuner:
             self._figures.setdefault(key, {})[name] = (value, label)
         return value, why
 
-    def _report(self, config: WorkloadConfig, candidate: Candidate, label: str, record: dict[str, Any]) -> None:
+    def _report(
+        self, config: WorkloadConfig, candidate: Candidate, phase: str, record: dict[str, Any], label: str
+    ) -> None:
         """One progress line for ``record``; ``label``: its phase, with the repeat of a repeated screen."""
-        phase = label.split(" ", 1)[0]
         value, why = self._consider(config, candidate, phase, record)
         figure = f"{value:,.0f} {config.unit}/s" if value is not None else str(record["status"])
         best = self.best(config.key)

@@ -18,7 +18,7 @@ from suite.contract.errors import ExitCode
 from suite.contract.wire import Cell, Status, screen_id, screened_cell
 from suite.host import session
 from suite.host.manager import PluginSettings
-from suite.report.tune_page import tune_context
+from suite.report.tune_page import render_tune_page, tune_context
 from suite.run import runner, selfcheck
 from suite.spec.matrix import expand
 from suite.spec.suitefile import SuiteSpec, loads
@@ -1538,6 +1538,43 @@ def test_a_resumed_search_out_of_budget_still_chooses_among_the_full_records_it_
         "workloads"
     ]
     assert all(s["decision"] != STOOD_IN for s in full["steps"])
+
+
+@pytest.mark.parametrize(("elsewhere", "unsettled"), [(1.10, True), (1.25, False)])
+def test_a_finalist_of_an_earlier_run_the_budget_left_unmeasured_is_not_chosen_over_this_runs_figures(
+    tmp_path: Path, elsewhere: float, unsettled: bool
+) -> None:
+    """Session 26 on an H200: the budget left the file's fp16 recipe (7,651.2 img/s, another machine two days
+    before) unmeasured beside this run's 7,625.2, and the rule for fewer techniques chose it; on this run's machine
+    it ran 7,310. The file's figures here come from a machine ``elsewhere`` times faster: 10% leaves its winner
+    within the machines' spread of this run's noop path (level on one machine), 25% does not."""
+    suite, fake, config, first = _then_noop(tmp_path, FullCostWorker, 5000.0)
+    _as_if_faster(config.output, elsewhere)
+    fake.now = 0.0
+    lines: list[str] = []
+    # Budget for the new path's end in full, not for the file's winner measured again beside it.
+    resumed = dataclasses.replace(config, resume=True, budget_seconds=60.0, clock=fake.clock)
+    summary = tune(session.plan(suite), resumed, lines.append, measure=fake)
+    (toy,) = summary["workloads"]
+    old = first["winner"]
+    finals = [s for s in toy["steps"] if s["phase"] == "final" and s["combination"] == old["combination"]]
+    assert "not measured again: the file's record stays" in {s["decision"] for s in finals}
+    if not unsettled:  # faster than machines differ: the file's figure decides, as it is
+        assert toy["winner"]["cell_id"] == old["cell_id"] and toy["winner"]["unsettled"] == []
+        assert "not settled" not in recipe_toml(summary)
+        return
+    assert toy["winner"]["combination"] == "amp-fp16+fused-optimizer+noop"
+    assert search.UNSETTLED in {s["decision"] for s in finals}
+    (note,) = toy["winner"]["unsettled"]
+    assert note["cell_id"] == old["cell_id"] and note["throughput"] == pytest.approx(old["throughput"] * elsewhere)
+    assert any(old["combination"] in line and search.UNSETTLED in line for line in lines)
+    # Named beside the winner wherever the winner is shown.
+    said = f"not settled: {old['combination']} ran {note['throughput']:,.1f} samples/s in an earlier run"
+    assert f"# {said}" in recipe_toml(summary)
+    assert said[0].upper() + said[1:] in tune_module.tune_markdown(summary)
+    page = tune_context(summary)
+    html = render_tune_page(summary, tmp_path / "page").read_text(encoding="utf-8")
+    assert page["workloads"][0]["winner"]["unsettled"] and f"<code>{old['combination']}</code> ran" in html
 
 
 def test_first_steps_of_an_earlier_run_price_this_runs_candidates_and_nothing_else() -> None:

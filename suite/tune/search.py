@@ -20,7 +20,8 @@ Per workload configuration (see docs/tune.md):
    file's are screened again first, so that it compares figures of one machine;
 4. finalists (the paths' ends, then the best screened candidates) measured in full; the winner is
    the fastest trustworthy one, the simplest (then the one without a loss scale) when others are
-   not clearly faster, unless a confirmed near miss says otherwise (:func:`_settle`);
+   not clearly faster, unless a confirmed near miss says otherwise (:func:`_settle`), chosen among
+   figures of this run's machine when it has any (:func:`_one_machine`);
 5. technique option variants and the other selected batch sizes, measured in
    full against the winner (another batch size gets its own FP32 cell first);
 6. the ablation: FP32, TF32 (when the suite declares it), the winner, the
@@ -531,7 +532,9 @@ def _finals(
         for candidate in ranked:
             if candidate not in finalists and candidate != fp32[0] and tuner.known(config, candidate, FULL):
                 _final(tuner, steps, candidate, tuner.run(config, candidate, FULL), trusted, STOOD_IN)
-    return _settle(tuner, config, _from_this_machine(tuner, config, trusted, steps), steps)
+    return _settle(
+        tuner, config, _one_machine(tuner, config, _from_this_machine(tuner, config, trusted, steps), steps), steps
+    )
 
 
 def _settle(
@@ -611,6 +614,39 @@ def _from_this_machine(
             best_here = max(best_here or 0.0, _value(out[i][1]))
         elif best_here is None:
             break  # not measured again, and nothing of this run to hold the others against: the file decides
+    return out
+
+
+UNSETTLED = "left out: an earlier run's figure with none of this machine's, within the machines' spread"
+"""A finalist's decision when :func:`_one_machine` leaves its record of an earlier run out of the choice."""
+
+
+def _one_machine(
+    tuner: Tuner, config: WorkloadConfig, measured: list[Measured], steps: list[dict[str, Any]]
+) -> list[Measured]:
+    """The finalists step 4 chooses among: those measured in this run, when it measured any. A record of an
+    earlier run that :func:`_from_this_machine` could not measure again (the budget, or an untrusted figure) joins
+    them only when it is faster than all of them by more than :data:`MACHINE_SPREAD`, more than machines differ;
+    one that could have been chosen otherwise (faster by less, or level and simpler) is logged as a final step
+    (:data:`UNSETTLED`, named beside the winner) and not chosen. With nothing measured in this run, the file's
+    records decide as they are.
+
+    Session 26 on an H200: a resumed ResNet-50 tune measured two paths' ends in full (7,625.2 and 7,340.1 img/s);
+    the budget left the file's fp16 + compile + fused SGD + channels-last (7,651.2, measured two days before on
+    another machine) unmeasured, and the rule for fewer techniques chose it. Its selfcheck on this session's machine
+    ran it at 35.02 ms a step, 7,310 img/s: 4.1% slower than the recipe passed over."""
+    here = [m for m in measured if tuner.here(m[1])]
+    if not here:
+        return measured
+    best = max(_value(m[1]) for m in here)
+    earlier = [m for m in measured if not tuner.here(m[1])]
+    out = here + [m for m in earlier if _value(m[1]) > best * (1.0 + MACHINE_SPREAD)]
+    top = max(out, key=lambda m: _value(m[1]))[1]
+    for candidate, record in earlier:
+        # Named when it could have been chosen (faster than the choice, or level with it and simpler).
+        if all(m[1] is not record for m in out) and not _gain_over(top, record):
+            _step(steps, tuner, "final", candidate, record)["decision"] = UNSETTLED
+            tuner.note(f"{config.key}: {candidate.name} ({_value(record):,.1f}) {UNSETTLED}")
     return out
 
 
@@ -913,6 +949,11 @@ def _tune_one(tuner: Tuner, config: WorkloadConfig, result: dict[str, Any]) -> N
         "throughput": analysis.throughput(as_record(winner[1])),
         "noise": analysis.noise(as_record(winner[1])),
         "speedup_vs_fp32": None if derived is None else derived.speedup_vs_fp32,
+        "unsettled": [
+            {"combination": s["combination"], "cell_id": s["cell_id"], "throughput": s["throughput"]}
+            for s in steps
+            if s["decision"] == UNSETTLED
+        ],
     }
     _ablation(tuner, config, winner, result["ablation"])
 
@@ -931,7 +972,7 @@ def tune(plan: Plan, config: TuneConfig, progress: Progress = print, measure: Me
         "base_techniques": list(plan.spec.base_techniques),
         "search": "greedy forward selection from each precision start (the AMP dtypes, techniques replacing "
         "autocast), screened short, a near miss kept when three screens of it each beat three of what it would "
-        "replace, finalists in full",
+        "replace, finalists in full, the winner chosen among one machine's figures",
         "screen_measure": dataclasses.asdict(tuner.screen_spec.measure),
         "finalists": config.finalists,
         "reserve_share": config.reserve_share,

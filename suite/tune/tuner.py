@@ -352,6 +352,10 @@ class Tuner:
             f"{config.key}: {candidate.name} ({label}) {figure}{'' if why is None else f' [{why}]'}; {best_text}"
         )
 
+    def note(self, text: str) -> None:
+        """A progress line of the search's own (a decision no measurement reports)."""
+        self._line(text)
+
     def _line(self, text: str) -> None:
         b = self.budget
         self.progress(f"[tune {b.elapsed():6.1f} s, {b.remaining():6.1f} s left] {text}")

@@ -246,3 +246,29 @@ def test_report_compare_refuses_runs_of_another_torch(tmp_path: Path, healthy_ru
         f"ampsuite: error: {healthy_run[0]}: measured in another environment, refusing to compare: torch"
     )
     assert not (tmp_path / "site").exists()
+
+
+def test_a_builtin_module_the_fork_server_cannot_import_is_named_in_one_line(tmp_path: Path) -> None:
+    """A fresh venv held torch 2.13.0+cpu beside a torchvision built for the CUDA torch: ``import torchvision``
+    raised RuntimeError in the fork server, which then died, and every run ended in "internal error". Here a
+    torchvision that raises the same way stands first on the path of a run of its own."""
+    fake = tmp_path / "fake" / "torchvision"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('raise RuntimeError("operator torchvision::nms does not exist")\n')
+    suite = tmp_path / "s.toml"
+    suite.write_text(SUITE.format(name="broken-vision"), encoding="utf-8")
+    out = tmp_path / "out" / "results.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "fake"), str(REPO)])}
+    done = subprocess.run(
+        [sys.executable, "-m", "suite", "run", str(suite), "-o", str(out), "--no-report", "--no-peaks"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == ExitCode.USAGE_ERROR, done.stderr
+    assert last.startswith("ampsuite: error: plugin 'plugins.workloads._cnn': cannot be imported: RuntimeError: ")
+    assert "operator torchvision::nms does not exist (torch " in last and "built for each other" in last
+    assert "internal error" not in done.stderr

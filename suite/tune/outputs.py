@@ -14,7 +14,7 @@ from typing import Any
 from suite.contract.wire import Status
 from suite.spec.tomltext import toml_key, toml_value
 
-__all__ = ["combination_name", "recipe_toml", "tune_markdown", "unsettled_lines"]
+__all__ = ["combination_name", "recipe_toml", "tune_markdown"]
 
 
 def combination_name(key: str) -> str:
@@ -44,7 +44,7 @@ def recipe_toml(summary: Mapping[str, Any]) -> str:
         figure = f"{winner['throughput']:,.1f} {w['unit']}/s" + (f", {speed:.2f}x FP32" if speed else "")
         name = combination_name(w["key"])
         combos.append(f"# {w['key']}, batch_size = {winner['batch_size']}: {figure}")
-        combos += [f"# {line}" for line in unsettled_lines(winner, w["unit"])]
+        combos += [f"# {line}" for line in _unsettled_lines(winner, w["unit"])]
         combos.append(f"{toml_key(name)} = {toml_value(winner['techniques'])}")
         # Every option value the winner ran with, the tune suite's own [techniques] tables included: pasted into
         # another suite, a snippet with only tune's choices would run that suite's values instead (session 13's
@@ -62,7 +62,7 @@ def recipe_toml(summary: Mapping[str, Any]) -> str:
     return "\n".join(lines + tables) + "\n"
 
 
-def unsettled_lines(winner: Mapping[str, Any], unit: str) -> list[str]:
+def _unsettled_lines(winner: Mapping[str, Any], unit: str) -> list[str]:
     """One line per finalist an earlier run measured that the winner was not held against on this machine
     (search._one_machine): what a reader must know before taking the winner over it."""
     return [
@@ -117,7 +117,7 @@ def tune_markdown(summary: Mapping[str, Any]) -> str:
                 f"Winner: `{winner['combination']}` at batch {winner['batch_size']}, "
                 f"{_num(winner['throughput'])} {w['unit']}/s ({_x(winner.get('speedup_vs_fp32'))} FP32)."
             )
-            out += [f"{line[0].upper()}{line[1:]}." for line in unsettled_lines(winner, w["unit"])]
+            out += [f"{line[0].upper()}{line[1:]}." for line in _unsettled_lines(winner, w["unit"])]
         if w.get("ablation"):
             out += [
                 "",

@@ -638,13 +638,13 @@ def _one_machine(
     here = [m for m in measured if tuner.here(m[1])]
     if not here:
         return measured
-    best = max(_value(m[1]) for m in here)
+    bar = max(_value(m[1]) for m in here) * (1.0 + MACHINE_SPREAD)
     earlier = [m for m in measured if not tuner.here(m[1])]
-    out = here + [m for m in earlier if _value(m[1]) > best * (1.0 + MACHINE_SPREAD)]
+    out = here + [m for m in earlier if _value(m[1]) > bar]
     top = max(out, key=lambda m: _value(m[1]))[1]
     for candidate, record in earlier:
         # Named when it could have been chosen (faster than the choice, or level with it and simpler).
-        if all(m[1] is not record for m in out) and not _gain_over(top, record):
+        if _value(record) <= bar and not _gain_over(top, record):
             _step(steps, tuner, "final", candidate, record)["decision"] = UNSETTLED
             tuner.note(f"{config.key}: {candidate.name} ({_value(record):,.1f}) {UNSETTLED}")
     return out

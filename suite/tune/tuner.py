@@ -61,6 +61,11 @@ VERDICT_KEYS = ("key", "incumbent", "near", "screens", "decided")
 """The text fields of a near miss's verdict (search._confirm), besides its ``confirmed`` flag."""
 
 
+def _verdict_key(verdict: dict[str, Any]) -> tuple[str, str, str]:
+    """What a verdict decides: (workload configuration, incumbent name, near miss name)."""
+    return verdict["key"], verdict["incumbent"], verdict["near"]
+
+
 def _well_formed(verdict: Any) -> bool:
     return (
         isinstance(verdict, dict)
@@ -107,12 +112,12 @@ class Tuner:
             self._prices_from(previous)
             for verdict in ((previous.get("run") or {}).get("tune") or {}).get("confirmations") or []:
                 if _well_formed(verdict):  # else the pair is tested again: nothing is decided on a damaged entry
-                    self.verdicts[(verdict["key"], verdict["incumbent"], verdict["near"])] = dict(verdict)
+                    self.verdicts[_verdict_key(verdict)] = dict(verdict)
 
     def decide(self, verdict: dict[str, Any]) -> None:
         """Keep a near miss's ``verdict`` (search._confirm), in the results file at once: a run ended without its
         summary (the machine taken back, a SIGKILL) keeps the verdicts it reached, and ``--resume`` takes them."""
-        self.verdicts[(verdict["key"], verdict["incumbent"], verdict["near"])] = verdict
+        self.verdicts[_verdict_key(verdict)] = verdict
         self.writer.doc["run"].setdefault("tune", {})["confirmations"] = list(self.verdicts.values())
         self.writer.flush()
 
@@ -220,7 +225,7 @@ class Tuner:
             self._consider(config, candidate, phase, previous)  # --resume: still the best so far
             return previous
         if stale is not None:
-            self._line(f"{config.key}: {candidate.name} ({label}) measured again, {stale}")
+            self.note(f"{config.key}: {candidate.name} ({label}) measured again, {stale}")
             self._back_up()
         if cell.skip_reason:
             record = runner.base_record(cell, self.plan.registry)
@@ -237,7 +242,7 @@ class Tuner:
             self.budget.refused += 1
             priced = self.budget.priced_by((config.key, phase), candidate.techniques, graph)
             why = f" (its first step priced as that of {priced[0]}, {priced[1]:.1f} s)" if priced else ""
-            self._line(f"{config.key}: {candidate.combination} not started: needs ~{estimate:.1f} s{why}")
+            self.note(f"{config.key}: {candidate.combination} not started: needs ~{estimate:.1f} s{why}")
             return previous  # a stale record stays what the file has
         timeout = self.budget.timeout(self.cell_timeout)
         capped = timeout < self.cell_timeout
@@ -296,7 +301,7 @@ class Tuner:
         lost, even a record this run measures again."""
         if self.backup is None and self.config.output.exists():
             self.backup = runner.copy_aside(self.config.output)
-            self._line(f"the results file as it was: {self.backup}")
+            self.note(f"the results file as it was: {self.backup}")
 
     def untrusted(self, record: dict[str, Any], phase: str) -> str | None:
         """Screening figures are too short to meet the noise target: only their numerics count."""
@@ -348,14 +353,9 @@ class Tuner:
         figure = f"{value:,.0f} {config.unit}/s" if value is not None else str(record["status"])
         best = self.best(config.key)
         best_text = f"best so far {best[0]} {best[1]:,.0f} {config.unit}/s" if best else "no trusted figure yet"
-        self._line(
-            f"{config.key}: {candidate.name} ({label}) {figure}{'' if why is None else f' [{why}]'}; {best_text}"
-        )
+        self.note(f"{config.key}: {candidate.name} ({label}) {figure}{'' if why is None else f' [{why}]'}; {best_text}")
 
     def note(self, text: str) -> None:
-        """A progress line of the search's own (a decision no measurement reports)."""
-        self._line(text)
-
-    def _line(self, text: str) -> None:
+        """A progress line, with the budget's elapsed and remaining seconds."""
         b = self.budget
         self.progress(f"[tune {b.elapsed():6.1f} s, {b.remaining():6.1f} s left] {text}")

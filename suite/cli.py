@@ -349,7 +349,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RESULTS",
         help="check every passed cell of this results file (-k matches 'cell ID') instead of the built-in checks",
     )
-    # ampsuite tune (issue #15): a self-contained block.
     tn = command("tune", cmd_tune, "search the suite's techniques for the fastest trustworthy recipe per workload")
     tn.add_argument("suite", nargs="?", help="suite file (TOML)")
     tn.add_argument("-k", dest="keyword", metavar="EXPR", help="only workloads of cells whose id matches EXPR")

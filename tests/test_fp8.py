@@ -1,4 +1,4 @@
-"""FP8 (issue 18) on CPU: the fp8 technique and the float8 GEMM dtypes are listed, validated,
+"""FP8 on CPU: the fp8 technique and the float8 GEMM dtypes are listed, validated,
 skipped with their reasons off an FP8 GPU (with the install hint when torchao is missing), and the
 FP8-against-BF16 comparison is a pure function of the results."""
 

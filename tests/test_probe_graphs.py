@@ -32,7 +32,7 @@ def _ctx() -> ProbeContext:
 
 def _with_a_break(x: torch.Tensor) -> torch.Tensor:
     y = x + 1
-    importlib.import_module("math")  # dynamo does not trace import_module: a break (session 22's)
+    importlib.import_module("math")  # dynamo does not trace import_module: a break
     return y * 2
 
 

@@ -1,5 +1,5 @@
 """Reliability at the edges: names that become paths, terminal text, OS errors, one run per results file,
-bounds on work, and reports of runs that are not comparable (issue #16)."""
+bounds on work, and reports of runs that are not comparable."""
 
 from __future__ import annotations
 

@@ -116,7 +116,7 @@ def test_resume_runs_a_cell_whose_options_changed_again_and_keeps_the_file_as_it
 
 
 def test_a_resumed_run_narrowed_by_k_keeps_the_records_it_does_not_select(tmp_path: Path) -> None:
-    # Session 12 on the H200: `run --resume -k ONE -o results.json` wrote a file with ONE's record alone.
+    # `run --resume -k ONE -o results.json` must not write a file with ONE's record alone.
     suite_path = tmp_path / "suite.toml"
     out = tmp_path / "results.json"
     suite_path.write_text(SUITE.format(steps=2))

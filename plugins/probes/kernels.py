@@ -48,9 +48,8 @@ __all__ = ["CLASSES", "PROFILED_STEPS", "WARM_STEPS", "classify", "inspect", "su
 WARM_STEPS = 3
 PROFILED_STEPS = 5
 TOP_KERNELS = 40
-"""Kernels kept by name: enough to set two cells' steps side by side kernel by kernel. Session 15 could not
-place a 0.40 ms rise in batch norm between two ResNet-50 recipes on an H200 from a top 12, where the cut-off
-made kernels come and go (a ResNet-50 step runs about 920 kernels)."""
+"""Kernels kept by name: enough to set two cells' steps side by side kernel by kernel (a ResNet-50 step runs
+about 920 kernels; with a short list the cut-off makes kernels come and go between two recipes)."""
 GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 
 # First match wins: attention before matmul (flash kernels are CUTLASS too),

@@ -16,7 +16,7 @@ waits for the host. Fused SGD with momentum mishandles one skipped step (torch
 2.11 to 2.14 at least): on its first step it allocates the momentum buffers
 with ``empty_like`` and lets the kernel fill them, and a kernel told to skip
 (an overflow, which a dynamic loss scale starts with) leaves them uninitialised
-memory that every later step builds on. Issue 15's ResNet-50 cell went
+memory that every later step builds on. A ResNet-50 cell on an H200 went
 non-finite at step 3 with the scale down to 6e-5; LibreYOLO/libreyolo#771
 reports the same. This technique therefore starts fused SGD's momentum buffers
 at zero: SGD's first step sets the buffer to the gradient, and a later step

@@ -100,9 +100,8 @@ def kill_group(proc: Any) -> None:
 class WorkerInterrupted(KeyboardInterrupt):
     """Ctrl-C (or SIGTERM) while a worker ran: the worker is gone, and ``stacks`` says where it was.
 
-    A KeyboardInterrupt still, so every caller that stops on Ctrl-C stops on it. Session 23's cells on an H200 were
-    interrupted at a call's end twice without a step, and their records could not say whether they were compiling
-    or waiting on the GPU.
+    A KeyboardInterrupt still, so every caller that stops on Ctrl-C stops on it. The stacks let the record of a cell
+    interrupted before its first step say whether it was compiling or waiting on the GPU.
     """
 
     def __init__(self, stacks: str) -> None:

@@ -61,11 +61,9 @@ class Budget:
 
     def learn(self, workload: str, techniques: Iterable[str], first_step_seconds: float) -> None:
         """Remember the first step of a cell of ``workload`` measured in an earlier run (``--resume``): it prices
-        first steps as this run's do, and nothing else (the rest of a cell is this run's machine's to say).
-
-        Session 14 on an H200: each of two resumed calls started the ablation's fp16 + compile + channels-last
-        with 131 and 92 s left, priced without a compile because no cell of that call had compiled a subset of
-        it, while the file held amp-fp16 + torch-compile's 157 s first step; the budget cut it both times."""
+        first steps as this run's do, and nothing else (the rest of a cell is this run's machine's to say). Without it, a
+        resumed call that has compiled nothing yet prices a compiled candidate as an eager one and starts it with
+        too little time left."""
         if first_step_seconds > 0:
             techniques = tuple(techniques)
             name = f"{'+'.join(techniques) or 'fp32'} (an earlier run)"
@@ -81,8 +79,7 @@ class Budget:
         and it does not depend on the phase: the largest first step of a measured cell of the workload,
         any phase, whose techniques other than AMP are among the candidate's (a candidate costs at least
         what its most expensive measured part did, and a compile costs about the same in either AMP dtype
-        or in FP32). Session 13's ablation priced its first row, FP32 + compile, from no cell at all,
-        started it with 125 s left, and the budget cut it before its first step was done. First steps of
+        or in FP32), so that an ablation row such as FP32 + compile is not priced as an eager cell. First steps of
         earlier runs (:meth:`learn`) count as this run's. A cell whose ``graph`` this run has measured already
         (a finalist after its screen) finds its compile in inductor's cache: its first step is priced as the
         cheapest seen, of this run or an earlier one. Before any cell of the workload in this run, the rest is
@@ -111,8 +108,8 @@ class Budget:
         workload = self._workload(key)
         seen = [*workload, *self.earlier.get(key[0], [])]
         if graph and any(c.graph == graph for c in workload):
-            # On an H200 a compiled cell's first step took 11-13 s (session 13) and 12-18 s (session 17) once its
-            # graph was in the cache, 265 s before it: as long as an eager one. The cheapest first step seen, of
+            # With its graph in inductor's cache a compiled cell's first step is about as long as an eager one's
+            # (ResNet-50 on an H200: 11-18 s warm, up to 265 s cold). The cheapest first step seen, of
             # this run or the file's (this run's own may all be compiles).
             cheapest = min(seen, key=lambda c: c.first)
             return _Cost(cheapest.techniques, 0.0, cheapest.first, f"{graph} (compiled earlier in this run)", graph)

@@ -47,9 +47,9 @@ def recipe_toml(summary: Mapping[str, Any]) -> str:
         combos += [f"# {line}" for line in _unsettled_lines(winner, w["unit"])]
         combos.append(f"{toml_key(name)} = {toml_value(winner['techniques'])}")
         # Every option value the winner ran with, the tune suite's own [techniques] tables included: pasted into
-        # another suite, a snippet with only tune's choices would run that suite's values instead (session 13's
-        # ResNet-50 recipe ran with compile's reduce-overhead, tile_reductions and pointwise_autotune, all
-        # from tests/gpu/tune-resnet50.toml). Summaries of older versions have only "overrides".
+        # another suite, a snippet with only tune's choices would run that suite's values instead (a recipe may
+        # owe its speed to compile options set in the tune suite's [techniques]). Summaries of older versions
+        # have only "overrides".
         for technique, values in (winner.get("options") or winner.get("overrides") or {}).items():
             tables += [
                 "",

@@ -64,7 +64,18 @@ def test_pageable_loading_feeds_exactly_the_pool_batches_across_epochs(tmp_path:
         "prefetch_factor": None,
         "start_method": "default",
         "batches_per_epoch": 4,
+        "sampler": "endless",
     }
+
+
+def test_worker_loading_crosses_epochs_without_restarting_its_prefetch(tmp_path: Any) -> None:
+    # A loader restarted at each epoch's end drains its workers' prefetch queue there; with 4 batches an
+    # epoch every 4th timed step would wait for a whole batch. One endless epoch: one iterator throughout.
+    step = use(toy_step(tmp_path), "pageable-loading", num_workers=2, prefetch_factor=2)
+    iterator = step.data._iterator
+    take(step, STEPS)
+    assert step.data._iterator is iterator
+    assert step.data.epochs == 2
 
 
 def test_pageable_loading_with_worker_processes_feeds_the_same_batches(tmp_path: Any) -> None:

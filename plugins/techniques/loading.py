@@ -16,10 +16,11 @@ the data path costs and what pinning buys:
   pageable memory, a synchronous copy on every step.
 
 Both iterate the dataset in order (no shuffling, last partial batch dropped),
-so they feed exactly the batches of the workload's synthetic pool, and cycle
-endlessly by re-creating the iterator at the end of an epoch (persistent
-workers survive it). Worker processes start at apply time, so their start-up
-lands in the cell's build time, not in step time.
+so they feed exactly the batches of the workload's synthetic pool, through one
+endless epoch: a loader restarted at every epoch's end drains its prefetch queue
+there, and with a few batches an epoch the timed steps would measure those
+restarts instead of the loader's steady state. Worker processes start at apply
+time, so their start-up lands in the cell's build time, not in step time.
 
 Workers use the platform's default start method (fork on Linux): they only
 index a CPU dataset and never touch CUDA, so forking a process that holds a

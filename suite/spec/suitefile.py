@@ -73,6 +73,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from suite.contract.errors import SuiteFileError
@@ -81,6 +82,13 @@ from suite.spec.combinations import parse_combinations
 from suite.spec.combinations import show_value as _show
 
 __all__ = [
+    "EXECUTOR_KEYS",
+    "MEASURE_KEYS",
+    "RULE_KEYS",
+    "SUITE_KEYS",
+    "TABLE_KEYS",
+    "TOP_KEYS",
+    "WORKLOAD_KEYS",
     "ExecutorSpec",
     "MeasureSpec",
     "Rule",
@@ -93,6 +101,36 @@ __all__ = [
 
 DEVICES = ("auto", "cpu", "cuda")
 RULE_KEYS = ("workload", "plugin", "combination", "technique", "batch_size", "options")
+TOP_KEYS = (
+    "suite",
+    "measure",
+    "workloads",
+    "combinations",
+    "combination_options",
+    "techniques",
+    "include",
+    "exclude",
+    "executor",
+    "tune",
+)
+"""The tables a suite file may have; any other top-level key is refused."""
+SUITE_KEYS = (
+    "name",
+    "description",
+    "device",
+    "seed",
+    "timeout",
+    "baseline",
+    "numerics_tolerance",
+    "memory_limit_gb",
+    "cpu_threads",
+    "base_techniques",
+)
+"""The keys of ``[suite]``; any other is refused."""
+WORKLOAD_KEYS = ("plugin", "batch_size", "gpus", "nodes")
+"""The keys of a ``[workloads.ID]`` table that are not workload options (every other key is one)."""
+EXECUTOR_KEYS = ("name",)
+"""The key of ``[executor]`` that is not an executor option (every other key is one)."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +148,10 @@ class MeasureSpec:
     (see :func:`suite.run.runner.pool_outcomes`); data-parallel cells (``gpus`` > 1) run once whatever it says."""
 
 
+MEASURE_KEYS = tuple(MeasureSpec.__dataclass_fields__)
+"""The keys of ``[measure]``: the fields of :class:`MeasureSpec`; any other is refused."""
+
+
 @dataclass(frozen=True)
 class WorkloadEntry:
     """One ``[workloads.ID]`` table; ``options`` still holds raw values (lists may be axes)."""
@@ -122,6 +164,22 @@ class WorkloadEntry:
     """Processes (one per GPU) per node each cell runs on; 1 is the usual single-process cell."""
     nodes: tuple[int, ...] = (1,)
     """Nodes each cell spans (world size = nodes x gpus); 1: every process on one host."""
+
+
+TABLE_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "": TOP_KEYS,
+        "suite": SUITE_KEYS,
+        "measure": MEASURE_KEYS,
+        "workloads.ID": WORKLOAD_KEYS,
+        "include": RULE_KEYS,
+        "exclude": RULE_KEYS,
+        "executor": EXECUTOR_KEYS,
+    }
+)
+"""Each table's own keys, as the loader reads them ("" is the top level): what docs/suite-file.md documents.
+``[workloads.ID]`` and ``[executor]`` list only the suite's keys; their other keys are the plugin's options.
+``[combinations]``, ``[techniques.*]``, ``[combination_options.*]`` and ``[tune.*]`` have no fixed keys."""
 
 
 @dataclass(frozen=True)
@@ -337,23 +395,7 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SuiteFileError(path, "", f"not valid TOML: {exc}") from exc
-    top = _Reader(
-        path,
-        "",
-        data,
-        (
-            "suite",
-            "measure",
-            "workloads",
-            "combinations",
-            "combination_options",
-            "techniques",
-            "include",
-            "exclude",
-            "executor",
-            "tune",
-        ),
-    )
+    top = _Reader(path, "", data, TOP_KEYS)
     # A misspelled table ([workload.toy]) must be reported as such, not as the missing table it was meant to be.
     top.refuse_unknown()
 
@@ -361,18 +403,7 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
         path,
         "suite",
         top.get("suite", dict, {}, "a table"),
-        (
-            "name",
-            "description",
-            "device",
-            "seed",
-            "timeout",
-            "baseline",
-            "numerics_tolerance",
-            "memory_limit_gb",
-            "cpu_threads",
-            "base_techniques",
-        ),
+        SUITE_KEYS,
     )
     name = s.get("name", str, Path(path).stem, "a string")
     if names.unsafe_name(name):  # the name becomes a folder under reports/
@@ -394,7 +425,7 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
         raise s.error("base_techniques", f"expected a list of distinct technique names, got {_show(base)}")
     s.finish()
 
-    m = _Reader(path, "measure", top.get("measure", dict, {}, "a table"), tuple(MeasureSpec.__dataclass_fields__))
+    m = _Reader(path, "measure", top.get("measure", dict, {}, "a table"), MEASURE_KEYS)
     steps = limits.MAX_SPEC_STEPS
     measure = MeasureSpec(
         warmup_steps=m.number("warmup_steps", MeasureSpec.warmup_steps, minimum=0, maximum=steps, integer=True),

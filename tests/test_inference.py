@@ -323,7 +323,8 @@ def test_inference_fp32_reference_ignores_the_suites_base_techniques() -> None:
 def test_training_references_are_the_tuned_ones_with_base_techniques() -> None:
     """base_techniques = ["cudnn-benchmark"] and an extra ``fp32-defaults = ["-cudnn-benchmark"]`` row: FP32 and
     TF32 are the cells a practitioner runs (cudnn.benchmark on), so every speedup and the numerics verdict are held
-    against them, and PyTorch's defaults are an extra row (an untuned baseline inflated ResNet-50's speedups by 17% on an H200)."""
+    against them, and PyTorch's defaults are an extra row (an untuned baseline inflated ResNet-50's speedups by 17%
+    on an H200)."""
     from tests.test_analysis import doc
 
     fp32 = _base_cell("fp32", ["cudnn-benchmark"], inference=False)

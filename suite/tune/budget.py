@@ -61,9 +61,9 @@ class Budget:
 
     def learn(self, workload: str, techniques: Iterable[str], first_step_seconds: float) -> None:
         """Remember the first step of a cell of ``workload`` measured in an earlier run (``--resume``): it prices
-        first steps as this run's do, and nothing else (the rest of a cell is this run's machine's to say). Without it, a
-        resumed call that has compiled nothing yet prices a compiled candidate as an eager one and starts it with
-        too little time left."""
+        first steps as this run's do, and nothing else (the rest of a cell is this run's machine's to say).
+        Without it, a resumed call that has compiled nothing yet prices a compiled candidate as an eager one and
+        starts it with too little time left."""
         if first_step_seconds > 0:
             techniques = tuple(techniques)
             name = f"{'+'.join(techniques) or 'fp32'} (an earlier run)"

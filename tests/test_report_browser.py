@@ -120,7 +120,7 @@ def machines_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     from suite import results
 
-    h200 = json.loads((Path(__file__).parent.parent / "reports/h200/session3/baseline-cudnn.json").read_text())
+    h200 = json.loads((Path(__file__).parent.parent / "reports/h200/cudnn-benchmark.json").read_text())
     other = copy.deepcopy(h200)
     other["environment"].update(hostname="a-rather-long-host-name.cluster.example.org")
     other["environment"]["gpu"]["name"] = "NVIDIA H100 80GB HBM3"

@@ -15,7 +15,7 @@ from suite import analysis, cli, results
 from suite.contract.errors import ExitCode
 from suite.report import render_site
 
-H200 = Path(__file__).parent.parent / "reports" / "h200" / "session3" / "baseline-cudnn.json"
+H200 = Path(__file__).parent.parent / "reports" / "h200" / "cudnn-benchmark.json"
 
 
 def other_machine(doc: dict[str, Any], gpu: str = "NVIDIA H100 80GB HBM3", host: str = "node-b") -> dict[str, Any]:
@@ -159,7 +159,7 @@ def test_cli_mixing_history_and_machines_explains_it(tmp_path: Path, h200: dict[
     site = tmp_path / "site"
     assert cli.main(["report", str(H200), str(h100_file), str(second), "-o", str(site)]) == ExitCode.OK
     html = (site / "machines.html").read_text()
-    assert "also given, earlier: baseline-cudnn.json" in html and "its history (the History page)" in html
+    assert "also given, earlier: cudnn-benchmark.json" in html and "its history (the History page)" in html
     history = (site / "history.html").read_text()
     assert "resnet50/fp32/bs32" in history and "node-b" not in history  # one machine's history only
 

@@ -347,7 +347,7 @@ def test_real_numerics(real) -> None:
 def test_probe_payloads_that_reports_read_are_checked_on_load(tmp_path) -> None:
     # A file whose checksum is valid but whose tensor-cores rows are not rows would crash the
     # report's workload pages; the loader refuses it in one line instead.
-    source = Path(__file__).resolve().parent.parent / "reports/h200/session3/faults.json"
+    source = Path(__file__).resolve().parent.parent / "reports/h200/faults.json"
     doc = json.loads(source.read_text(encoding="utf-8"))
     cell = next(r for r in doc["cells"] if (r.get("diagnostics") or {}).get("tensor_cores"))
     cell["diagnostics"]["tensor_cores"]["ops"][0]["shapes"] = 1

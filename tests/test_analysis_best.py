@@ -170,3 +170,52 @@ def test_baseline_lines_name_what_each_baseline_ran_with() -> None:
     ]
     plain = {"run": {"suite": {"baseline": "fp32"}}, "cells": [rec("fp32", [])]}
     assert analysis.baseline_lines(plain) == ["\u00d7FP32: against the fp32 cell, float32 with PyTorch's defaults."]
+
+
+# ---------------------------------------------------------------------------
+# A headline never crowns a recipe slower than FP32
+# ---------------------------------------------------------------------------
+
+
+def _fp32_untrusted_and_faster() -> dict[str, Any]:
+    # The FP32 cell is the fastest but too noisy to quote; the fastest trustworthy cell runs at 0.60x of it.
+    return doc(cell("fp32", median=0.03, noise=0.05), cell("amp", median=0.05), cell("amp-fp16", median=0.08))
+
+
+def test_a_best_slower_than_fp32_reads_no_recipe_beats_fp32(tmp_path: Path) -> None:
+    d = _fp32_untrusted_and_faster()
+    best = analysis.best_per_workload(d)["toy"]
+    assert best.record is not None and best.record["id"] == "toy/amp/bs32"
+    assert not best.beats_fp32 and best.headline == analysis.NO_GAIN == "no recipe beats FP32 on this machine"
+    row = next(line for line in markdown_summary(d).splitlines() if line.startswith("| toy |"))
+    assert "no recipe beats FP32 on this machine; fastest trustworthy: toy/amp/bs32" in row
+    html = render_site([d], tmp_path).read_text()
+    assert '<strong class="no-gain">no recipe beats FP32 on this machine</strong>; fastest trustworthy:' in html
+
+
+def test_a_best_faster_than_fp32_is_the_headline() -> None:
+    d = doc(cell("fp32", median=0.04), cell("amp", median=0.01))
+    best = analysis.best_per_workload(d)["toy"]
+    assert best.beats_fp32 and best.headline is None
+    assert "no recipe beats" not in markdown_summary(d)
+
+
+def test_tune_writes_no_recipe_slower_than_fp32() -> None:
+    from suite.tune.outputs import recipe_toml, tune_markdown
+
+    def summary(speedup: float) -> dict[str, Any]:
+        winner = {
+            "combination": "amp-fp16",
+            "techniques": ["amp-fp16"],
+            "batch_size": 8,
+            "throughput": 100.0,
+            "speedup_vs_fp32": speedup,
+            "options": {},
+        }
+        return {"workloads": [{"key": "bert-tiny", "unit": "sequences", "winner": winner}]}
+
+    slower = recipe_toml(summary(0.22))
+    assert "tuned-bert-tiny =" not in slower
+    assert "# bert-tiny: no recipe beats FP32 on this machine" in slower
+    assert "No recipe beats FP32 on this machine" in tune_markdown(summary(0.22))
+    assert 'tuned-bert-tiny = ["amp-fp16"]' in recipe_toml(summary(1.5))

@@ -35,6 +35,7 @@ from suite.analysis.access import throughput as throughput
 from suite.analysis.access import throughput_per_gpu as throughput_per_gpu
 from suite.analysis.access import workload_id as workload_id
 from suite.analysis.access import world_size as world_size
+from suite.analysis.best import NO_GAIN as NO_GAIN
 from suite.analysis.best import Best as Best
 from suite.analysis.best import PassedOver as PassedOver
 from suite.analysis.best import baseline_lines as baseline_lines
@@ -73,6 +74,7 @@ __all__ = [
     "Comparison",
     "Derived",
     "HistoryPoint",
+    "NO_GAIN",
     "Machine",
     "MachineCell",
     "PassedOver",

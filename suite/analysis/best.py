@@ -7,6 +7,11 @@ or a loss scale that collapsed disqualifies it, whatever its speed), and its
 timing is trusted (noise within the run's target, no instability warning).
 Faster cells that were passed over are listed with the reason, so a reader
 sees what the headline would have been and why it is not.
+
+Nor may the headline crown a recipe slower than the FP32 cell it is held
+against (possible when the FP32 cell itself is not trustworthy, or passed over
+for another reason): such a workload's best reads "no recipe beats FP32 on this
+machine" (:data:`NO_GAIN`), with the fastest trustworthy cell beside it.
 """
 
 from __future__ import annotations
@@ -18,7 +23,18 @@ from suite.analysis.access import AnyDocument, is_inference, throughput, workloa
 from suite.analysis.derived import Derived, derive
 from suite.contract.wire import Record, Status
 
-__all__ = ["Best", "PassedOver", "baseline_lines", "best_per_workload", "numerics_reason", "untrusted_reason"]
+__all__ = [
+    "NO_GAIN",
+    "Best",
+    "PassedOver",
+    "baseline_lines",
+    "best_per_workload",
+    "numerics_reason",
+    "untrusted_reason",
+]
+
+NO_GAIN = "no recipe beats FP32 on this machine"
+"""What a headline says instead of crowning a cell slower than its FP32 reference."""
 
 PassedOver = tuple[str, float, str]
 """(cell id, throughput, why it was not chosen) of a cell faster than the best one."""
@@ -81,6 +97,18 @@ class Best:
     record: Record | None
     derived: Derived | None
     passed_over: list[PassedOver] = field(default_factory=list)
+
+    @property
+    def beats_fp32(self) -> bool:
+        """False when the chosen cell is slower than the FP32 cell it is held against (the headline then reads
+        :data:`NO_GAIN`); True otherwise, also when there is no FP32 cell to hold it against."""
+        speedup = None if self.derived is None else self.derived.speedup_vs_fp32
+        return speedup is None or speedup >= 1.0
+
+    @property
+    def headline(self) -> str | None:
+        """:data:`NO_GAIN` when the chosen cell does not beat FP32, else None (the cell is the headline)."""
+        return None if self.record is None or self.beats_fp32 else NO_GAIN
 
 
 def best_per_workload(doc: AnyDocument) -> dict[str, Best]:

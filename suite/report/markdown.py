@@ -57,8 +57,9 @@ def _run_part(doc: Doc, compare_with: Doc | None) -> list[str]:
                 lines.append(f"| {escape_md(workload)} | no trustworthy cell {blanks}|")
                 continue
             d = b.derived
+            headline = f"{escape_md(b.headline)}; fastest trustworthy: " if b.headline else ""
             lines.append(
-                f"| {escape_md(workload)} | {escape_md(b.record['id'])} "
+                f"| {escape_md(workload)} | {headline}{escape_md(b.record['id'])} "
                 f"| {escape_md(b.record['batch_size'])} "
                 f"| {num(analysis.throughput(b.record))} {escape_md(b.record['workload']['unit'])}/s "
                 f"| {ratio(d.speedup_vs_fp32)} | {ratio(d.speedup_vs_tf32)} "

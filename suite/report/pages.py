@@ -126,6 +126,7 @@ def _best_rows(run: Run) -> list[dict[str, Any]]:
                 "workload": workload,
                 "page": workload_page_name(analysis.workload_id(best.record or cells[best.passed_over[0][0]])),
                 "cell": view,
+                "headline": best.headline,
                 "unit": unit,
                 "passed_over": passed_over,
             }

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from suite.analysis.best import NO_GAIN
 from suite.contract.wire import Status
 from suite.spec.tomltext import toml_key, toml_value
 
@@ -20,6 +21,12 @@ __all__ = ["combination_name", "recipe_toml", "tune_markdown"]
 def combination_name(key: str) -> str:
     """The recipe's combination id for a workload configuration (a valid suite-file combination id)."""
     return "tuned-" + re.sub(r"[^A-Za-z0-9_-]+", "-", key).strip("-")
+
+
+def _beats_fp32(winner: Mapping[str, Any]) -> bool:
+    """False for a winner measured slower than its FP32 reference (no FP32 figure: nothing to say it is)."""
+    speed = winner.get("speedup_vs_fp32")
+    return not isinstance(speed, int | float) or speed >= 1.0
 
 
 def recipe_toml(summary: Mapping[str, Any]) -> str:
@@ -43,6 +50,10 @@ def recipe_toml(summary: Mapping[str, Any]) -> str:
         speed = winner.get("speedup_vs_fp32")
         figure = f"{winner['throughput']:,.1f} {w['unit']}/s" + (f", {speed:.2f}x FP32" if speed else "")
         name = combination_name(w["key"])
+        if not _beats_fp32(winner):
+            # A recipe slower than FP32 is no recipe: pasted into a suite it would be read as the tuned one.
+            notes.append(f"# {w['key']}: {NO_GAIN} (fastest trustworthy: {toml_value(winner['techniques'])}, {figure})")
+            continue
         combos.append(f"# {w['key']}, batch_size = {winner['batch_size']}: {figure}")
         combos += [f"# {line}" for line in _unsettled_lines(winner, w["unit"])]
         combos.append(f"{toml_key(name)} = {toml_value(winner['techniques'])}")
@@ -114,8 +125,10 @@ def tune_markdown(summary: Mapping[str, Any]) -> str:
             out.append(f"No recipe: {w.get('reason')}.")
         else:
             out.append(
-                f"Winner: `{winner['combination']}` at batch {winner['batch_size']}, "
-                f"{_num(winner['throughput'])} {w['unit']}/s ({_x(winner.get('speedup_vs_fp32'))} FP32)."
+                ("" if _beats_fp32(winner) else f"**{NO_GAIN[0].upper()}{NO_GAIN[1:]}.** Fastest trustworthy: ")
+                + f"{'Winner: ' if _beats_fp32(winner) else ''}`{winner['combination']}` at batch "
+                f"{winner['batch_size']}, {_num(winner['throughput'])} {w['unit']}/s "
+                f"({_x(winner.get('speedup_vs_fp32'))} FP32)."
             )
             out += [f"{line[0].upper()}{line[1:]}." for line in _unsettled_lines(winner, w["unit"])]
         if w.get("ablation"):

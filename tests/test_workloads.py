@@ -372,6 +372,53 @@ def test_gemm_runs_in_its_dtype_and_follows_autocast(dtype: Any) -> None:
     assert first_loss(amp).dtype == torch.bfloat16
 
 
+@pytest.mark.parametrize(
+    ("dtype", "autocast", "precision"),
+    [
+        ("float32", None, "float32"),
+        ("bfloat16", None, "bfloat16"),
+        ("float16", None, "float16"),
+        ("float32", torch.bfloat16, "bfloat16"),
+        ("float8_e4m3fn", None, "float8_e4m3fn"),
+    ],
+)
+def test_a_correct_gemm_product_is_within_its_precision_s_tolerance(dtype: Any, autocast: Any, precision: str) -> None:
+    step = build("gemm", gemm.GemmOptions(m=96, n=80, k=512, dtype=dtype))
+    step.autocast_dtype = autocast
+    assert step.check_output is not None
+    check = step.check_output()
+    assert check["precision"] == precision and check["reference"] == "float64"
+    assert 0 < check["rel_error"] <= check["tolerance"]
+
+
+def test_gemm_check_draws_new_operands_in_every_call() -> None:
+    step = build("gemm", gemm.GemmOptions(m=16, n=16, k=16, dtype="bfloat16"))
+    assert step.check_output is not None
+    assert step.check_output()["seed"] != step.check_output()["seed"]
+
+
+def test_a_corrupted_bf16_gemm_product_is_not_ok(monkeypatch: Any) -> None:
+    from suite.analysis import best_per_workload
+    from tests.test_analysis import cell, doc
+
+    real = torch.mm
+    # A product 3% off: three times what bfloat16's rounding explains.
+    monkeypatch.setattr(torch, "mm", lambda a, b: real(a, b) * 1.03)
+    step = build("gemm", gemm.GemmOptions(m=64, n=64, k=256, dtype="bfloat16"))
+    assert step.check_output is not None
+    check = step.check_output()
+    assert check["rel_error"] > check["tolerance"]
+    monkeypatch.setattr(torch, "mm", real)
+    healthy = build("gemm", gemm.GemmOptions(m=64, n=64, k=256, dtype="bfloat16")).check_output()  # type: ignore[misc]
+    bad, good = cell("amp", median=0.01), cell("amp-fp16", median=0.02, loss=9.0)  # loss far from FP32's: ignored
+    bad["numerics"]["output_check"], good["numerics"]["output_check"] = check, healthy
+    result = best_per_workload(doc(cell("fp32", median=0.04), bad, good))["toy"]
+    assert result.record is not None and result.record["id"] == "toy/amp-fp16/bs32"
+    assert result.derived is not None and result.derived.numerics_verdict == "ok"
+    ((cell_id, _, why),) = result.passed_over
+    assert cell_id == "toy/amp/bs32" and why.startswith("output's relative error") and "float64" in why
+
+
 def test_gemm_options_are_validated() -> None:
     with pytest.raises(
         ValueError, match="dtype must be one of float32, float16, bfloat16, float8_e4m3fn, float8_e5m2, got 'int8'"

@@ -24,8 +24,11 @@ every dtype.
 Inputs are allocated once and never change, so a CUDA graph can capture the
 step; nothing needs gradients, there is no optimizer and ``update`` does
 nothing. The step returns one element of the product as its "loss": a view,
-so no host synchronisation, and a value that the numerics phase can compare
-with the FP32 baseline.
+so no host synchronisation. One element says nothing about a product's
+precision, so the cell's numerics verdict comes from ``check_output``: the
+product of operands drawn afresh in each process, against float64 of the same
+operands, by relative error norm, within a tolerance per precision (float32,
+TF32, float16/bfloat16, FP8; ``_gemm.TOLERANCES``).
 """
 
 from __future__ import annotations

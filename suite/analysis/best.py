@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from suite.analysis.access import AnyDocument, is_inference, throughput, workload_id
-from suite.analysis.derived import Derived, derive
+from suite.analysis.derived import Derived, derive, output_check
 from suite.contract.wire import Record, Status
 
 __all__ = [
@@ -57,6 +57,12 @@ def numerics_reason(record: Record, derived: Derived) -> str | None:
     collapsed = numerics.get("scale_collapsed_step")
     if collapsed is not None:
         return f"loss scale collapsed at step {collapsed}"
+    check = output_check(record)
+    if derived.numerics_verdict == "drift" and check is not None:
+        return (
+            f"output's relative error {check.get('rel_error'):.2e} against {check.get('reference')} "
+            f"above tolerance {check.get('tolerance'):.0e}"
+        )
     if derived.numerics_verdict == "drift":
         diff = derived.loss_rel_diff
         return "loss drifted from FP32" + ("" if diff is None else f" by {diff:.2%}")

@@ -38,6 +38,10 @@ Numerics verdict
     not pass or there is no passed FP32 cell with a finite loss to hold it
     against; otherwise ``"drift"`` when ``|loss_at_n - fp32| / |fp32|`` exceeds
     ``run.suite.numerics_tolerance`` (default 0.05) and ``"ok"`` when it does not.
+    A cell whose workload checks its own output (``numerics.output_check``: GEMM's
+    product against float64, whose loss is one element of that product) is judged
+    by that check alone: ``"ok"`` when its ``rel_error`` is within its
+    ``tolerance``, else ``"drift"``.
 
 Scaling efficiency (data-parallel cells, suite-file ``gpus``)
     For a cell of world size N > 1: its total throughput / (N x the throughput
@@ -78,7 +82,7 @@ from suite.analysis.access import (
 )
 from suite.contract.wire import Record
 
-__all__ = ["Derived", "Verdict", "derive", "is_nonfinite"]
+__all__ = ["Derived", "Verdict", "derive", "is_nonfinite", "output_check"]
 
 Verdict = Literal["ok", "drift", "non-finite", "n/a"]
 
@@ -206,11 +210,24 @@ def _loss_rel_diff(reference: Record | None, record: Record) -> float | None:
     return abs(own - ref) / abs(ref)
 
 
+def output_check(record: Record) -> Mapping[str, Any] | None:
+    """The record's own output check (a workload's ``check_output``, e.g. GEMM's product against float64), if any."""
+    check = (record.get("numerics") or {}).get("output_check")
+    return check if isinstance(check, Mapping) else None
+
+
 def _verdict(record: Record, reference: Record | None, diff: float | None, tolerance: float) -> Verdict:
     if not passed(record):
         return "n/a"
     if is_nonfinite(record):
         return "non-finite"
+    check = output_check(record)
+    if check is not None:
+        # The workload's loss is no training loss (one element of a product): its own check decides.
+        error, bound = finite(check.get("rel_error")), finite(check.get("tolerance"))
+        if error is None or bound is None:
+            return "non-finite" if check.get("rel_error") is not None else "n/a"
+        return "ok" if error <= bound else "drift"
     if diff is None or reference is None or is_nonfinite(reference):
         return "n/a"
     return "drift" if diff > tolerance else "ok"

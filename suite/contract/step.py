@@ -61,6 +61,8 @@ class TrainStep:
         them) or its own forward_backward/update (GEMM does this).
         dataset/collate: a host-side dataset of CPU samples, when the workload
         has a data path that loading techniques can act on.
+        check_output: for a workload whose loss is no training loss (GEMM's
+        is one element of a product), its own correctness check.
 
     Fields techniques set:
         autocast_dtype, scaler, forward_backward, update, wrappers, and
@@ -87,6 +89,10 @@ class TrainStep:
     collate: Callable[[Any], Batch] | None = None
     """Turns a default-collated DataLoader item into a CPU :class:`Batch`."""
     memory_format: torch.memory_format | None = None
+    check_output: Callable[[], dict[str, Any]] | None = None
+    """``check_output() -> {"rel_error": float, "tolerance": float, "reference": str, ...}``: the step's output
+    held against a higher-precision reference (JSON-serialisable values). When set, the cell's numerics verdict is
+    this check's (within the tolerance: "ok") instead of its loss against the FP32 cell's."""
     notes: dict[str, Any] = field(default_factory=dict)
     """Facts for the record (e.g. ``compile_seconds``); JSON-serialisable values only."""
 

@@ -294,6 +294,7 @@ class Numerics(TypedDict, total=False):
     scale_start: float | None
     scale_collapsed_step: int | None
     scale_at_collapse: float | None
+    output_check: dict[str, Any]
 
 
 class Evidence(TypedDict, total=False):

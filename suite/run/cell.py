@@ -145,6 +145,9 @@ def measure_cell(
     state["phase"] = "numerics"
     numerics = run_numerics(step, run, spec.numerics_steps, metrics, step_author(cell))
     state["numerics"] = numerics
+    if step.check_output is not None:
+        state["phase"] = "output check"
+        numerics["output_check"] = step.check_output()
 
     ctx = ProbeContext(step=step, run=run, cell=Cell.from_dict(cell), metrics=metrics)
     probes = sorted(registry.probes.values(), key=lambda p: (p.order, p.name))

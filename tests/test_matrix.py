@@ -525,3 +525,82 @@ def test_select_keeps_matrix_order_and_none_selects_all(reg) -> None:
     cells = cells_of(reg, "[workloads.toy]\nbatch_size = [8, 16]\n[combinations]\nfp32 = []\nnoop = ['noop']\n")
     assert ids(select(cells, "noop or bs16")) == ["toy/noop/bs8", "toy/fp32/bs16", "toy/noop/bs16"]
     assert select(cells, None) == cells
+
+
+# -- table options (a dict-typed field, as torch-compile's inductor) -----------------------------------------------
+
+
+def _entry_type(name: str) -> Any:
+    """An entry_type hook: the settings a table takes, by (dotted) name."""
+    known: dict[str, Any] = {"depth": int, "ratio": float, "sub.shape": tuple[int, ...], "sub.on": bool}
+    if name not in known:
+        raise ValueError(f"no setting {name!r}")
+    return known[name]
+
+
+@dataclass(frozen=True)
+class TableOptions:
+    weights: dict[str, int] = field(default_factory=dict, metadata={"help": "any names, integer values"})
+    settings: dict[str, Any] = field(
+        default_factory=dict, metadata={"help": "named settings", "entry_type": _entry_type}
+    )
+    mode: str = field(default="a", metadata={"help": "a plain option"})
+
+
+def test_a_table_option_is_described_built_and_written_back_as_plain_values() -> None:
+    from suite.spec.options import build_options, describe, is_table_option, options_as_dict
+
+    assert [(o.name, o.type, o.default) for o in describe(TableOptions)][:2] == [
+        ("weights", "table of int", {}),
+        ("settings", "table", {}),
+    ]
+    assert is_table_option(TableOptions, "settings") and not is_table_option(TableOptions, "mode")
+    # TOML's unquoted dotted keys arrive as sub-tables: the hook's refusal of "sub" makes them dotted names.
+    built = build_options(
+        TableOptions, {"weights": {"a.b": 2}, "settings": {"ratio": 1, "sub": {"shape": [2, 2], "on": True}}}
+    )
+    assert built.settings == {"ratio": 1.0, "sub.shape": (2, 2), "sub.on": True}
+    assert isinstance(built.settings["ratio"], float)
+    assert options_as_dict(built) == {
+        "weights": {"a.b": 2},
+        "settings": {"ratio": 1.0, "sub.shape": [2, 2], "sub.on": True},
+        "mode": "a",
+    }
+
+
+@pytest.mark.parametrize(
+    ("values", "key", "message"),
+    [
+        ({"weights": [1]}, "weights", "expected a table (KEY = value), got [1]"),
+        ({"weights": {"a.b": "x"}}, 'weights."a.b"', "expected an integer, got 'x'"),
+        ({"weights": {"a": float("nan")}}, "weights.a", "expected an integer, got nan"),
+        ({"settings": {"dpeth": 3}}, "settings.dpeth", "no setting 'dpeth'"),
+        ({"settings": {"sub": {"of": True}}}, 'settings."sub.of"', "no setting 'sub.of'"),
+        ({"settings": {"depth": True}}, "settings.depth", "expected an integer, got True"),
+        ({"settings": {"sub.shape": [1, "2"]}}, 'settings."sub.shape"[1]', "expected an integer, got '2'"),
+    ],
+)
+def test_a_table_option_names_the_entry_it_refuses(values: dict[str, Any], key: str, message: str) -> None:
+    from suite.spec.options import OptionError, UnknownOption, build_options
+
+    with pytest.raises(OptionError) as info:
+        build_options(TableOptions, values)
+    assert (info.value.key, info.value.message) == (key, message)
+    assert isinstance(info.value, UnknownOption) is message.startswith("no setting")
+
+
+def test_a_later_table_merges_into_an_earlier_one_entry_by_entry() -> None:
+    from suite.spec.options import merge_values
+
+    base = {"weights": {"a": 1, "b": 2}, "mode": "a"}
+    assert merge_values(TableOptions, base, {"weights": {"b": 3, "c": 4}, "mode": "b"}) == {
+        "weights": {"a": 1, "b": 3, "c": 4},
+        "mode": "b",
+    }
+    # OPTION.ENTRY sets one entry (how tune names a variant of one), the rest of the table kept.
+    assert merge_values(TableOptions, base, {"weights.c": 5, "settings.sub.on": True}) == {
+        "weights": {"a": 1, "b": 2, "c": 5},
+        "settings": {"sub.on": True},
+        "mode": "a",
+    }
+    assert base == {"weights": {"a": 1, "b": 2}, "mode": "a"}  # the earlier table is left as it was

@@ -158,11 +158,18 @@ STRUCTURE_ERRORS = [
         r"tune\.torch-compile\.mode: expected a non-empty list of values to try, got an empty list",
     ),
     (
+        "tune-table-entry-not-a-list",
+        GOOD_TOY + "[tune.torch-compile.inductor]\ncombo_kernels = true\n",
+        r"tune\.torch-compile\.inductor\.combo_kernels: expected a non-empty list of values to try, got True",
+    ),
+    (
         "tune-not-a-table-of-tables",
         GOOD_TOY + "[tune]\ntorch-compile = 'fast'\n",
         r"tune\.torch-compile: expected a table of option = \[values\], got 'fast'",
     ),
 ]
+
+INDUCTOR = "[combinations]\nfp32 = []\nc = ['torch-compile']\n[techniques.torch-compile.inductor]\n"
 
 # Errors found when the suite meets the registry (matrix.expand).
 PLUGIN_ERRORS = [
@@ -237,6 +244,42 @@ PLUGIN_ERRORS = [
         GOOD_TOY
         + "[combinations]\nfp32 = []\nc = ['torch-compile']\n[tune.torch-compile]\nmode = ['default', 'turbo']\n",
         r"tune\.torch-compile\.mode\[1\]: mode must be one of .*, got 'turbo'",
+    ),
+    (
+        "inductor-setting-unknown",
+        GOOD_TOY + INDUCTOR + "tile_reductionz = true\n",
+        r"techniques\.torch-compile\.inductor\.tile_reductionz: not a torch\._inductor\.config setting of torch "
+        r"\S+; did you mean 'triton\.tile_reductions'\?",
+    ),
+    (
+        "inductor-setting-unknown-dotted",
+        GOOD_TOY + INDUCTOR + "triton.tile_reductionz = true\n",
+        r"techniques\.torch-compile\.inductor\.\"triton\.tile_reductionz\": not a torch\._inductor\.config setting "
+        r"of torch \S+; did you mean 'triton\.tile_reductions'\?",
+    ),
+    (
+        "inductor-setting-wrong-type",
+        GOOD_TOY + INDUCTOR + "coordinate_descent_tuning = 'yes'\n",
+        r"techniques\.torch-compile\.inductor\.coordinate_descent_tuning: expected true or false, got 'yes'",
+    ),
+    (
+        "inductor-not-a-table",
+        GOOD_TOY + "[combinations]\nfp32 = []\nc = ['torch-compile']\n[techniques.torch-compile]\ninductor = true\n",
+        r"techniques\.torch-compile\.inductor: expected a table \(KEY = value\), got True",
+    ),
+    (
+        "inductor-setting-unknown-in-a-combination",
+        GOOD_TOY
+        + "[combinations]\nfp32 = []\nc = ['torch-compile']\n"
+        + "[combination_options.c.torch-compile.inductor]\ncombo_kernel = true\n",
+        r"combination_options\.c\.torch-compile\.inductor\.combo_kernel: not a torch\._inductor\.config setting "
+        r"of torch \S+; did you mean 'combo_kernels'\?",
+    ),
+    (
+        "inductor-with-another-backend",
+        GOOD_TOY + INDUCTOR + "combo_kernels = true\n[techniques.torch-compile]\nbackend = 'aot_eager'\n",
+        r"techniques\.torch-compile: inductor settings \(combo_kernels\) apply to the inductor backend only, "
+        r"got backend 'aot_eager'",
     ),
 ]
 

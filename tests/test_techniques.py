@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -31,7 +30,7 @@ from plugins.techniques import (
 )
 from plugins.workloads import toy
 from suite import Batch, BuildContext, CheckContext, SkipCell, Technique, TrainStep, Workload
-from suite.spec.options import OptionError, build_options
+from suite.spec.options import OptionError, build_options, options_as_dict
 
 MODULES = (amp, islands, cuda_graphs, loading, channels_last, precision_flags, compile_, fused_optimizer)
 TECHNIQUES: dict[str, Technique] = {t.name: t for m in MODULES for t in m.ampsuite_techniques()}
@@ -548,13 +547,7 @@ def test_torch_compile_wraps_the_model_and_keeps_the_losses(tmp_path: Any) -> No
         "backend": "aot_eager",
         "fullgraph": False,
         "dynamic": False,
-        "coordinate_descent": False,
-        "pointwise_autotune": False,
-        "tile_reductions": False,
-        "combo_kernels": False,
-        "pdl": False,
-        "aggressive_fusion": False,
-        "mix_order_split_autotune": False,
+        "inductor": {},
     }
     assert losses(step, 3) == pytest.approx(reference, rel=1e-5)
 
@@ -614,75 +607,111 @@ def test_torch_compile_leaves_a_dtype_keyed_aot_cache_on(tmp_path: Any, monkeypa
 
 
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
-def test_torch_compile_coordinate_descent_is_the_mode_as_options_plus_the_tuning(
+def test_torch_compile_passes_the_mode_as_options_plus_the_inductor_table(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     import torch._inductor
 
     calls: list[dict[str, Any]] = []
+    real_compile = torch.compile
 
-    def fake_compile(model: Any, **kwargs: Any) -> Any:
+    def recording_compile(model: Any, **kwargs: Any) -> Any:
         calls.append(kwargs)
-        return model
+        return real_compile(model, **kwargs)  # torch checks the options' names and types here, compiling nothing yet
 
-    monkeypatch.setattr(torch, "compile", fake_compile)
-    step = use(toy_step(tmp_path), "torch-compile", mode=mode, coordinate_descent=True)
+    monkeypatch.setattr(torch, "compile", recording_compile)
+    table = {"coordinate_descent_tuning": True, "triton.tile_reductions": True, "triton.max_tiles": 3}
+    step = use(toy_step(tmp_path), "torch-compile", mode=mode, inductor=table)
     (kwargs,) = calls
-    # torch.compile refuses mode and options together: the mode travels as its own options.
-    assert "mode" not in kwargs
-    assert kwargs["options"] == {**torch._inductor.list_mode_options(mode), "coordinate_descent_tuning": True}
-    assert step.notes["torch_compile"]["coordinate_descent"] is True and step.notes["torch_compile"]["mode"] == mode
+    # torch.compile refuses mode and options together: the mode travels as its own options, the table on top.
+    assert "mode" not in kwargs and kwargs["dynamic"] is False
+    assert kwargs["options"] == {**torch._inductor.list_mode_options(mode), **table}
+    assert isinstance(step.model, torch._dynamo.eval_frame.OptimizedModule)
+    assert step.notes["torch_compile"]["inductor"] == table and step.notes["torch_compile"]["mode"] == mode
+
+
+def test_an_inductor_entry_can_turn_off_what_the_mode_sets(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(torch, "compile", lambda model, **kwargs: calls.append(kwargs) or model)
+    use(toy_step(tmp_path), "torch-compile", mode="reduce-overhead", inductor={"triton.cudagraphs": False})
+    (kwargs,) = calls
+    assert kwargs["options"] == {"triton.cudagraphs": False}
+
+
+def test_the_inductor_table_is_read_from_a_suite_file_and_merged_per_combination(
+    tmp_path: Any, registry: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """[techniques.torch-compile.inductor] reaches every compiled cell, unquoted dotted keys included;
+    [combination_options.NAME.torch-compile.inductor] adds entries on top in one combination, as any option
+    there goes on top of [techniques]; the cell's options build into the kwargs torch.compile receives."""
+    from suite.spec import matrix, suitefile
+
+    text = (
+        "[workloads.toy]\nbatch_size = 8\n"
+        '[combinations]\nfp32 = []\nplain = ["torch-compile"]\nfused = ["torch-compile"]\n'
+        '[techniques.torch-compile]\nmode = "reduce-overhead"\n'
+        "[techniques.torch-compile.inductor]\ncoordinate_descent_tuning = true\ntriton.tile_reductions = true\n"
+        "[combination_options.fused.torch-compile]\nfullgraph = true\n"
+        "[combination_options.fused.torch-compile.inductor]\ncombo_kernels = true\ncoordinate_descent_tuning = false\n"
+    )
+    cells = {c.combination: c for c in matrix.expand(suitefile.loads(text, "suite.toml"), registry, "cpu")}
+    plain = dict(cells["plain"].techniques)["torch-compile"]
+    fused = dict(cells["fused"].techniques)["torch-compile"]
+    assert plain["inductor"] == {"coordinate_descent_tuning": True, "triton.tile_reductions": True}
+    assert plain["mode"] == "reduce-overhead" and plain["fullgraph"] is False
+    assert fused == {
+        "mode": "reduce-overhead",
+        "fullgraph": True,
+        "backend": "inductor",
+        "inductor": {"coordinate_descent_tuning": False, "triton.tile_reductions": True, "combo_kernels": True},
+    }
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(torch, "compile", lambda model, **kwargs: calls.append(kwargs) or model)
+    TECHNIQUES["torch-compile"].apply(toy_step(tmp_path), build_options(compile_.CompileOptions, fused))
+    (kwargs,) = calls
+    assert kwargs["options"] == {"triton.cudagraphs": True, **fused["inductor"]} and kwargs["fullgraph"] is True
+
+
+def test_an_inductor_setting_is_checked_against_this_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    from plugins.techniques import _compile
+
+    with pytest.raises(OptionError) as info:
+        build_options(compile_.CompileOptions, {"inductor": {"tile_reductionz": True}})
+    assert info.value.key == "inductor.tile_reductionz"
+    assert info.value.message == (
+        f"not a torch._inductor.config setting of torch {torch.__version__}; did you mean 'triton.tile_reductions'?"
+    )
+    # A torch without a setting (a newer torch's) refuses it the same way, before any cell runs.
+    monkeypatch.setattr(_compile, "_setting_names", lambda: ("combo_kernels", "triton.tile_reductions"))
+    with pytest.raises(OptionError, match=r"^inductor\.\"triton\.enable_pdl\": not a torch\._inductor\.config setting"):
+        build_options(compile_.CompileOptions, {"inductor": {"combo_kernels": True, "triton.enable_pdl": True}})
 
 
 @pytest.mark.parametrize(
-    ("chosen", "settings"),
+    ("table", "key", "message"),
     [
-        ({"pointwise_autotune": True}, {"max_autotune_pointwise": True}),
-        (
-            {"pointwise_autotune": True, "coordinate_descent": True},
-            {"max_autotune_pointwise": True, "coordinate_descent_tuning": True},
-        ),
-        # tile_reductions brings the n-d tiling inductor's documentation pairs it with
-        ({"tile_reductions": True}, {"triton.tile_reductions": True, "triton.prefer_nd_tiling": True}),
-        (
-            {"tile_reductions": True, "pointwise_autotune": True},
-            {"triton.tile_reductions": True, "triton.prefer_nd_tiling": True, "max_autotune_pointwise": True},
-        ),
-        ({"combo_kernels": True}, {"combo_kernels": True}),
-        ({"pdl": True, "combo_kernels": True}, {"triton.enable_pdl": True, "combo_kernels": True}),
-        ({"aggressive_fusion": True}, {"aggressive_fusion": True}),
-        ({"mix_order_split_autotune": True}, {"triton.mix_order_reduction_autotune_split_size": True}),
+        ({"coordinate_descent_tuning": 1}, "inductor.coordinate_descent_tuning", "expected true or false, got 1"),
+        ({"triton.max_tiles": "two"}, 'inductor."triton.max_tiles"', "expected int or none, got 'two'"),
+        ({"max_autotune_gemm_backends": True}, "inductor.max_autotune_gemm_backends", "expected a string, got True"),
+        ({"worker_log_path": "x"}, "inductor.worker_log_path", "declares it without a type"),
     ],
 )
-def test_torch_compile_inductor_settings_reach_inductor(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, chosen: dict[str, bool], settings: dict[str, bool]
-) -> None:
-    import torch._inductor
-
-    calls: list[dict[str, Any]] = []
-    monkeypatch.setattr(torch, "compile", lambda model, **kwargs: calls.append(kwargs) or model)
-    step = use(toy_step(tmp_path), "torch-compile", mode="reduce-overhead", **chosen)
-    (kwargs,) = calls
-    assert kwargs["options"] == {**torch._inductor.list_mode_options("reduce-overhead"), **settings}
-    assert all(step.notes["torch_compile"][name] is True for name in chosen)
+def test_an_inductor_value_of_the_wrong_type_is_refused(table: dict[str, Any], key: str, message: str) -> None:
+    with pytest.raises(OptionError) as info:
+        build_options(compile_.CompileOptions, {"inductor": table})
+    assert info.value.key == key and message in info.value.message
 
 
-def test_torch_compile_skips_a_setting_this_torchs_inductor_lacks(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from plugins.techniques import _compile
-
-    # inductor's config module, as read through dotted names; torch 2.11's, say, without triton.enable_pdl
-    older = types.SimpleNamespace(combo_kernels=False, triton=types.SimpleNamespace(tile_reductions=False))
-    assert _compile._has_setting(older, "combo_kernels") and _compile._has_setting(older, "triton.tile_reductions")
-    assert not _compile._has_setting(older, "triton.enable_pdl") and not _compile._has_setting(older, "pdl")
-    calls: list[dict[str, Any]] = []
-    monkeypatch.setattr(torch, "compile", lambda model, **kwargs: calls.append(kwargs) or model)
-    has = _compile._has_setting
-    monkeypatch.setattr(_compile, "_has_setting", lambda config, name: has(older, name))
-    with pytest.raises(SkipCell, match=r"inductor has no setting triton\.enable_pdl$"):
-        use(toy_step(tmp_path), "torch-compile", mode="reduce-overhead", pdl=True, combo_kernels=True)
-    assert calls == []
+def test_inductor_values_take_the_settings_types(tmp_path: Any) -> None:
+    """A float setting takes a TOML integer and a tuple setting a TOML array, as torch.compile's own check
+    (isinstance) wants them: built, they are a float and a tuple, and torch.compile accepts them."""
+    table = {"cpu_gpu_bw": 50, "cuda.cutlass_dynamic_cluster_shape": [1, 1, 1]}
+    built = build_options(compile_.CompileOptions, {"inductor": table})
+    assert built.inductor == {"cpu_gpu_bw": 50.0, "cuda.cutlass_dynamic_cluster_shape": (1, 1, 1)}
+    assert isinstance(built.inductor["cpu_gpu_bw"], float)
+    assert options_as_dict(built)["inductor"] == {"cpu_gpu_bw": 50.0, "cuda.cutlass_dynamic_cluster_shape": [1, 1, 1]}
+    step = TECHNIQUES["torch-compile"].apply(toy_step(tmp_path), built)  # torch.compile checks the types here
+    assert step.notes["torch_compile"]["inductor"] == built.inductor
 
 
 def test_torch_compile_without_extra_settings_passes_the_mode(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -698,10 +727,13 @@ def test_torch_compile_without_extra_settings_passes_the_mode(tmp_path: Any, mon
     [
         ({"mode": "fast"}, "mode must be one of .* got 'fast'"),
         ({"mode": "max-autotune", "backend": "eager"}, "applies to the inductor backend only"),
-        ({"coordinate_descent": True, "backend": "aot_eager"}, "coordinate_descent applies to the inductor backend"),
-        ({"pointwise_autotune": True, "backend": "aot_eager"}, "pointwise_autotune applies to the inductor backend"),
-        ({"tile_reductions": True, "backend": "aot_eager"}, "tile_reductions applies to the inductor backend"),
-        ({"pdl": True, "backend": "aot_eager"}, "pdl applies to the inductor backend"),
+        (
+            {"inductor": {"combo_kernels": True}, "backend": "aot_eager"},
+            r"inductor settings \(combo_kernels\) apply to the inductor backend only",
+        ),
+        ({"inductor": ["combo_kernels"]}, r"inductor: expected a table \(KEY = value\), got \['combo_kernels'\]"),
+        # A name the old booleans used is no option any more: the table says which settings it meant.
+        ({"tile_reductions": True}, "tile_reductions: unknown option"),
     ],
 )
 def test_torch_compile_rejects_bad_options(options: dict[str, Any], message: str) -> None:
@@ -713,10 +745,10 @@ def test_torch_compile_rejects_bad_options(options: dict[str, Any], message: str
 @pytest.mark.skipif(
     not os.environ.get("AMPSUITE_SLOW_TESTS"), reason="inductor on CPU takes ~20 s; set AMPSUITE_SLOW_TESTS=1"
 )
-@pytest.mark.parametrize("coordinate_descent", [False, True])
-def test_torch_compile_with_inductor_matches_eager(tmp_path: Any, coordinate_descent: bool) -> None:
+@pytest.mark.parametrize("inductor", [{}, {"coordinate_descent_tuning": True}])
+def test_torch_compile_with_inductor_matches_eager(tmp_path: Any, inductor: dict[str, Any]) -> None:
     reference = losses(toy_step(tmp_path), 3)
-    step = use(toy_step(tmp_path), "torch-compile", coordinate_descent=coordinate_descent)
+    step = use(toy_step(tmp_path), "torch-compile", inductor=inductor)
     assert losses(step, 3) == pytest.approx(reference, rel=1e-4)
 
 

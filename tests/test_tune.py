@@ -14,7 +14,7 @@ import pytest
 from suite import results
 from suite import tune as tune_module
 from suite.cli import main
-from suite.contract.errors import ExitCode
+from suite.contract.errors import ExitCode, SuiteFileError
 from suite.contract.wire import Cell, Status, screen_id, screened_cell
 from suite.host import session
 from suite.host.manager import PluginSettings
@@ -24,7 +24,7 @@ from suite.spec.matrix import expand
 from suite.spec.suitefile import SuiteSpec, loads
 from suite.tune import TuneConfig, recipe_toml, search, tune, untrusted_reason
 from suite.tune.search import BUDGET_ROW, HEAD_START, SCREENED_AGAIN, STOOD_IN
-from suite.tune.space import Candidate, option_choices
+from suite.tune.space import Candidate, option_choices, workload_configs
 from suite.tune.tuner import Tuner
 
 TOY_SUITE = """\
@@ -240,17 +240,72 @@ def test_option_variants_come_from_literal_types_and_known_choices(registry: Any
 
 
 def test_the_suite_declares_option_values_to_try(registry: Any) -> None:
-    current = {"mode": "default", "backend": "inductor", "coordinate_descent": False}
-    declared = {"mode": ["max-autotune-no-cudagraphs"], "coordinate_descent": [True]}
+    current = {"mode": "default", "backend": "inductor", "fullgraph": False}
+    declared = {"mode": ["max-autotune-no-cudagraphs"], "fullgraph": [True]}
     variants = option_choices(registry, "torch-compile", current, declared)
     # [tune.torch-compile] replaces the values of the options it names, and a flag is tried when declared.
-    assert variants == [("mode", "max-autotune-no-cudagraphs"), ("coordinate_descent", True)]
+    assert variants == [("mode", "max-autotune-no-cudagraphs"), ("fullgraph", True)]
     # A value the technique refuses with the options it would join is none: compile modes are inductor's.
-    assert option_choices(registry, "torch-compile", {**current, "backend": "aot_eager"}, declared) == []
+    assert option_choices(registry, "torch-compile", {**current, "backend": "aot_eager"}, declared) == [
+        ("fullgraph", True)
+    ]
+
+
+def test_the_suite_declares_values_of_inductor_entries_to_try(registry: Any) -> None:
+    """[tune.torch-compile.inductor] lists values per entry: each is a variant of its own, OPTION.ENTRY, set on
+    top of the suite's table; an entry at the value the table already has is none."""
+    current = {"mode": "default", "backend": "inductor", "inductor": {"combo_kernels": True}}
+    declared = {"inductor.combo_kernels": [True, False], "inductor.triton.tile_reductions": [True]}
+    variants = option_choices(registry, "torch-compile", current, declared)
+    assert variants == [
+        ("mode", "reduce-overhead"),
+        ("inductor.combo_kernels", False),
+        ("inductor.triton.tile_reductions", True),
+    ]
+    # Entries are inductor's: none is a variant under another backend.
+    assert (
+        option_choices(registry, "torch-compile", {**current, "backend": "aot_eager", "inductor": {}}, declared) == []
+    )
+    candidate = Candidate(
+        ("amp-bf16", "torch-compile"), 8, {"torch-compile": {"inductor.triton.tile_reductions": True}}
+    )
+    assert candidate.combination == "amp-bf16+torch-compile@torch-compile.inductor.triton.tile_reductions=True"
+
+
+def test_a_variant_entry_goes_into_the_suites_inductor_table(registry: Any) -> None:
+    """A candidate's OPTION.ENTRY override is merged into [techniques.torch-compile.inductor] in its cell, and the
+    [tune.torch-compile.inductor] table is checked at load like any other option value."""
+    suite = (
+        "[workloads.toy]\nbatch_size = 8\n[combinations]\nfp32 = []\nc = ['amp-bf16', 'torch-compile']\n"
+        "[techniques.torch-compile.inductor]\ncombo_kernels = true\n"
+        "[tune.torch-compile.inductor]\ncoordinate_descent_tuning = [true]\n"
+    )
+    spec = loads(suite, "s.toml")
+    assert spec.tune_choices == {"torch-compile": {"inductor.coordinate_descent_tuning": (True,)}}
+    (config,) = workload_configs(spec, expand(spec, registry, "cpu"), {})
+    candidate = Candidate(("amp-bf16", "torch-compile"), 8).with_option(
+        "torch-compile", "inductor.coordinate_descent_tuning", True, None
+    )
+    cell = candidate.cell(spec, registry, "cpu", config)
+    assert dict(cell.techniques)["torch-compile"]["inductor"] == {
+        "combo_kernels": True,
+        "coordinate_descent_tuning": True,
+    }
+    assert cell.combination == "amp-bf16+torch-compile@torch-compile.inductor.coordinate_descent_tuning=True"
+    for bad, pattern in [
+        ("coordinate_descent_tunin = [true]", r"tune\.torch-compile\.inductor\.coordinate_descent_tunin: not a "),
+        ("coordinate_descent_tuning = [true, 2]", r"tune\.torch-compile\.inductor\.coordinate_descent_tuning\[1\]: "),
+        ("coordinate_descent_tuning = true", r"tune\.torch-compile\.inductor\.coordinate_descent_tuning: expected a "),
+    ]:
+        text = suite.replace("coordinate_descent_tuning = [true]", bad)
+        with pytest.raises(SuiteFileError, match=pattern):
+            expand(loads(text, "s.toml"), registry, "cpu")
 
 
 def test_declared_choices_are_measured_against_the_winner(tmp_path: Path) -> None:
-    extra = 'compiled = ["amp-bf16", "torch-compile"]\n[tune.torch-compile]\ncoordinate_descent = [true]'
+    extra = (
+        'compiled = ["amp-bf16", "torch-compile"]\n[tune.torch-compile.inductor]\ncoordinate_descent_tuning = [true]'
+    )
     (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra=extra), encoding="utf-8")
     plan = session.plan(tmp_path / "s.toml")
     fake = FakeWorker(plan.registry, 1.0)
@@ -259,8 +314,8 @@ def test_declared_choices_are_measured_against_the_winner(tmp_path: Path) -> Non
     (toy,) = summary["workloads"]
     assert "torch-compile" in toy["winner"]["techniques"]
     options = [s for s in toy["steps"] if s["phase"] == "option"]
-    tried = [s["combination"] for s in options if "coordinate_descent" in s["combination"]]
-    assert len(tried) == 1 and tried[0].endswith("+torch-compile@torch-compile.coordinate_descent=True")
+    tried = [s["combination"] for s in options if "coordinate_descent_tuning" in s["combination"]]
+    assert len(tried) == 1 and tried[0].endswith("+torch-compile@torch-compile.inductor.coordinate_descent_tuning=True")
     assert tried[0].split("@")[0] == toy["winner"]["combination"].split("@")[0]
     # FP32 is measured once, in full, and that record is also its starting point.
     assert [r["combination"] for r in results.load(config.output)["cells"]].count("fp32") == 1
@@ -706,38 +761,43 @@ def test_disturbed_timings_are_never_chosen_and_neither_the_power_cap_nor_a_grap
 
 
 class CoordinateWorker(FakeWorker):
-    """torch-compile's coordinate_descent is 5% faster: tune keeps it, and the ablation prices it."""
+    """torch-compile's coordinate descent (an inductor entry) is 5% faster: tune keeps it, and the ablation
+    prices it."""
 
     def __call__(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
         record = super().__call__(cell, spec, timeout)
         options = dict(cell.techniques)
-        tuned = bool(options.get("torch-compile", {}).get("coordinate_descent"))
+        tuned = bool(options.get("torch-compile", {}).get("inductor", {}).get("coordinate_descent_tuning"))
         median = 0.01 / (1.0 + 0.1 * len(options)) / (1.05 if tuned else 1.0)
         record["metrics"] = {"step_time": _step_time(median), "throughput": cell.batch_size / median}
         return record
 
 
 def test_an_option_value_tune_chose_has_its_own_ablation_row(tmp_path: Path) -> None:
-    extra = 'compiled = ["amp-bf16", "torch-compile"]\n[tune.torch-compile]\ncoordinate_descent = [true]'
+    extra = (
+        'compiled = ["amp-bf16", "torch-compile"]\n[tune.torch-compile]\ninductor.coordinate_descent_tuning = [true]'
+    )
     (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra=extra), encoding="utf-8")
     plan = session.plan(tmp_path / "s.toml")
     fake = CoordinateWorker(plan.registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
     summary = tune(plan, config, lambda line: None, measure=fake)
     (toy,) = summary["workloads"]
-    assert toy["winner"]["combination"].endswith("@torch-compile.coordinate_descent=True")
+    assert toy["winner"]["combination"].endswith("@torch-compile.inductor.coordinate_descent_tuning=True")
     rows = {row["label"]: row for row in toy["ablation"]}
-    row = rows["without torch-compile.coordinate_descent=True"]
-    assert row["removed"] == "torch-compile.coordinate_descent=True"
+    row = rows["without torch-compile.inductor.coordinate_descent_tuning=True"]
+    assert row["removed"] == "torch-compile.inductor.coordinate_descent_tuning=True"
     assert row["combination"] == toy["winner"]["combination"].split("@")[0]  # the winner before the option step
     assert row["contribution"] == pytest.approx(0.05)
-    assert rows["winner"]["options"] == ["torch-compile.coordinate_descent=True"] and row["options"] == []
+    assert (
+        rows["winner"]["options"] == ["torch-compile.inductor.coordinate_descent_tuning=True"] and row["options"] == []
+    )
     page = tune_module.tune_markdown(summary)
     techniques = " + ".join(toy["winner"]["techniques"])
-    assert f"| winner | {techniques} (torch-compile.coordinate_descent=True) | passed |" in page
+    assert f"| winner | {techniques} (torch-compile.inductor.coordinate_descent_tuning=True) | passed |" in page
     # Leaving a technique out drops its options with it; the other techniques' rows keep them.
     assert "coordinate_descent" not in rows["without torch-compile"]["combination"]
-    assert rows["without amp-bf16"]["combination"].endswith("@torch-compile.coordinate_descent=True")
+    assert rows["without amp-bf16"]["combination"].endswith("@torch-compile.inductor.coordinate_descent_tuning=True")
 
 
 class ThrottledOnceWorker(ClockWorker):
@@ -798,10 +858,13 @@ class RoundsWorker(FakeWorker):
         options = dict(cell.techniques)
         compile_options = options.get("torch-compile", {})
         repeated = "/screen-" in cell.id and not self.holds
-        gain = (1.05 if compile_options.get("coordinate_descent") else 1.0) * (
+        gain = (1.05 if compile_options.get("inductor", {}).get("coordinate_descent_tuning") else 1.0) * (
             (0.999 if repeated else 1.005) if compile_options.get("mode") == "reduce-overhead" else 1.0
         )
-        if compile_options.get("coordinate_descent") and compile_options.get("mode") == "reduce-overhead":
+        if (
+            compile_options.get("inductor", {}).get("coordinate_descent_tuning")
+            and compile_options.get("mode") == "reduce-overhead"
+        ):
             gain = 1.10
         median = 0.01 / (1.0 + 0.1 * len(options)) / gain
         record["metrics"] = {"step_time": _step_time(median), "throughput": cell.batch_size / median}
@@ -814,7 +877,9 @@ def _verdict(decision: str) -> str:
 
 
 def test_an_option_passed_over_is_tried_again_on_top_of_a_value_kept_after_it(tmp_path: Path) -> None:
-    extra = 'compiled = ["amp-bf16", "torch-compile"]\n[tune.torch-compile]\ncoordinate_descent = [true]'
+    extra = (
+        'compiled = ["amp-bf16", "torch-compile"]\n[tune.torch-compile]\ninductor.coordinate_descent_tuning = [true]'
+    )
     (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra=extra), encoding="utf-8")
     plan = session.plan(tmp_path / "s.toml")
     fake = RoundsWorker(plan.registry, 1.0)
@@ -823,11 +888,11 @@ def test_an_option_passed_over_is_tried_again_on_top_of_a_value_kept_after_it(tm
     options = [(c.split("@", 1)[1], d) for c, d in _decisions(toy, "option") if d != search.CONFIRMING]
     assert [(c, _verdict(d)) for c, d in options] == [
         ("torch-compile.mode=reduce-overhead", "not confirmed"),
-        ("torch-compile.coordinate_descent=True", "kept"),
-        ("torch-compile.coordinate_descent=True@torch-compile.mode=reduce-overhead", "kept"),
+        ("torch-compile.inductor.coordinate_descent_tuning=True", "kept"),
+        ("torch-compile.inductor.coordinate_descent_tuning=True@torch-compile.mode=reduce-overhead", "kept"),
     ]
     assert toy["winner"]["combination"].endswith(
-        "@torch-compile.coordinate_descent=True@torch-compile.mode=reduce-overhead"
+        "@torch-compile.inductor.coordinate_descent_tuning=True@torch-compile.mode=reduce-overhead"
     )
 
 
@@ -918,12 +983,14 @@ def test_resume_tries_the_option_values_already_measured_before_new_ones(tmp_pat
     kept, and the budget ended before the winner already in the file (coordinate descent + reduce-overhead,
     4% faster) was reached again; records at hand cost nothing, so they come first."""
     suite = tmp_path / "s.toml"
-    extra = 'compiled = ["amp-bf16", "torch-compile"]\n[tune.torch-compile]\ncoordinate_descent = [true]\n'
+    extra = (
+        'compiled = ["amp-bf16", "torch-compile"]\n[tune.torch-compile]\ninductor.coordinate_descent_tuning = [true]\n'
+    )
     suite.write_text(TOY_SUITE.format(extra=extra + 'mode = ["reduce-overhead"]'), encoding="utf-8")
     fake = ModesWorker(session.plan(suite).registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
     (first,) = tune(session.plan(suite), config, lambda line: None, measure=fake)["workloads"]
-    best = "@torch-compile.coordinate_descent=True@torch-compile.mode=reduce-overhead"
+    best = "@torch-compile.inductor.coordinate_descent_tuning=True@torch-compile.mode=reduce-overhead"
     assert first["winner"]["combination"].endswith(best)
 
     suite.write_text(TOY_SUITE.format(extra=extra + 'mode = ["reduce-overhead", "max-autotune"]'), encoding="utf-8")
@@ -936,15 +1003,18 @@ def test_resume_tries_the_option_values_already_measured_before_new_ones(tmp_pat
     options = [(c.split("@", 1)[1], d) for c, d in _decisions(toy, "option") if d != search.CONFIRMING]
     assert [(c, _verdict(d)) for c, d in options[:3]] == [
         ("torch-compile.mode=reduce-overhead", "not confirmed"),
-        ("torch-compile.coordinate_descent=True", "kept"),
-        ("torch-compile.coordinate_descent=True@torch-compile.mode=reduce-overhead", "kept"),
+        ("torch-compile.inductor.coordinate_descent_tuning=True", "kept"),
+        ("torch-compile.inductor.coordinate_descent_tuning=True@torch-compile.mode=reduce-overhead", "kept"),
     ]
     # Two cells: max-autotune on top of coordinate descent, and the winner measured again to be held against it
     # on one machine; the winner's ablation rows were all at hand.
     assert len(fake.starts) == 2
     again = [line for line in lines if "measured again, held against a candidate measured in this run" in line]
     assert len(again) == 1 and best in again[0]
-    assert ("torch-compile.coordinate_descent=True@torch-compile.mode=max-autotune", "not better") in options
+    assert (
+        "torch-compile.inductor.coordinate_descent_tuning=True@torch-compile.mode=max-autotune",
+        "not better",
+    ) in options
 
 
 def test_the_recipe_keeps_each_winners_own_option_values(registry: Any) -> None:
@@ -985,7 +1055,9 @@ def test_the_recipe_carries_the_tune_suites_own_option_values(registry: Any) -> 
                 "unit": "samples",
                 "winner": {
                     "techniques": ["amp-fp16", "torch-compile"],
-                    "options": {"torch-compile": {"mode": "reduce-overhead", "tile_reductions": True}},
+                    "options": {
+                        "torch-compile": {"mode": "reduce-overhead", "inductor": {"triton.tile_reductions": True}}
+                    },
                     "overrides": {},
                     "batch_size": 8,
                     "throughput": 100.0,
@@ -998,7 +1070,8 @@ def test_the_recipe_carries_the_tune_suites_own_option_values(registry: Any) -> 
     suite = "[workloads.a]\nplugin = 'toy'\nbatch_size = 8\n"
     (cell,) = [c for c in expand(loads(suite + recipe, "recipe.toml"), registry, "cpu") if c.combination == "tuned-a"]
     compile_options = dict(cell.techniques)["torch-compile"]
-    assert compile_options["mode"] == "reduce-overhead" and compile_options["tile_reductions"] is True
+    assert compile_options["mode"] == "reduce-overhead"
+    assert compile_options["inductor"] == {"triton.tile_reductions": True}
 
 
 def test_tune_builds_its_own_candidates_whatever_a_combination_sets(tmp_path: Path) -> None:
@@ -1137,12 +1210,17 @@ def test_a_new_option_value_is_held_against_the_winner_measured_again_on_this_ma
     assert "torch-compile" in first["winner"]["techniques"]
     elsewhere = _as_if_faster(config.output, 1.03)  # coordinate descent gains 5% on one machine
 
-    suite.write_text(TOY_SUITE.format(extra=compiled + "[tune.torch-compile]\ncoordinate_descent = [true]"))
+    suite.write_text(
+        TOY_SUITE.format(extra=compiled + "[tune.torch-compile]\ninductor.coordinate_descent_tuning = [true]")
+    )
     lines: list[str] = []
     (toy,) = tune(session.plan(suite), dataclasses.replace(config, resume=True), lines.append, measure=fake)[
         "workloads"
     ]
-    assert toy["winner"]["combination"] == first["winner"]["combination"] + "@torch-compile.coordinate_descent=True"
+    assert (
+        toy["winner"]["combination"]
+        == first["winner"]["combination"] + "@torch-compile.inductor.coordinate_descent_tuning=True"
+    )
     (again,) = [line for line in lines if "measured again, held against a candidate measured in this run" in line]
     assert first["winner"]["combination"] in again
     # The winner's record from the other machine is in the copy of the file made before it was replaced.
@@ -1150,7 +1228,9 @@ def test_a_new_option_value_is_held_against_the_winner_measured_again_on_this_ma
     old = {r["id"]: r for r in results.load(backup)["cells"]}
     assert old[first["winner"]["cell_id"]] == elsewhere[first["winner"]["cell_id"]]
     ablation = {row["label"]: row for row in toy["ablation"]}
-    assert ablation["without torch-compile.coordinate_descent=True"]["contribution"] == pytest.approx(0.05)
+    assert ablation["without torch-compile.inductor.coordinate_descent_tuning=True"]["contribution"] == pytest.approx(
+        0.05
+    )
     # FP32's record is the first run's: beside this run's figures, its row says so.
     assert ablation["winner"]["earlier_run"] is None
     note = ablation["FP32"]["earlier_run"]
@@ -1245,7 +1325,9 @@ def test_a_winner_measured_again_without_a_trusted_figure_keeps_the_files_record
     fake.noisy = first["winner"]["cell_id"]
     elsewhere = _as_if_faster(config.output, 1.08)
 
-    suite.write_text(TOY_SUITE.format(extra=compiled + "[tune.torch-compile]\ncoordinate_descent = [true]"))
+    suite.write_text(
+        TOY_SUITE.format(extra=compiled + "[tune.torch-compile]\ninductor.coordinate_descent_tuning = [true]")
+    )
     (toy,) = tune(session.plan(suite), dataclasses.replace(config, resume=True), lambda line: None, measure=fake)[
         "workloads"
     ]
@@ -1265,7 +1347,9 @@ def test_a_winner_the_budget_cannot_measure_again_keeps_the_files_record_and_say
     (first,) = tune(session.plan(suite), config, lambda line: None, measure=fake)["workloads"]
     elsewhere = _as_if_faster(config.output, 1.08)
 
-    suite.write_text(TOY_SUITE.format(extra=compiled + "[tune.torch-compile]\ncoordinate_descent = [true]"))
+    suite.write_text(
+        TOY_SUITE.format(extra=compiled + "[tune.torch-compile]\ninductor.coordinate_descent_tuning = [true]")
+    )
     # Room for one cell beside the ablation's 20% share: the variant (estimated ~6.5 s before any cell of this run,
     # then 5 s), not the winner (then estimated 6.25 s, with 3 s left).
     fake.cost = 5.0
@@ -1380,15 +1464,17 @@ def test_a_variant_of_an_earlier_run_is_measured_again_against_a_winner_of_this_
     """A resumed search holds an option variant from the file against the winner only once both are figures of
     one run: the variant's record came from a machine 8% slower than the winner's."""
     suite = tmp_path / "s.toml"
-    compiled = 'compiled = ["amp-bf16", "torch-compile"]\n[tune.torch-compile]\ncoordinate_descent = [true]'
+    compiled = (
+        'compiled = ["amp-bf16", "torch-compile"]\n[tune.torch-compile]\ninductor.coordinate_descent_tuning = [true]'
+    )
     suite.write_text(TOY_SUITE.format(extra=compiled), encoding="utf-8")
     fake = CoordinateIdsWorker(session.plan(suite).registry, 1.0)
     fake.ids = []
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
     (first,) = tune(session.plan(suite), config, lambda line: None, measure=fake)["workloads"]
     variant = first["winner"]["cell_id"]
-    assert variant.endswith("@torch-compile.coordinate_descent=True/bs64")
-    plain = variant.replace("@torch-compile.coordinate_descent=True", "")
+    assert variant.endswith("@torch-compile.inductor.coordinate_descent_tuning=True/bs64")
+    plain = variant.replace("@torch-compile.inductor.coordinate_descent_tuning=True", "")
     _as_if_two_runs(config.output, {plain}, (1 / 1.08, 1.0))  # the first run's machine was 8% slower
 
     fake.ids = []

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import difflib
+import functools
 import inspect
-from typing import cast
+from typing import Any, cast
 
 import torch
 from torch import nn
 
-from plugins.techniques.compile import INDUCTOR_FLAGS, CompileOptions
+from plugins.techniques.compile import CompileOptions
 from suite import SkipCell, TrainStep
 
 AUTOCAST_CACHE_NOTE = (
@@ -37,12 +39,45 @@ def autocast_keyed_cache() -> bool:
     return "get_autocast_dtype" in source
 
 
-def _has_setting(config: object, name: str) -> bool:
-    """Whether inductor's config module knows ``name`` (dotted for its sub-configs, ``triton.enable_pdl``)."""
-    head, _, rest = name.partition(".")
-    if not hasattr(config, head):
-        return False
-    return not rest or _has_setting(getattr(config, head), rest)
+@functools.cache
+def _setting_names() -> tuple[str, ...]:
+    """The names torch.compile's ``options`` accepts: ``torch._inductor.config``'s settings, aliases left out."""
+    from torch._inductor import config  # not imported by `import torch`
+
+    return tuple(config.get_config_copy())
+
+
+def _closest(name: str, names: tuple[str, ...]) -> str | None:
+    """The setting ``name`` most likely meant, matching whole names or their last parts (``tile_reductionz``
+    is ``triton.tile_reductions``)."""
+    tail = name.rpartition(".")[2]
+
+    def score(candidate: str) -> float:
+        whole = difflib.SequenceMatcher(None, name, candidate).ratio()
+        return max(whole, difflib.SequenceMatcher(None, tail, candidate.rpartition(".")[2]).ratio())
+
+    best = max(names, key=score, default=None)
+    return best if best is not None and score(best) >= 0.75 else None
+
+
+def setting_type(name: str) -> Any:
+    """The type of inductor setting ``name`` as torch declares it (``bool``, ``int | None``, a ``Literal``...).
+
+    :raises ValueError: ``name`` is no setting of this torch's inductor (with the closest one), or one whose
+        type is ``None`` alone (declared without a type: torch.compile accepts nothing else there).
+    """
+    from torch._inductor import config
+
+    names = _setting_names()
+    if name not in names:
+        close = _closest(name, names)
+        hint = f"; did you mean {close!r}?" if close else ""
+        raise ValueError(f"not a torch._inductor.config setting of torch {torch.__version__}{hint}")
+    get_type = getattr(config, "get_type", None)  # older torches: the type of the current value
+    tp = get_type(name) if get_type is not None else type(config.get_config_copy()[name])
+    if tp is type(None):
+        raise ValueError("torch._inductor.config declares it without a type (default None), which TOML cannot write")
+    return tp
 
 
 def apply(step: TrainStep, options: CompileOptions) -> TrainStep:
@@ -54,16 +89,12 @@ def apply(step: TrainStep, options: CompileOptions) -> TrainStep:
         import torch._functorch.config as functorch_config
 
         functorch_config.enable_autograd_cache = False
-    if options.backend == "inductor" and options.inductor_settings():
-        from torch._inductor import config as inductor_config  # not imported by `import torch`
-        from torch._inductor import list_mode_options
+    if options.inductor:  # the inductor backend (CompileOptions refuses the table with another)
+        from torch._inductor import list_mode_options  # not imported by `import torch`
 
-        unknown = [name for name in options.inductor_settings() if not _has_setting(inductor_config, name)]
-        if unknown:
-            raise SkipCell(f"torch-compile: torch {torch.__version__}'s inductor has no setting {', '.join(unknown)}")
-
-        inductor = {**list_mode_options(options.mode), **options.inductor_settings()}
-        compiled = torch.compile(step.model, options=inductor, fullgraph=options.fullgraph, dynamic=False)
+        # torch.compile refuses a mode with options: the mode travels as its own options, the table on top.
+        settings = {**list_mode_options(options.mode), **options.inductor}
+        compiled = torch.compile(step.model, options=settings, fullgraph=options.fullgraph, dynamic=False)
     elif options.backend == "inductor":
         compiled = torch.compile(step.model, mode=options.mode, fullgraph=options.fullgraph, dynamic=False)
     else:
@@ -74,7 +105,7 @@ def apply(step: TrainStep, options: CompileOptions) -> TrainStep:
         "backend": options.backend,
         "fullgraph": options.fullgraph,
         "dynamic": False,
-        **{flag: getattr(options, flag) for flag in INDUCTOR_FLAGS},
+        "inductor": dict(options.inductor),
     }
     if aot_cache_off:
         step.notes["torch_compile"]["aot_autograd_cache"] = AUTOCAST_CACHE_NOTE

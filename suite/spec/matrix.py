@@ -12,7 +12,6 @@ batch size per process), one spanning M > 1 nodes (suite-file ``nodes``)
 from __future__ import annotations
 
 import copy
-import dataclasses
 import difflib
 import itertools
 import math
@@ -23,7 +22,14 @@ from suite.contract.errors import SuiteFileError
 from suite.contract.plugin import CheckContext, Technique, Workload
 from suite.contract.wire import Cell
 from suite.spec import limits, parallel
-from suite.spec.options import OptionError, build_options, is_list_option, options_as_dict
+from suite.spec.options import (
+    OptionError,
+    UnknownOption,
+    build_options,
+    is_list_option,
+    merge_values,
+    options_as_dict,
+)
 from suite.spec.suitefile import Rule, SuiteSpec, WorkloadEntry
 
 __all__ = ["Catalog", "Cell", "check_size", "expand", "matrix_size"]
@@ -69,7 +75,9 @@ def _technique_options(spec: SuiteSpec, registry: Catalog) -> dict[str, dict[str
         out[cid] = {t: suite_wide[t] for t in combo}
         for t, values in spec.combination_options.get(cid, {}).items():
             key = f"combination_options.{cid}.{t}"
-            out[cid][t] = _build(spec, registry, t, {**spec.technique_options.get(t, {}), **values}, key)
+            # On top of [techniques.T]: a table option's entries one by one, any other option replaced.
+            merged = merge_values(registry.techniques[t].options, spec.technique_options.get(t, {}), values)
+            out[cid][t] = _build(spec, registry, t, merged, key)
     _check_tune_choices(spec, registry, used)
     return out
 
@@ -91,12 +99,16 @@ def _check_tune_choices(spec: SuiteSpec, registry: Catalog, used: set[str]) -> N
         for option, values in choices.items():
             for i, value in enumerate(values):
                 try:
-                    build_options(record.options, {**spec.technique_options.get(name, {}), option: value})
+                    # OPTION.ENTRY ([tune.T.OPTION] tables) sets one entry of a table option.
+                    suite_values = spec.technique_options.get(name, {})
+                    build_options(record.options, merge_values(record.options, suite_values, {option: value}))
                 except OptionError as exc:
-                    # An unknown option is the key's fault; a bad value is the list item's.
-                    known = option in {f.name for f in dataclasses.fields(record.options)}
-                    key = f"tune.{name}.{option}" + (f"[{i}]" if known else "")
-                    raise SuiteFileError(spec.path, key, exc.message) from exc
+                    # An unknown option or entry is the key's fault; a bad value is the list item's.
+                    entry = "." in option and exc.key.startswith(option.partition(".")[0] + ".")
+                    key = f"tune.{name}.{exc.key if entry else option}"
+                    raise SuiteFileError(
+                        spec.path, key + ("" if isinstance(exc, UnknownOption) else f"[{i}]"), exc.message
+                    ) from exc
 
 
 def _split_axes(entry: WorkloadEntry, record: Workload) -> tuple[dict[str, list[Any]], dict[str, Any]]:

@@ -2,6 +2,16 @@
 
 Every check raises :class:`OptionError` with the key and what was expected, so
 the suite loader can prefix the file and the key path.
+
+A field typed ``dict[str, X]`` (or ``Mapping``) is a *table option*: a suite file
+writes it as a sub-table (``[techniques.torch-compile.inductor]``) whose entries
+are checked against ``X``. Its field may name what entries the table takes with
+``metadata={"entry_type": fn}``: ``fn(name)`` returns the type of entry ``name``'s
+value, or raises ``ValueError`` with why the name is refused; a TOML sub-table under
+a name ``fn`` refuses is read as dotted names (``triton.tile_reductions = true``,
+unquoted, is the entry ``"triton.tile_reductions"``). Errors name the entry's key,
+``inductor."triton.tile_reductionz"``. Where a later table goes on top of an
+earlier one (:func:`merge_values`), a table option's entries merge one by one.
 """
 
 from __future__ import annotations
@@ -15,7 +25,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args, get_origin
 
-__all__ = ["OptionError", "OptionSpec", "build_options", "describe", "is_list_option", "options_as_dict"]
+from suite.spec.tomltext import toml_key
+
+__all__ = [
+    "OptionError",
+    "OptionSpec",
+    "UnknownOption",
+    "build_options",
+    "describe",
+    "is_list_option",
+    "is_table_option",
+    "merge_values",
+    "options_as_dict",
+]
+
+_TABLES = (dict, Mapping)
 
 
 class OptionError(ValueError):
@@ -25,6 +49,10 @@ class OptionError(ValueError):
         self.key = key
         self.message = message
         super().__init__(f"{key}: {message}" if key else message)
+
+
+class UnknownOption(OptionError):
+    """A name the options (or a table option's ``entry_type`` hook) do not take: the key's fault, not its value's."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +76,9 @@ def _type_name(tp: Any) -> str:
     if origin in (list, tuple):
         args = [a for a in get_args(tp) if a is not Ellipsis]
         return f"list of {_type_name(args[0]) if args else 'values'}"
+    if origin in _TABLES or tp in _TABLES:
+        kv = get_args(tp)
+        return "table" if len(kv) < 2 or kv[1] is Any else f"table of {_type_name(kv[1])}"
     if origin in (typing.Union, types.UnionType):
         return " or ".join(_type_name(a) for a in get_args(tp))
     if tp is type(None):
@@ -70,17 +101,80 @@ def describe(options_type: type) -> list[OptionSpec]:
     return specs
 
 
+def _alternatives(options_type: type, name: str) -> tuple[Any, ...]:
+    tp = _hints(options_type).get(name)
+    return get_args(tp) if get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+
+
 def is_list_option(options_type: type, name: str) -> bool:
     """Whether the option's own value is a list (so only a list of lists is an axis)."""
-    tp = _hints(options_type).get(name)
-    args = get_args(tp) if get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
-    return any(get_origin(a) in (list, tuple) for a in args)
+    return any(get_origin(a) in (list, tuple) for a in _alternatives(options_type, name))
+
+
+def is_table_option(options_type: type, name: str) -> bool:
+    """Whether the option's value is a table (a ``dict`` or ``Mapping`` field): its entries merge one by one."""
+    return any(get_origin(a) in _TABLES or a in _TABLES for a in _alternatives(options_type, name))
+
+
+def merge_values(options_type: type, base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over``'s plain values on top of ``base``'s, as ``[combination_options]`` go on top of ``[techniques]``.
+
+    Any option ``over`` names replaces ``base``'s value, except a table option, whose entries go on top of
+    ``base``'s table one by one; a key ``OPTION.ENTRY`` (``OPTION`` a table option) sets that one entry, which
+    is how ``ampsuite tune`` names an entry it varies (``inductor.coordinate_descent_tuning``).
+    """
+    out = dict(base)
+    for key, value in over.items():
+        head, dot, entry = key.partition(".")
+        if dot and is_table_option(options_type, head):
+            key, value = head, {entry: value}
+        earlier = out.get(key)
+        if isinstance(value, Mapping) and isinstance(earlier, Mapping) and is_table_option(options_type, key):
+            value = {**earlier, **value}
+        out[key] = value
+    return out
+
+
+def _table(tp: Any, value: Any, key: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise OptionError(key, f"expected a table (KEY = value), got {value!r}")
+    args = get_args(tp)
+    item = args[1] if len(args) == 2 else Any
+    out = {}
+    for name, v in value.items():
+        sub = f"{key}.{toml_key(str(name))}"
+        if not isinstance(name, str):
+            raise OptionError(sub, f"expected a string key, got {name!r}")
+        bad = _nonfinite(v) if item is Any else None
+        if bad is not None:  # an untyped entry may be any TOML value; no option of a benchmark means NaN
+            raise OptionError(sub, f"expected a finite number, got {bad!r}")
+        out[name] = _coerce(item, v, sub)
+    return out
+
+
+def _entries(entry_type: Any, table: Mapping[str, Any], key: str, prefix: str = "") -> dict[str, Any]:
+    """A table option's entries checked by its field's ``entry_type`` hook; sub-tables of names it refuses
+    become dotted names (TOML's ``triton.tile_reductions = true`` is ``{"triton": {"tile_reductions": true}}``)."""
+    out: dict[str, Any] = {}
+    for name, value in table.items():
+        full = prefix + name
+        try:
+            tp = entry_type(full)
+        except ValueError as exc:
+            if isinstance(value, Mapping) and value:
+                out.update(_entries(entry_type, value, key, f"{full}."))
+                continue
+            raise UnknownOption(f"{key}.{toml_key(full)}", str(exc)) from exc
+        out[full] = _coerce(tp, value, f"{key}.{toml_key(full)}")
+    return out
 
 
 def _coerce(tp: Any, value: Any, key: str) -> Any:
     origin = get_origin(tp)
     if tp is Any:
         return value
+    if origin in _TABLES or tp in _TABLES:
+        return _table(tp, value, key)
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in get_args(tp):
             return None
@@ -97,13 +191,13 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
         if value in get_args(tp):
             return value
         raise OptionError(key, f"expected one of {', '.join(repr(a) for a in get_args(tp))}, got {value!r}")
-    if origin in (list, tuple):
+    if origin in (list, tuple) or tp in (list, tuple):
         if not isinstance(value, list | tuple):
             raise OptionError(key, f"expected {_type_name(tp)}, got {value!r}")
         args = [a for a in get_args(tp) if a is not Ellipsis]
         item = args[0] if args else Any
         items = [_coerce(item, v, f"{key}[{i}]") for i, v in enumerate(value)]
-        return tuple(items) if origin is tuple else items
+        return tuple(items) if tuple in (origin, tp) else items
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -146,7 +240,8 @@ def build_options(options_type: type, values: Mapping[str, Any]) -> Any:
         ValueError from the dataclass's own ``__post_init__``.
     """
     hints = _hints(options_type)
-    names = [f.name for f in dataclasses.fields(options_type)]
+    fields = {f.name: f for f in dataclasses.fields(options_type)}
+    names = list(fields)
     kwargs: dict[str, Any] = {}
     for key, value in values.items():
         if key not in hints or key not in names:
@@ -156,18 +251,25 @@ def build_options(options_type: type, values: Mapping[str, Any]) -> Any:
                 if close
                 else (f"; options are: {', '.join(names)}" if names else "; it takes no options")
             )
-            raise OptionError(key, f"unknown option{hint}")
+            raise UnknownOption(key, f"unknown option{hint}")
         kwargs[key] = _coerce(hints[key], value, key)
+        entry_type = fields[key].metadata.get("entry_type")
+        if entry_type is not None and isinstance(kwargs[key], Mapping):
+            kwargs[key] = _entries(entry_type, kwargs[key], key)
     try:
         return options_type(**kwargs)
     except (ValueError, TypeError) as exc:
         raise OptionError("", str(exc)) from exc
 
 
+def _plain(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
 def options_as_dict(options: Any) -> dict[str, Any]:
-    """Plain JSON-able values of an options instance (tuples become lists)."""
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(options):
-        value = getattr(options, f.name)
-        out[f.name] = list(value) if isinstance(value, tuple) else value
-    return out
+    """Plain JSON-able values of an options instance (tuples become lists, tables plain dicts)."""
+    return {f.name: _plain(getattr(options, f.name)) for f in dataclasses.fields(options)}

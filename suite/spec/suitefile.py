@@ -52,7 +52,9 @@ executor, checked against its options dataclass when the suite is planned
 A ``[tune.TECHNIQUE]`` table declares option values ``ampsuite tune`` tries for
 that technique when it is in the winning recipe (docs/tune.md): each key is an
 option of the technique, each value a non-empty list of values to try, e.g.
-``[tune.torch-compile] mode = ["reduce-overhead", "max-autotune-no-cudagraphs"]``.
+``[tune.torch-compile] mode = ["reduce-overhead", "max-autotune-no-cudagraphs"]``; a sub-table
+lists values for entries of a table option, each entry a variant of its own
+(``[tune.torch-compile.inductor] combo_kernels = [true]`` is the option ``inductor.combo_kernels``).
 ``ampsuite run`` checks the table like any other and otherwise ignores it.
 
 A ``[combination_options.ID.TECHNIQUE]`` table sets options of one technique in
@@ -373,13 +375,26 @@ def _executor(path: str, table: dict[str, Any]) -> ExecutorSpec:
     return ExecutorSpec(name, dict(r.table))
 
 
+def _dotted(table: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """A ``[tune.TECHNIQUE]`` table's (option, values): a sub-table lists values for entries of a table option
+    (``[tune.torch-compile.inductor]``), each entry ``OPTION.ENTRY`` a variant of its own (``matrix.expand``
+    checks that the option takes a table); nested ones are dotted names (``triton.tile_reductions = [true]``)."""
+    out: list[tuple[str, Any]] = []
+    for key, value in table.items():
+        if isinstance(value, dict) and value:
+            out += _dotted(value, f"{prefix}{key}.")
+        else:
+            out.append((f"{prefix}{key}", value))
+    return out
+
+
 def _tune(path: str, table: dict[str, Any]) -> dict[str, dict[str, tuple[Any, ...]]]:
     out: dict[str, dict[str, tuple[Any, ...]]] = {}
     for tname, body in table.items():
         if not isinstance(body, dict):
             raise SuiteFileError(path, f"tune.{tname}", f"expected a table of option = [values], got {_show(body)}")
         out[tname] = {}
-        for option, values in body.items():
+        for option, values in _dotted(body):
             if not isinstance(values, list) or not values:
                 got = "an empty list" if values == [] else _show(values)
                 raise SuiteFileError(

@@ -35,13 +35,14 @@ Each measurement is one cell through :func:`suite.run.runner.run_record`
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence, Set
+from collections.abc import Mapping, Sequence, Set
 from typing import Any
 
 from suite import analysis
 from suite.contract.wire import SCREEN_SUFFIX, Status
 from suite.host.session import Plan
 from suite.run import runner
+from suite.spec.options import is_table_option, merge_values
 from suite.tune import space
 from suite.tune.space import AMP, TF32, Candidate, WorkloadConfig
 from suite.tune.trust import as_record, untrusted_reason
@@ -693,16 +694,27 @@ def _suite_options(tuner: Tuner, technique: str) -> dict[str, Any]:
 def _option_steps(tuner: Tuner, winner: Candidate) -> list[OptionStep]:
     """Every option value declared for the winner's techniques other than the one it runs with."""
     out: list[OptionStep] = []
+    registry = tuner.plan.registry
     for technique in winner.techniques:
-        current = {**_suite_options(tuner, technique), **winner.overrides.get(technique, {})}
+        # The winner's overrides on top (an entry of a table option, OPTION.ENTRY, into that table).
+        options_type = registry.techniques[technique].options
+        current = merge_values(options_type, _suite_options(tuner, technique), winner.overrides.get(technique, {}))
         declared = tuner.spec.tune_choices.get(technique)
-        out += [(technique, o, v) for o, v in space.option_choices(tuner.plan.registry, technique, current, declared)]
+        out += [(technique, o, v) for o, v in space.option_choices(registry, technique, current, declared)]
     return out
 
 
 def _variant(tuner: Tuner, winner: Candidate, step: OptionStep) -> Candidate:
     technique, option, value = step
-    return winner.with_option(technique, option, value, _suite_options(tuner, technique).get(option))
+    suite = _suite_options(tuner, technique)
+    if isinstance(value, Mapping) and is_table_option(tuner.plan.registry.techniques[technique].options, option):
+        # A whole table declared as a value ([tune.T] inductor = [{...}]): each of its entries an override, as
+        # [tune.T.inductor] declares them, so one cell has one combination id however it was declared.
+        for entry, v in value.items():
+            name = f"{option}.{entry}"
+            winner = winner.with_option(technique, name, v, space.option_value(suite, name))
+        return winner
+    return winner.with_option(technique, option, value, space.option_value(suite, option))
 
 
 def _like_with_like(
@@ -936,7 +948,8 @@ def _tune_one(tuner: Tuner, config: WorkloadConfig, result: dict[str, Any]) -> N
         return
     winner = _refine(tuner, config, winner, steps)
     options = {
-        t: {**tuner.spec.technique_options.get(t, {}), **winner[0].overrides.get(t, {})} for t in winner[0].techniques
+        t: space.technique_values(tuner.spec, tuner.plan.registry, t, winner[0].overrides.get(t, {}))
+        for t in winner[0].techniques
     }
     derived = analysis.derive(tuner.writer.doc).get(winner[1]["id"])
     result["winner"] = {

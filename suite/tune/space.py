@@ -19,7 +19,7 @@ from typing import Any
 
 from suite.contract.wire import Cell
 from suite.spec import matrix
-from suite.spec.options import OptionError, build_options
+from suite.spec.options import OptionError, build_options, merge_values
 from suite.spec.suitefile import MeasureSpec, SuiteSpec, WorkloadEntry
 
 __all__ = [
@@ -30,6 +30,8 @@ __all__ = [
     "WorkloadConfig",
     "option_choices",
     "option_defaults",
+    "option_value",
+    "technique_values",
     "screen_measure",
     "technique_pool",
     "workload_configs",
@@ -70,7 +72,8 @@ class Candidate:
     techniques: tuple[str, ...]
     batch_size: int
     overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    """Technique options that differ from the suite file's ``[techniques.NAME]``."""
+    """Technique options that differ from the suite file's ``[techniques.NAME]``; an entry of a table option
+    is one override of its own, ``OPTION.ENTRY`` (``inductor.combo_kernels``), merged into the suite's table."""
 
     @property
     def settings(self) -> list[str]:
@@ -118,7 +121,7 @@ class Candidate:
         # included, as in every combination of `ampsuite run`: baselines stay tuned.
         base = tuple(t for t in spec.base_techniques if t not in self.techniques)
         techniques = (*base, *self.techniques)
-        options = {t: {**spec.technique_options.get(t, {}), **self.overrides.get(t, {})} for t in techniques}
+        options = {t: technique_values(spec, catalog, t, self.overrides.get(t, {})) for t in techniques}
         derived = dataclasses.replace(
             spec,
             workloads=(dataclasses.replace(config.entry, batch_sizes=(self.batch_size,), gpus=(1,)),),
@@ -169,12 +172,36 @@ def technique_pool(spec: SuiteSpec, catalog: matrix.Catalog) -> tuple[str, ...]:
     return tuple(seen)
 
 
+def technique_values(
+    spec: SuiteSpec, catalog: matrix.Catalog, technique: str, overrides: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``technique``'s suite-file values (``[techniques.NAME]``) with a candidate's ``overrides`` on top: each
+    ``OPTION.ENTRY`` override goes into that table option's entries (:func:`suite.spec.options.merge_values`)."""
+    return merge_values(catalog.techniques[technique].options, spec.technique_options.get(technique, {}), overrides)
+
+
 def option_defaults(catalog: matrix.Catalog, technique: str) -> dict[str, Any]:
-    """The default of each of ``technique``'s options that has one (its options dataclass's fields)."""
+    """The default of each of ``technique``'s options (its options dataclass's fields; a table's is empty)."""
     options_type = getattr(catalog.techniques[technique], "options", None)
     if options_type is None or not dataclasses.is_dataclass(options_type):
         return {}
-    return {f.name: f.default for f in dataclasses.fields(options_type) if f.default is not dataclasses.MISSING}
+    out = {}
+    for f in dataclasses.fields(options_type):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return out
+
+
+def option_value(values: Mapping[str, Any], name: str) -> Any:
+    """The value of option ``name`` in plain ``values``, or of one entry of a table option when ``name`` is
+    ``OPTION.ENTRY`` (None where unset)."""
+    if name in values:
+        return values[name]
+    head, dot, entry = name.partition(".")
+    table = values.get(head)
+    return table.get(entry) if dot and isinstance(table, Mapping) else None
 
 
 def option_choices(
@@ -185,8 +212,9 @@ def option_choices(
 ) -> list[tuple[str, Any]]:
     """(option, value) pairs to try instead of ``current`` for ``technique``: its ``Literal``-typed options,
     :data:`KNOWN_CHOICES`, and the suite's ``[tune.TECHNIQUE]`` table (``declared``), which replaces the
-    values of the options it names (flags are left alone unless declared: each variant is a full measurement).
-    A value the technique refuses together with ``current`` is no choice."""
+    values of the options it names (flags are left alone unless declared: each variant is a full measurement);
+    an ``OPTION.ENTRY`` name there is one entry of a table option, set on top of ``current``'s table.
+    A value the technique refuses together with ``current`` is no choice, nor one that changes nothing."""
     record = catalog.techniques[technique]
     choices: dict[str, tuple[Any, ...]] = {}
     options_type = getattr(record, "options", None)
@@ -205,9 +233,10 @@ def option_choices(
     out = []
     for name, values in choices.items():
         for value in values:
-            if name in current and json.dumps(current[name]) == json.dumps(value):
+            if json.dumps(option_value(current, name)) == json.dumps(value):
                 continue
-            if options_type is not None and not _accepts(options_type, {**current, name: value}):
+            joined = merge_values(options_type, current, {name: value}) if options_type is not None else {}
+            if options_type is not None and not _accepts(options_type, joined):
                 continue  # refused with the options it would join (a compile mode under backend aot_eager)
             out.append((name, value))
     return out

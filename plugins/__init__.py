@@ -19,14 +19,10 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "plugins.techniques.noop",
     "plugins.techniques.amp",
     "plugins.techniques.islands",
-    "plugins.techniques.cudnn_batch_norm",
-    "plugins.techniques.persistent_batch_norm",
     "plugins.techniques.cuda_graphs",
     "plugins.techniques.loading",
     "plugins.techniques.channels_last",
     "plugins.techniques.patch_gemm",
-    "plugins.techniques.maxpool_offsets",
-    "plugins.techniques.stem_pad",
     "plugins.techniques.precision_flags",
     "plugins.techniques.compile",
     "plugins.techniques.fused_optimizer",
@@ -54,17 +50,10 @@ BUILTIN_IMPLEMENTATIONS: tuple[str, ...] = (
     "plugins.workloads._optim",
     "plugins.techniques._amp",
     "plugins.techniques._islands",
-    "plugins.techniques._cudnn_batch_norm",
-    "plugins.techniques._cudnn_api",
-    "plugins.techniques._cudnn_fused",
-    "plugins.techniques._fx_patterns",
-    "plugins.techniques._persistent_batch_norm",
     "plugins.techniques._cuda_graphs",
     "plugins.techniques._loading",
     "plugins.techniques._channels_last",
     "plugins.techniques._patch_gemm",
-    "plugins.techniques._maxpool_offsets",
-    "plugins.techniques._stem_pad",
     "plugins.techniques._precision_flags",
     "plugins.techniques._compile",
     "plugins.techniques._fp8",
@@ -82,10 +71,7 @@ use, so that registering them, as ``ampsuite list`` does, imports no torch). The
 server preloads them: a worker is a fork that has them already, and a cell's memory limit is
 room above them."""
 
-CUDA_ONLY_IMPLEMENTATIONS: tuple[str, ...] = (
-    "plugins.techniques._maxpool_triton",
-    "plugins.techniques._persistent_bn_kernels",
-)
-"""Halves that only a CUDA cell imports, and so are not preloaded: maxpool-offsets' Triton backward and
-persistent-batch-norm's kernels import Triton (about a second, and CPU-only builds of torch may lack it),
-which no CPU cell runs. A CUDA cell has no memory limit for an import in the worker to eat into."""
+CUDA_ONLY_IMPLEMENTATIONS: tuple[str, ...] = ()
+"""Halves that only a CUDA cell imports, and so are not preloaded: a module that imports Triton (about a second,
+and CPU-only builds of torch may lack it) for kernels no CPU cell runs belongs here. A CUDA cell has no memory
+limit for an import in the worker to eat into. No built-in has one."""

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from suite import results
+from suite import Technique, TrainStep, hookimpl, results
 from suite import tune as tune_module
 from suite.cli import main
 from suite.contract.errors import ExitCode, SuiteFileError
@@ -69,6 +69,28 @@ def apply(step, options):
 def ampsuite_techniques():
     return [Technique(name="cheat", summary="skips the step; the loss is NaN", apply=apply)]
 '''
+
+
+class NeedsCompile:
+    """A technique that requires torch-compile, as a model rewrite made for the compiler does: the tune must wait
+    for torch-compile to join a path before it tries it, and leave it out of the ablation row without compile."""
+
+    @hookimpl
+    def ampsuite_techniques(self) -> list[Technique]:
+        def apply(step: TrainStep, options: object) -> TrainStep:
+            return step
+
+        return [
+            Technique(
+                name="needs-compile",
+                summary="requires torch-compile",
+                apply=apply,
+                requires=frozenset({"torch-compile"}),
+            )
+        ]
+
+
+NEEDS_COMPILE = [("needs-compile", NeedsCompile())]
 
 
 def _tune_cli(tmp_path: Path, suite: Path, *extra: str) -> tuple[int, Path]:
@@ -488,10 +510,10 @@ class HalfWeightsWorker(FakeWorker):
 
 
 def test_a_technique_that_replaces_autocast_starts_a_path_of_its_own(tmp_path: Path) -> None:
-    # maxpool-offsets is pruned with every AMP dtype too, but also alone (it requires torch-compile): no start
-    extra = 'noop = ["noop"]\no2 = ["half-weights"]\npool = ["torch-compile", "maxpool-offsets"]'
+    # needs-compile is pruned with every AMP dtype too, but also alone (it requires torch-compile): no start
+    extra = 'noop = ["noop"]\no2 = ["half-weights"]\npool = ["torch-compile", "needs-compile"]'
     (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra=extra), encoding="utf-8")
-    plan = session.plan(tmp_path / "s.toml")
+    plan = session.plan(tmp_path / "s.toml", objects=NEEDS_COMPILE)
     fake = HalfWeightsWorker(plan.registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
     (toy,) = tune(plan, config, lambda line: None, measure=fake)["workloads"]
@@ -1717,24 +1739,24 @@ def test_a_resumed_tune_prices_its_compiles_from_the_files_first_steps(tmp_path:
 
 
 def test_a_technique_that_requires_another_waits_in_the_pool_and_leaves_the_ablation_with_it(tmp_path: Path) -> None:
-    # Session 14 on the H200: maxpool-offsets (requires torch-compile) was pruned from the pool at the first
-    # greedy step, where no path had compiled yet, and the tune never tried it on a compiled step.
+    # A technique that requires torch-compile, pruned from the pool at the first greedy step where no path had
+    # compiled yet, would never be tried on a compiled step (an H200 tune of ResNet-50 lost one so).
     extra = (
-        'compiled = ["amp-bf16", "torch-compile"]\npooled = ["amp-bf16", "torch-compile", "maxpool-offsets"]\n'
+        'compiled = ["amp-bf16", "torch-compile"]\npooled = ["amp-bf16", "torch-compile", "needs-compile"]\n'
         'graphs = ["amp-bf16", "cuda-graphs"]'
     )
     (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra=extra), encoding="utf-8")
-    plan = session.plan(tmp_path / "s.toml")
+    plan = session.plan(tmp_path / "s.toml", objects=NEEDS_COMPILE)
     fake = FakeWorker(plan.registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
     summary = tune(plan, config, lambda line: None, measure=fake)
     (toy,) = summary["workloads"]
-    assert "maxpool-offsets" in toy["winner"]["techniques"]
-    pooled = [s for s in toy["steps"] if "maxpool-offsets" in s["combination"]]
+    assert "needs-compile" in toy["winner"]["techniques"]
+    pooled = [s for s in toy["steps"] if "needs-compile" in s["combination"]]
     assert pooled and all("torch-compile" in s["combination"] for s in pooled)  # never a skipped cell without it
     # A device requirement is no technique to wait for: cuda-graphs is tried, and expansion skips it on a CPU.
     graphs = [s for s in toy["steps"] if "cuda-graphs" in s["combination"]]
     assert graphs and graphs[0]["status"] == "skipped"
     (row,) = [r for r in toy["ablation"] if r["removed"] == "torch-compile"]
-    assert "maxpool-offsets" not in row["techniques"] and row["status"] == "passed"
-    assert row["label"] == "without torch-compile (and maxpool-offsets, which requires it)"
+    assert "needs-compile" not in row["techniques"] and row["status"] == "passed"
+    assert row["label"] == "without torch-compile (and needs-compile, which requires it)"

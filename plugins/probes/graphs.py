@@ -1,12 +1,13 @@
 """Graphs torch.compile made for the cell, the graph breaks between them, and any compile in the timed steps.
 
 A graph break splits a compiled step in two: inductor fuses nothing across it, and under
-``mode="reduce-overhead"`` each piece is a CUDA graph of its own. Session 22's ResNet-50 cell with every
-batch norm + ReLU through persistent-batch-norm's kernels had 42 of them (an ``importlib.import_module`` in
-the module's forward) and gave no step in 450 s, while nothing in its record said why. This probe records what
-dynamo counted by the time the timed steps start (``metrics["compiled_graphs"]``, ``metrics["graph_breaks"]``
-and the reasons in ``diagnostics["graph_breaks"]``), with a warning when there was a break, and a warning that
-makes the cell untrusted when dynamo compiled during the timed steps, whose time then holds a compile.
+``mode="reduce-overhead"`` each piece is a CUDA graph of its own. On an H200 (2026-12-02), a ResNet-50 cell
+with every batch norm + ReLU through a technique's own Triton kernels (persistent-batch-norm, in
+examples/ampsuite-resnet-kernels) had 42 of them and gave no step in 450 s, while nothing in its record said
+why. This probe records what dynamo counted by the time the timed steps start (``metrics["compiled_graphs"]``,
+``metrics["graph_breaks"]`` and the reasons in ``diagnostics["graph_breaks"]``), with a warning when there was
+a break, and a warning that makes the cell untrusted when dynamo compiled during the timed steps, whose time
+then holds a compile.
 
 The counts are dynamo's own (``torch._dynamo.utils.counters``), which every torch since 2.0 keeps per
 process. A cell runs in a worker of its own, so they are the cell's; after the timed steps the probe clears

@@ -73,8 +73,6 @@ def ampsuite_techniques() -> list[Technique]:
             apply=apply,
             options=IslandsOptions,
             order=40,
-            # Both replace a batch-norm module's forward; cudnn-batch-norm keeps it in the autocast dtype.
-            conflicts=frozenset({"cudnn-batch-norm"}),
             check=check,
         )
     ]

@@ -134,7 +134,7 @@ def _greedy(
         for technique in list(pool):
             trial = current[0].plus(technique)
             if _lacks(tuner, trial, technique):
-                continue  # it waits in the pool for what it requires to join the path (maxpool-offsets, compile)
+                continue  # it waits in the pool until what it requires (torch-compile, say) joins the path
             record, step, ok = _trial(tuner, config, trial, steps, healthy)
             if record is not None and record["status"] == Status.SKIPPED:
                 pool.remove(technique)  # pruned: a longer combination cannot lift a conflict or a check's reason
@@ -287,10 +287,10 @@ def _one_run(
     +14% decided on any machine, reports/h200/session17/replay.py). A close call passed over here can still meet the
     finalists' rule: the best screened candidates are measured in full there, held like with like.
 
-    Session 17 on an H200 held maxpool-offsets on the fp16 recipe, screened that day at 7,703 img/s, against the
-    recipe's screen of session 13 on another machine (7,660): +0.6%, not kept. That day's selfcheck timed the
-    recipe at 34.76 ms a step against session 13's 33.46 (a selfcheck ran 1.6% slower than its cell in session
-    15), and on one machine (session 15) maxpool-offsets gained 1.4%."""
+    Session 17 on an H200 held maxpool-offsets (examples/ampsuite-resnet-kernels) on the fp16 recipe, screened that
+    day at 7,703 img/s, against the recipe's screen of session 13 on another machine (7,660): +0.6%, not kept. That
+    day's selfcheck timed the recipe at 34.76 ms a step against session 13's 33.46 (a selfcheck ran 1.6% slower than
+    its cell in session 15), and on one machine (session 15) maxpool-offsets gained 1.4%."""
     if not trials:
         return current, trials
     spread = 1.0 + SCREEN_SPREAD
@@ -342,7 +342,8 @@ def _together(
 
     A technique worth less than :data:`MIN_GAIN` alone is never kept alone, however real its gain, yet two of
     them can add up: on an H200 (session 15), the tuned ResNet-50 recipe ran 33.52 ms a step, with stem-pad
-    33.23-33.43 ms (+0.3-0.9%), with maxpool-offsets 33.07 ms (+1.4%) and with both 32.74 ms (+2.4%).
+    33.23-33.43 ms (+0.3-0.9%), with maxpool-offsets 33.07 ms (+1.4%) and with both 32.74 ms (+2.4%) (two
+    techniques of examples/ampsuite-resnet-kernels).
     None when fewer than two were faster: one alone is the round's own screen, already judged.
     """
     if len(faster) < 2:
@@ -464,7 +465,7 @@ def _precision_techniques(
     so each starts a path of its own. On an H200 (session 18), half-weights on ResNet-50's best measured
     combination ran 33.09-33.11 ms a step against the same with amp-fp16's 33.23-33.25.
 
-    Asked of matrix expansion, free; a technique that also lacks a requirement alone (maxpool-offsets without
+    Asked of matrix expansion, free; a technique that also lacks a requirement alone (one that requires
     torch-compile) is not one of them. ``amp``: the AMP dtypes this run registers."""
     return [
         t
@@ -834,7 +835,7 @@ def _ablation(tuner: Tuner, config: WorkloadConfig, winner: Measured, out: list[
 
 def _leave_out(tuner: Tuner, candidate: Candidate, technique: str) -> tuple[Candidate, list[str]]:
     """``candidate`` without ``technique`` and without the techniques that then lack what they require
-    (maxpool-offsets leaves with torch-compile): a row that keeps them would only be a skipped cell."""
+    (one that requires torch-compile leaves with it): a row that keeps them would only be a skipped cell."""
     left = candidate.minus(technique)
     dependents: list[str] = []
     while True:
@@ -907,9 +908,9 @@ def _screens_of_one_run(tuner: Tuner, winner: dict[str, Any], record: dict[str, 
     from two runs (``--resume``): (winner, row) throughput, or None.
 
     Two runs may be two machines. Session 20 on an H200: the ablation set the winner measured there (7,622.7 img/s)
-    against the file's record of the recipe without maxpool-offsets from a faster machine (7,651.2) and gave
-    maxpool-offsets -0.4%; this run had screened the two at 7,707.6 and 7,498.7, +2.8%. Screens are shorter
-    measurements, but of one machine, one after another."""
+    against the file's record of the recipe without maxpool-offsets (examples/ampsuite-resnet-kernels) from a
+    faster machine (7,651.2) and gave maxpool-offsets -0.4%; this run had screened the two at 7,707.6 and 7,498.7,
+    +2.8%. Screens are shorter measurements, but of one machine, one after another."""
     if tuner.run_of(record) == tuner.run_of(winner):
         return None
     pair = [tuner.kept.get(str(r["id"]) + SCREEN_SUFFIX) for r in (winner, record)]

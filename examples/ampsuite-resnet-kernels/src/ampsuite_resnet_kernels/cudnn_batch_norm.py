@@ -4,13 +4,15 @@ In eager mode PyTorch runs batch norm on CUDA through cuDNN when the input is
 float16 or float32 (bfloat16 goes to PyTorch's native kernels); on channels-last
 tensors in training cuDNN picks its persistent NHWC kernels. That is why
 ResNet-50 with amp-fp16 + channels-last runs 20% faster than with amp-bf16 on an
-H200. torch.compile never sees that choice: AOTAutograd decomposes batch norm
-into reductions and element-wise ops and inductor generates its own kernels for
-them (47% of a compiled ResNet-50 step on an H200, by the kernels probe).
+H200 (torch 2.11.0+cu130, cuDNN 9.19, 2026-11-30). torch.compile never sees
+that choice: AOTAutograd decomposes batch norm into reductions and element-wise
+ops and inductor generates its own kernels for them (47% of a compiled
+ResNet-50 step on that H200, by the kernels probe).
 
 This technique replaces, in training mode, the forward of every
-``BatchNorm1d/2d/3d`` module with one custom operator (``ampsuite::batch_norm``,
-its backward ``ampsuite::batch_norm_backward``) that calls
+``BatchNorm1d/2d/3d`` module with one custom operator
+(``ampsuite_resnet_kernels::batch_norm``, its backward
+``ampsuite_resnet_kernels::batch_norm_backward``) that calls
 ``aten.cudnn_batch_norm`` on CUDA. A custom operator is opaque to the compiler,
 so cuDNN keeps the normalisation while inductor compiles the rest; the price is
 that inductor can no longer fuse the ReLU or residual add that follows into it.
@@ -20,14 +22,16 @@ Running statistics and ``num_batches_tracked`` update as ``nn.BatchNorm`` does;
 the module structure and parameter names stay, so probes, checkpoints and other
 techniques see the same model. Evaluation mode, modules without running
 statistics or affine parameters, and ``SyncBatchNorm`` keep their own forward.
-Measured on an H200 (torch 2.11, cuDNN 9.19; docs/tune.md, session 7), it
-loses: compiled ResNet-50 batch 256 in fp16 + channels-last took 37.1 ms of
-GPU time a step with it against 34.6 ms without (element-wise kernels 6.2 ms
-against 3.3: the ReLU and residual adds no longer fuse), 6,730 against 7,310
-img/s with CUDA graphs hiding the host, and eager fp16 + channels-last went
-from 5,771 to 3,806 img/s (the same cuDNN kernels; each call of a Python
-custom operator costs host time). It stays a technique so that tune can try
-it on other GPUs and cuDNN versions.
+Measured on an NVIDIA H200 (torch 2.11.0+cu130, cuDNN 9.19; 2026-11-30,
+``ampsuite run tests/gpu/cudnn-bn.toml -p plugins.probes.kernels --no-peaks``,
+now this package's suites/resnet50-cudnn-bn.toml), it loses: compiled
+ResNet-50 batch 256 in fp16 + channels-last took 37.1 ms of GPU time a step
+with it against 34.6 ms without (element-wise kernels 6.2 ms against 3.3: the
+ReLU and residual adds no longer fuse), 6,730 against 7,310 img/s with CUDA
+graphs hiding the host (fp16 without a loss scale), and eager fp16 +
+channels-last went from 5,771 to 3,806 img/s (the same cuDNN kernels; each
+call of a Python custom operator costs host time). It stays a technique so
+that a suite can try it on other GPUs and cuDNN versions.
 
 On a device without cuDNN the operator runs PyTorch's native kernels (that is
 what the CPU tests exercise); the technique itself requires CUDA. cuDNN's batch
@@ -38,7 +42,7 @@ module at apply time.
 ``fuse = true`` answers that price. cuDNN's Ex calls
 (``cudnnBatchNormalizationForwardTrainingEx`` / ``BackwardEx``) fuse a ReLU,
 or a residual add and a ReLU, into the NHWC batch-norm kernels; PyTorch never
-calls them that way, so ``plugins.techniques._cudnn_api`` binds them with ctypes
+calls them that way, so ``ampsuite_resnet_kernels._cudnn_api`` binds them with ctypes
 from the cuDNN torch loaded. The model is traced with ``torch.fx``; every
 ``BatchNorm2d -> ReLU`` and ``BatchNorm2d -> add -> ReLU`` becomes one call of
 a ``FusedBatchNorm2d`` over the same parameters (``y = relu(bn(x) + z)``, and
@@ -52,16 +56,19 @@ take bfloat16, which aten's call refuses). The running statistics are updated
 by the module from the batch mean and inverse std the operator returns: the
 operator mutates nothing, so PyTorch accepts its autograd formula.
 
-Measured on an H200 (torch 2.11, cuDNN 9.19, ResNet-50 batch 256, bf16 +
-channels-last + compile; docs/tune.md, session 9): the fusion works (numerics
-ok, 53 batch norms, 16 residual adds and 33 ReLUs in cuDNN) but does not pay.
-The step's GPU time stays 34.9 ms (normalization and element-wise kernels 20.5
-ms, as inductor's own 17.2 + 3.3), the host waits on 106 operator calls a step
-without CUDA graphs (6,347-6,561 img/s against 6,770-6,859 without the
-option), and with CUDA graphs on one GPU 6,740.6 against 6,840.6 without it.
-Tune screened it and kept its winner. (The operator's first version, in which
-cuDNN updated the running statistics, ran 7,193.2 with CUDA graphs on a GPU
-where compile alone ran 6,858.7; it was never measured beside this one.)
+Measured on an H200 (torch 2.11.0+cu130, cuDNN 9.19, ResNet-50 batch 256,
+bf16 + channels-last + compile; 2026-11-30, ``ampsuite run
+tests/gpu/cudnn-fused.toml -k "fp32 or bf16"``, now this package's
+suites/resnet50-cudnn-bn.toml): the fusion works (numerics ok, 53 batch norms,
+16 residual adds and 33 ReLUs in cuDNN) but does not pay. The step's GPU time
+stays 34.9 ms (normalization and element-wise kernels 20.5 ms, as inductor's
+own 17.2 + 3.3), the host waits on 106 operator calls a step without CUDA
+graphs (6,347-6,561 img/s against 6,770-6,859 without the option), and with
+CUDA graphs on one GPU 6,740.6 against 6,840.6 without it. ``ampsuite tune``
+screened it the same day and kept its winner without it. (An earlier version
+of the operator, in which cuDNN updated the running statistics, ran 7,193.2
+with CUDA graphs on a GPU where compile alone ran 6,858.7; it was never
+measured beside this one.)
 """
 
 from __future__ import annotations
@@ -72,6 +79,8 @@ from types import ModuleType
 from typing import Any
 
 from suite import CheckContext, Technique, TrainStep, hookimpl
+
+AMPSUITE_PLUGIN_API = 1
 
 
 @dataclass(frozen=True)
@@ -86,9 +95,9 @@ class CudnnBatchNormOptions:
 
 
 def _impl() -> ModuleType:
-    # The torch-dependent part lives in plugins.techniques._cudnn_batch_norm: registering this plugin (ampsuite
-    # list, --help, suite-file checks) must not import torch.
-    return importlib.import_module("plugins.techniques._cudnn_batch_norm")
+    # The torch-dependent part lives in ampsuite_resnet_kernels._cudnn_batch_norm: registering this plugin
+    # (ampsuite list, --help, suite-file checks) must not import torch.
+    return importlib.import_module("ampsuite_resnet_kernels._cudnn_batch_norm")
 
 
 def check(ctx: CheckContext) -> str | None:
@@ -100,7 +109,7 @@ def check(ctx: CheckContext) -> str | None:
 def apply(step: TrainStep, options: CudnnBatchNormOptions) -> TrainStep:
     if options.fuse:
         # Its own module, which builds on the plain operator's (layout, bounds): one direction of import.
-        return importlib.import_module("plugins.techniques._cudnn_fused").apply(step)
+        return importlib.import_module("ampsuite_resnet_kernels._cudnn_fused").apply(step)
     return _impl().apply(step, options)
 
 

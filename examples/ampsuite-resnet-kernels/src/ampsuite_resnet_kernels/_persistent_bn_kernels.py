@@ -1,9 +1,9 @@
 """Training batch norm + ReLU as one persistent Triton kernel a pass, with a grid barrier between statistics and apply.
 
-Why (docs/tune.md "Session 20"): in ResNet-50's compiled fp16 step on an H200, inductor runs each batch norm that
-no residual add follows in five kernels, and the 30 small ones (64 x 56x56 down to 2048 x 7x7 at batch 256, 3-100
-MB each) take 4.47 ms a step against a traffic bound of 2.71: every kernel ramps up and drains on a few MB, and the
-apply reads from DRAM what the statistics read a moment before. Here each pass is one launch of a grid small
+Why: in ResNet-50's compiled fp16 step on an H200 (torch 2.11.0+cu130, 2026-12-02), inductor runs each batch
+norm that no residual add follows in five kernels, and the 30 small ones (64 x 56x56 down to 2048 x 7x7 at batch
+256, 3-100 MB each) take 4.47 ms a step against a traffic bound of 2.71: every kernel ramps up and drains on a few
+MB, and the apply reads from DRAM what the statistics read a moment before. Here each pass is one launch of a grid small
 enough to be resident at once (a few programs an SM). A program takes the statistics of its rows, the programs of
 a channel block wait for each other at a barrier in global memory, and each then applies to its own rows, read
 back in the reverse order so that the rows it read last, the likeliest still in L2, come first. The backward does
@@ -13,7 +13,7 @@ The tensor is seen as its (rows = N*H*W, C) row-major matrix, which a channels-l
 A program's sums (of x - K and its square, K each channel's first value, so that a mean far from zero against the
 spread cancels nothing; in the backward, of the masked gradient and of it times x-hat) go into the channel's totals
 by atomic adds before the barrier, and after it every program reads two numbers a channel. Merging every program's
-partials in every program instead (the versions timed in session 21) has each of some 500 programs of a 64-channel
+partials in every program instead (an earlier version of these kernels) has each of some 500 programs of a 64-channel
 layer read some 500 partials, by the count more traffic than the activation itself, and a chain of dependent L2
 reads. Atomic float adds land in no fixed order, so the statistics may differ from run to run in the last bits, as
 with any split reduction by atomics.
@@ -37,8 +37,8 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-FORWARD_OP = "ampsuite::persistent_bn_relu"
-BACKWARD_OP = "ampsuite::persistent_bn_relu_backward"
+FORWARD_OP = "ampsuite_resnet_kernels::persistent_bn_relu"
+BACKWARD_OP = "ampsuite_resnet_kernels::persistent_bn_relu_backward"
 
 TILE_ROWS = 128
 TILE_CHANNELS = 64
@@ -46,7 +46,8 @@ NUM_WARPS = 4
 """Warps a program, by default: the technique's ``num_warps`` option. Compiled for sm_90 (Triton 3.8), the
 128 x 64 tile takes 255 registers a thread with 4 warps and spills (88 bytes of stack forward, 424 backward);
 with 8 warps 203 and 254, no spill, 16 warps an SM instead of 8. Yet 8 warps ran 9-25% slower on every ResNet-50
-shape on an H200 (session 23, ``reports/h200/bn_persistent.py``): the spill is not what holds the kernels back."""
+shape on an H200 (torch 2.11.0+cu130, 2026-12-02, ``python3 reports/h200/bn_persistent.py`` at ampsuite commit
+0bbfc1d): the spill is not what holds the kernels back."""
 PER_SM = 4
 """Programs an SM runs, at most: more hide more memory latency, and all of them must fit at once."""
 

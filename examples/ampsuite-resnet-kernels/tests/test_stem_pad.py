@@ -2,32 +2,25 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
-from conftest import in_float64
+from suite import CheckContext, NoOptions, SkipCell, TrainStep, Workload
 from torch import nn
 
-from plugins.techniques import _stem_pad as impl
-from plugins.techniques import channels_last, stem_pad
-from plugins.workloads import cnn, toy
-from suite import BuildContext, CheckContext, NoOptions, SkipCell, TrainStep, Workload
+from ampsuite_resnet_kernels import _stem_pad as impl
+from ampsuite_resnet_kernels import stem_pad
+from kernels_testing import build, in_float64, resnet_step, technique, toy_step
 
 TECHNIQUE = stem_pad.ampsuite_techniques()[0]
-CHANNELS_LAST = channels_last.ampsuite_techniques()[0]
-CPU = torch.device("cpu")
-OPTIONS = cnn.ResNetOptions(depth=18, width=8, image_size=32, classes=10)
 
 
-def resnet(tmp_path: Path, optimizer: str = "sgd") -> TrainStep:
-    options = cnn.ResNetOptions(depth=18, width=8, image_size=32, classes=10, optimizer=optimizer, weight_decay=0.1)
-    return cnn.build(options, BuildContext(CPU, 4, 0, str(tmp_path)))
+def resnet(optimizer: str = "sgd") -> TrainStep:
+    return build("resnet", depth=18, width=8, image_size=32, classes=10, optimizer=optimizer, weight_decay=0.1)
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
-def test_a_resnet_trains_the_same_and_the_new_weights_stay_zero(tmp_path: Path, optimizer: str) -> None:
-    step, reference = resnet(tmp_path, optimizer), resnet(tmp_path, optimizer)
+def test_a_resnet_trains_the_same_and_the_new_weights_stay_zero(optimizer: str) -> None:
+    step, reference = resnet(optimizer), resnet(optimizer)
     assert step.model is not None and step.optimizer is not None and reference.model is not None
     weight = step.model.conv1.weight
     step = TECHNIQUE.apply(step, stem_pad.StemPadOptions())
@@ -47,10 +40,10 @@ def test_a_resnet_trains_the_same_and_the_new_weights_stay_zero(tmp_path: Path, 
     torch.testing.assert_close(weight[:, :3], reference.model.conv1.weight, rtol=1e-9, atol=1e-10)
 
 
-def test_with_channels_last_the_pool_is_padded_once_into_that_layout(tmp_path: Path) -> None:
-    step = resnet(tmp_path)
+def test_with_channels_last_the_pool_is_padded_once_into_that_layout() -> None:
+    step = resnet_step()
     stored = step.data().inputs[0]
-    step = CHANNELS_LAST.apply(TECHNIQUE.apply(step, stem_pad.StemPadOptions()), NoOptions())  # ascending order
+    step = technique("channels-last").apply(TECHNIQUE.apply(step, stem_pad.StemPadOptions()), NoOptions())
     assert step.model is not None and step.model.conv1.weight.is_contiguous(memory_format=torch.channels_last)
     served = [step.data() for _ in range(8)]  # the pool's batches, twice over
     padded = served[-1].inputs[0]
@@ -61,7 +54,7 @@ def test_with_channels_last_the_pool_is_padded_once_into_that_layout(tmp_path: P
     step.compose()(served[0])
 
 
-def test_what_it_refuses(tmp_path: Path) -> None:
+def test_what_it_refuses() -> None:
     assert TECHNIQUE.order == 15 and TECHNIQUE.options is stem_pad.StemPadOptions
     assert TECHNIQUE.check is not None
     plain = Workload(name="mlp", summary="", build=lambda o, c: None, traits=frozenset({"model"}))  # type: ignore[arg-type,return-value]
@@ -69,10 +62,9 @@ def test_what_it_refuses(tmp_path: Path) -> None:
     assert reason == "needs a convolutional workload with a model (traits 'conv', 'model'); 'mlp' lacks one"
     with pytest.raises(ValueError, match="channels must be between 2 and 64, got 1"):
         stem_pad.StemPadOptions(channels=1)
-    step = toy.build(toy.ToyOptions(features=8, hidden=16, layers=1, classes=4), BuildContext(CPU, 8, 0, str(tmp_path)))
     with pytest.raises(SkipCell, match=r"the model has no nn\.Conv2d to pad"):
-        TECHNIQUE.apply(step, stem_pad.StemPadOptions())
+        TECHNIQUE.apply(toy_step(), stem_pad.StemPadOptions())
     with pytest.raises(SkipCell, match=r"the first convolution \(conv1\) already has 3 input channels \(>= 3\)"):
-        TECHNIQUE.apply(resnet(tmp_path), stem_pad.StemPadOptions(channels=3))
+        TECHNIQUE.apply(resnet_step(), stem_pad.StemPadOptions(channels=3))
     with pytest.raises(SkipCell, match=r"the first convolution \(0\) is grouped \(3 groups\)"):
         impl.widen(nn.Sequential(nn.Conv2d(3, 6, 3, groups=3)), 4)

@@ -12,15 +12,14 @@ from typing import Any
 
 import pytest
 import torch
+from suite import CheckContext, SkipCell, Workload
 from torch import nn
 
-from plugins.techniques import _cudnn_batch_norm as impl
-from plugins.techniques import cudnn_batch_norm, islands
-from plugins.workloads import cnn, toy
-from suite import BuildContext, CheckContext, SkipCell, TrainStep, Workload
+from ampsuite_resnet_kernels import _cudnn_batch_norm as impl
+from ampsuite_resnet_kernels import cudnn_batch_norm
+from kernels_testing import resnet_step, toy_step, train
 
 TECHNIQUE = cudnn_batch_norm.ampsuite_techniques()[0]
-CPU = torch.device("cpu")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="cuDNN's batch norm needs a GPU")
 
 
@@ -35,19 +34,6 @@ def replaced(model: nn.Module) -> nn.Module:
         if isinstance(module, impl.BATCH_NORMS):
             assert impl.replace(module)
     return model
-
-
-def train(model: nn.Module, inputs: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Outputs of a few SGD steps, and the parameters' last gradients."""
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    outputs = []
-    for x in inputs:
-        optimizer.zero_grad()
-        out = model(x)
-        (out.float() ** 2).mean().backward()
-        optimizer.step()
-        outputs.append(out.detach())
-    return outputs, [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
 
 
 def assert_same_training(ref: nn.Module, model: nn.Module, inputs: list[torch.Tensor], tol: float) -> None:
@@ -137,8 +123,9 @@ def test_torch_compile_sees_the_operator_not_batch_norms_decomposition() -> None
     compiled = torch.compile(model, backend=aot_autograd(fw_compiler=boxed, bw_compiler=boxed), dynamic=False)
     compiled(torch.randn(6, 3, 9, 9)).sum().backward()
     norms = [t for t in targets if "batch_norm" in t]
-    assert norms and all(t.startswith("ampsuite.") for t in norms), norms
-    assert "ampsuite.batch_norm.default" in norms and "ampsuite.batch_norm_backward.default" in norms
+    assert norms and all(t.startswith("ampsuite_resnet_kernels.") for t in norms), norms
+    assert "ampsuite_resnet_kernels.batch_norm.default" in norms
+    assert "ampsuite_resnet_kernels.batch_norm_backward.default" in norms
 
     plain: list[str] = []
     targets = plain
@@ -146,21 +133,15 @@ def test_torch_compile_sees_the_operator_not_batch_norms_decomposition() -> None
     torch.compile(block(), backend=aot_autograd(fw_compiler=boxed, bw_compiler=boxed), dynamic=False)(
         torch.randn(6, 3, 9, 9)
     ).sum().backward()
-    assert not any(t.startswith("ampsuite.") for t in plain)  # the test tells the two apart
+    assert not any(t.startswith("ampsuite_resnet_kernels.") for t in plain)  # the test tells the two apart
 
 
 # -- the technique ---------------------------------------------------------------
 
 
-def resnet_step() -> TrainStep:
-    options = cnn.ResNetOptions(depth=18, width=8, image_size=32, classes=10)
-    return cnn.build(options, BuildContext(CPU, 4, 0, "unused"))
-
-
 def test_declaration() -> None:
     assert TECHNIQUE.requires == frozenset({"cuda"})
-    assert "fp32-islands" in TECHNIQUE.conflicts
-    assert "cudnn-batch-norm" in islands.ampsuite_techniques()[0].conflicts
+    assert "fp32-islands" in TECHNIQUE.conflicts  # declared here: the built-in fp32-islands knows nothing of it
 
 
 def test_check_needs_a_model() -> None:
@@ -172,24 +153,19 @@ def test_check_needs_a_model() -> None:
     assert TECHNIQUE.check(CheckContext(with_model, None, "cuda", ("cudnn-batch-norm",), 8)) is None
 
 
-def test_the_matrix_skips_it_on_cpu_with_the_reason() -> None:
-    from suite.host.manager import PluginSettings, load_registry
-    from suite.spec.matrix import expand
-    from suite.spec.suitefile import loads
-
-    spec = loads(
-        """
-        [workloads.resnet]
-        batch_size = 4
-        depth = 18
-        [combinations]
-        cudnn-bn = ["amp-fp16", "cudnn-batch-norm"]
-        with-islands = ["amp-fp16", "cudnn-batch-norm", "fp32-islands"]
-        """
+def test_the_matrix_skips_it_on_cpu_and_beside_fp32_islands_with_the_reason(ampsuite_run) -> None:
+    suite = {
+        "workloads": {"resnet": {"batch_size": 4, "depth": 18}},
+        "combinations": {
+            "cudnn-bn": ["amp-fp16", "cudnn-batch-norm"],
+            "with-islands": ["amp-fp16", "cudnn-batch-norm", "fp32-islands"],
+        },
+    }
+    result = ampsuite_run(suite, plugins=[cudnn_batch_norm], keyword="not fp32")
+    result.assert_status(
+        "resnet/cudnn-bn/*", "skipped", reason="^cudnn-batch-norm needs a CUDA device; this run is on cpu$"
     )
-    cells = {c.combination: c for c in expand(spec, load_registry(PluginSettings(autoload=False)), "cpu")}
-    assert cells["cudnn-bn"].skip_reason == "cudnn-batch-norm needs a CUDA device; this run is on cpu"
-    assert "fp32-islands" in str(cells["with-islands"].skip_reason)
+    result.assert_status("resnet/with-islands/*", "skipped", reason="^cudnn-batch-norm conflicts with fp32-islands$")
 
 
 def test_apply_replaces_every_batch_norm_and_says_so() -> None:
@@ -204,11 +180,9 @@ def test_apply_replaces_every_batch_norm_and_says_so() -> None:
     assert all(int(m.num_batches_tracked) == 2 for m in norms)
 
 
-def test_apply_refuses_a_model_without_batch_norm(tmp_path: Any) -> None:
-    opts = toy.ToyOptions(features=8, hidden=16, layers=1, classes=4)
-    step = toy.build(opts, BuildContext(CPU, 8, 0, str(tmp_path)))
+def test_apply_refuses_a_model_without_batch_norm() -> None:
     with pytest.raises(SkipCell, match="no BatchNorm"):
-        TECHNIQUE.apply(step, cudnn_batch_norm.CudnnBatchNormOptions())
+        TECHNIQUE.apply(toy_step(), cudnn_batch_norm.CudnnBatchNormOptions())
 
 
 def test_apply_refuses_half_precision_batch_norm_weights() -> None:

@@ -2,9 +2,9 @@
 
 Three pieces, data flowing one way:
 
-* the operators ``ampsuite::fused_batch_norm`` and its backward: ``y = act(bn(x) [+ z])`` through cuDNN's Ex
-  calls (:mod:`._cudnn_api`) on CUDA, through PyTorch's native kernels elsewhere (the same arithmetic, which is
-  what the CPU tests hold the plumbing to);
+* the operators ``ampsuite_resnet_kernels::fused_batch_norm`` and its backward: ``y = act(bn(x) [+ z])`` through
+  cuDNN's Ex calls (:mod:`._cudnn_api`) on CUDA, through PyTorch's native kernels elsewhere (the same arithmetic,
+  which is what the CPU tests hold the plumbing to);
 * :class:`FusedBatchNorm2d`, a ``BatchNorm2d`` over the very same parameters and buffers whose forward takes
   the residual and applies the ReLU;
 * :func:`fuse_model`, which traces the model with ``torch.fx``, finds each ``BatchNorm2d -> ReLU`` and
@@ -20,15 +20,15 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from suite import SkipCell, TrainStep
 from torch import Tensor, fx, nn
 
-from plugins.techniques import _cudnn_api as api
-from plugins.techniques._cudnn_batch_norm import _memory_format
-from plugins.techniques._fx_patterns import AdoptedBatchNorm2d, is_relu, only_user, trace
-from suite import SkipCell, TrainStep
+from ampsuite_resnet_kernels import _cudnn_api as api
+from ampsuite_resnet_kernels._fx_patterns import AdoptedBatchNorm2d, is_relu, only_user, trace
+from ampsuite_resnet_kernels._layout import kept_layout
 
-OP = "ampsuite::fused_batch_norm"
-BACKWARD_OP = "ampsuite::fused_batch_norm_backward"
+OP = "ampsuite_resnet_kernels::fused_batch_norm"
+BACKWARD_OP = "ampsuite_resnet_kernels::fused_batch_norm_backward"
 OPS_NAMES = {api.OPS_BN: "bn", api.OPS_BN_RELU: "bn+relu", api.OPS_BN_ADD_RELU: "bn+add+relu"}
 
 
@@ -38,7 +38,7 @@ def _cudnn(x: Tensor) -> bool:
 
 def _layout(x: Tensor) -> torch.memory_format:
     """The layout of every activation-shaped output: cuDNN's NHWC on CUDA, the input's own elsewhere."""
-    return torch.channels_last if _cudnn(x) else _memory_format(x)
+    return torch.channels_last if _cudnn(x) else kept_layout(x)
 
 
 # Functional: PyTorch registers autograd formulas only for operators that mutate nothing. The running

@@ -17,28 +17,16 @@ import textwrap
 import pytest
 import torch
 import torchvision
+from suite import CheckContext, SkipCell, Workload
 from torch import nn
 
-from plugins.techniques import _persistent_batch_norm as impl
-from plugins.techniques import persistent_batch_norm
-from plugins.workloads import cnn
-from suite import BuildContext, CheckContext, SkipCell, TrainStep, Workload
+from ampsuite_resnet_kernels import _persistent_batch_norm as impl
+from ampsuite_resnet_kernels import cudnn_batch_norm, persistent_batch_norm
+from kernels_testing import resnet_step, train
 
 TECHNIQUE = persistent_batch_norm.ampsuite_techniques()[0]
 OPTIONS = persistent_batch_norm.PersistentBatchNormOptions
-CPU = torch.device("cpu")
-
-
-def train(model: nn.Module, inputs: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    outputs = []
-    for x in inputs:
-        optimizer.zero_grad()
-        out = model(x)
-        (out.float() ** 2).mean().backward()
-        optimizer.step()
-        outputs.append(out.detach())
-    return outputs, [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
+PLUGINS = [persistent_batch_norm, cudnn_batch_norm]
 
 
 def test_declaration_and_options() -> None:
@@ -54,30 +42,25 @@ def test_declaration_and_options() -> None:
     assert reason == "needs a workload with a model (trait 'model'); 'gemm' has none"
 
 
-def test_the_matrix_skips_it_on_cpu_without_channels_last_and_with_cudnn_batch_norm_with_the_reason() -> None:
-    from suite.host.manager import PluginSettings, load_registry
-    from suite.spec.matrix import expand
-    from suite.spec.suitefile import loads
-
-    spec = loads(
-        """
-        [workloads.resnet]
-        batch_size = 4
-        depth = 18
-        [combinations]
-        bn = ["amp-fp16", "channels-last", "persistent-batch-norm"]
-        both = ["amp-fp16", "channels-last", "persistent-batch-norm", "cudnn-batch-norm"]
-        contiguous = ["amp-fp16", "persistent-batch-norm"]
-        """
+def test_the_matrix_skips_it_on_cpu_and_without_channels_last_with_the_reason(ampsuite_run) -> None:
+    suite = {
+        "workloads": {"resnet": {"batch_size": 4, "depth": 18}},
+        "combinations": {
+            "bn": ["amp-fp16", "channels-last", "persistent-batch-norm"],
+            "contiguous": ["amp-fp16", "persistent-batch-norm"],
+        },
+    }
+    result = ampsuite_run(suite, plugins=PLUGINS, keyword="not fp32")
+    result.assert_status(
+        "resnet/bn/*", "skipped", reason="^persistent-batch-norm needs a CUDA device; this run is on cpu$"
     )
-    registry = load_registry(PluginSettings(autoload=False))
-    cells = {c.combination: c for c in expand(spec, registry, "cpu")}
-    assert cells["bn"].skip_reason == "persistent-batch-norm needs a CUDA device; this run is on cpu"
-    cuda = {c.combination: c for c in expand(spec, registry, "cuda")}
-    assert cuda["bn"].skip_reason is None
-    assert "cudnn-batch-norm" in str(cuda["both"].skip_reason)
     # pruned before anything runs, so that tune keeps it in a path's pool until channels-last has joined
-    assert cuda["contiguous"].skip_reason == "persistent-batch-norm requires channels-last in the same combination"
+    result.assert_status(
+        "resnet/contiguous/*",
+        "skipped",
+        reason="^persistent-batch-norm requires channels-last in the same combination$",
+    )
+    assert all("phase" not in r["evidence"] for r in result.doc["cells"])  # decided at expansion, not in a worker
 
 
 def test_resnet50_takes_the_stem_and_every_block_relu_and_keeps_its_parameters() -> None:
@@ -144,11 +127,6 @@ def test_pairs_it_cannot_take_stay_as_they_are() -> None:
     assert all(type(m) is nn.BatchNorm2d for m in model.modules() if isinstance(m, nn.BatchNorm2d))
 
 
-def resnet_step() -> TrainStep:
-    options = cnn.ResNetOptions(depth=18, width=8, image_size=32, classes=10)
-    return cnn.build(options, BuildContext(CPU, 4, 0, "unused"))
-
-
 def test_apply_rewrites_the_model_and_says_so_and_skips_with_the_reason() -> None:
     step = resnet_step()
     step = TECHNIQUE.apply(step, OPTIONS(min_mb=1.5, num_warps=8))
@@ -186,8 +164,8 @@ import copy
 import torch, torchvision
 from torch import nn
 import torch.nn.functional as F
-from plugins.techniques import _persistent_batch_norm as impl
-from plugins.techniques import _persistent_bn_kernels as kernels
+from ampsuite_resnet_kernels import _persistent_batch_norm as impl
+from ampsuite_resnet_kernels import _persistent_bn_kernels as kernels
 
 torch.manual_seed(0)
 calls = []
@@ -245,9 +223,9 @@ def test_the_kernels_compute_batch_norm_and_relu_and_train_a_resnet_like_pytorch
 
 def test_under_torch_compile_the_kernels_run_outside_every_graph(monkeypatch: pytest.MonkeyPatch) -> None:
     """Launched by Triton, whose compile of the kernel sizes the grid, never by inductor's copy of it: inside the
-    graph the stem's cell gave no step within 422 s on an H200 (session 23), outside it ran (session 22)."""
+    graph ResNet-50's cell with the stem through the kernels gave no step within 422 s on an H200, outside it ran."""
     pytest.importorskip("triton")
-    from plugins.techniques import _persistent_bn_kernels as kernels
+    from ampsuite_resnet_kernels import _persistent_bn_kernels as kernels
 
     # the kernels' operator as an opaque one with a fake: Triton's interpreter cannot run on dynamo's fake tensors
     @torch.library.custom_op("ampsuite_test::bn_relu", mutates_args=())
@@ -301,7 +279,7 @@ def test_programs_resident_at_once_are_counted_as_cuda_allocates(
 ) -> None:
     """One program more than the GPU holds at once and the grid barrier waits forever."""
     pytest.importorskip("triton")
-    from plugins.techniques import _persistent_bn_kernels as kernels
+    from ampsuite_resnet_kernels import _persistent_bn_kernels as kernels
 
     assert kernels.blocks_per_sm(n_regs, shared, num_warps, **H200_SM) == blocks
     raw = min(
@@ -315,8 +293,8 @@ def test_programs_resident_at_once_are_counted_as_cuda_allocates(
 @pytest.mark.parametrize("rewrite", ["persistent", "cudnn-fuse"])
 def test_other_techniques_modules_stay_whole_calls(rewrite: str) -> None:
     """maxpool-offsets' pool iterates over its window, which torch.fx cannot trace; it holds no batch norm, so the
-    rewrites leave it one call (session 21: the first ResNet-50 cell with both techniques was a skip for it)."""
-    from plugins.techniques import _cudnn_fused, _maxpool_offsets
+    rewrites leave it one call (traced whole, every ResNet-50 cell with both techniques would be a skip)."""
+    from ampsuite_resnet_kernels import _cudnn_fused, _maxpool_offsets
 
     torch.manual_seed(0)
     ref = torchvision.models.resnet18(num_classes=10)

@@ -2,11 +2,13 @@
 
 cuDNN's NHWC Tensor Core kernels want a channel count that fills 8 bytes:
 given ResNet-50's 3-channel stem, cuDNN pads the input to 4 channels itself on
-every call. On one H200 (torch 2.11, cuDNN 9.19, fp16, channels-last, batch
-256; session 14) the stem convolution's forward and weight gradient took
-1.141 ms with 3 input channels and 0.868 ms with 4, of which cuDNN's own
-``nhwcAddPaddingKernel`` was 0.251 ms (8 channels: 2.255 ms). MLPerf's
-ResNet-50 has its data loader emit 4-channel NHWC images for this reason.
+every call. On one NVIDIA H200 (torch 2.11.0+cu130, cuDNN 9.19, fp16,
+channels-last, batch 256; 2026-12-01, ``python3 reports/h200/session14/probe.py
+stem`` at ampsuite commit 0bbfc1d) the stem convolution's forward and weight
+gradient took 1.141 ms with 3 input channels and 0.868 ms with 4, of which
+cuDNN's own ``nhwcAddPaddingKernel`` was 0.251 ms (8 channels: 2.255 ms).
+MLPerf's ResNet-50 has its data loader emit 4-channel NHWC images for this
+reason.
 
 The technique does the same in two places:
 
@@ -30,10 +32,12 @@ only difference from the unpadded model is the order of the convolution's sums.
 Order 15: before channels-last (20), which then converts the widened weight,
 and before AMP (30) and torch-compile (80).
 
-Measured in ResNet-50's tuned recipe (fp16 + channels-last + compile + fused
-SGD, batch 256, one H200, session 15): 7,625-7,638 -> 7,657-7,704 img/s
-(33.23-33.43 ms a step; cuDNN's padding kernel, 0.25 ms, gone), and with
-``maxpool-offsets`` too 7,741 -> 7,820.
+Measured in ResNet-50's compiled recipe (fp16 + channels-last + compile +
+fused SGD, batch 256, one H200, torch 2.11.0+cu130, 2026-12-01,
+``ampsuite run tests/gpu/resnet50-stem.toml -p plugins.probes.kernels``, the
+cells now in this package's suites/resnet50-stack.toml): 7,625-7,638 ->
+7,657-7,704 img/s (33.23-33.43 ms a step; cuDNN's padding kernel, 0.25 ms,
+gone), and with ``maxpool-offsets`` too 7,741 -> 7,820.
 """
 
 from __future__ import annotations
@@ -61,9 +65,9 @@ class StemPadOptions:
 
 
 def _impl() -> ModuleType:
-    # The torch-dependent part lives in plugins.techniques._stem_pad: registering this plugin (ampsuite list,
+    # The torch-dependent part lives in ampsuite_resnet_kernels._stem_pad: registering this plugin (ampsuite list,
     # --help, suite-file checks) must not import torch.
-    return importlib.import_module("plugins.techniques._stem_pad")
+    return importlib.import_module("ampsuite_resnet_kernels._stem_pad")
 
 
 def check(ctx: CheckContext) -> str | None:

@@ -1,4 +1,4 @@
-"""The torch-dependent part of :mod:`plugins.techniques.stem_pad` (imported when a cell applies it)."""
+"""The torch-dependent part of :mod:`ampsuite_resnet_kernels.stem_pad` (imported when a cell applies it)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from suite import Batch, SkipCell, TrainStep
 from torch import nn
 
-from plugins.techniques.stem_pad import StemPadOptions
-from suite import Batch, SkipCell, TrainStep
+from ampsuite_resnet_kernels.stem_pad import StemPadOptions
 
 
 class PaddedImages:

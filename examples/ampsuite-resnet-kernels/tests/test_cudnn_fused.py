@@ -16,17 +16,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torchvision
+from suite import SkipCell
 from torch import nn
 
-from plugins.techniques import _cudnn_api as api
-from plugins.techniques import _cudnn_fused as fused
-from plugins.techniques import cudnn_batch_norm
-from plugins.workloads import cnn, toy
-from suite import BuildContext, SkipCell, TrainStep
+from ampsuite_resnet_kernels import _cudnn_api as api
+from ampsuite_resnet_kernels import _cudnn_fused as fused
+from ampsuite_resnet_kernels import cudnn_batch_norm
+from kernels_testing import resnet_step, toy_step, train
 
 TECHNIQUE = cudnn_batch_norm.ampsuite_techniques()[0]
 FUSE = cudnn_batch_norm.CudnnBatchNormOptions(fuse=True)
-CPU = torch.device("cpu")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="cuDNN's fused batch norm needs a GPU")
 
 
@@ -56,18 +55,6 @@ class Residual(nn.Module):
 def _iadd(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     a += b
     return a
-
-
-def train(model: nn.Module, inputs: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    outputs = []
-    for x in inputs:
-        optimizer.zero_grad()
-        out = model(x)
-        (out.float() ** 2).mean().backward()
-        optimizer.step()
-        outputs.append(out.detach())
-    return outputs, [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
 
 
 def assert_same_training(ref: nn.Module, model: nn.Module, inputs: list[torch.Tensor], tol: float) -> None:
@@ -225,11 +212,6 @@ def test_the_residual_gets_the_gradient_through_the_relu() -> None:
 # -- the technique ---------------------------------------------------------------------
 
 
-def resnet_step() -> TrainStep:
-    options = cnn.ResNetOptions(depth=18, width=8, image_size=32, classes=10)
-    return cnn.build(options, BuildContext(CPU, 4, 0, "unused"))
-
-
 def test_apply_with_fuse_rewrites_the_model_and_says_so() -> None:
     step = resnet_step()
     assert step.model is not None
@@ -247,11 +229,9 @@ def test_apply_with_fuse_rewrites_the_model_and_says_so() -> None:
     assert all(torch.isfinite(run(step.data())) for _ in range(2))
 
 
-def test_fuse_refuses_a_model_without_batch_norm_2d(tmp_path: Any) -> None:
-    opts = toy.ToyOptions(features=8, hidden=16, layers=1, classes=4)
-    step = toy.build(opts, BuildContext(CPU, 8, 0, str(tmp_path)))
+def test_fuse_refuses_a_model_without_batch_norm_2d() -> None:
     with pytest.raises(SkipCell, match=r"cudnn-batch-norm \(fuse\) found no BatchNorm2d"):
-        TECHNIQUE.apply(step, FUSE)
+        TECHNIQUE.apply(toy_step(), FUSE)
 
 
 def test_fuse_refuses_a_model_torch_fx_cannot_trace_with_the_reason() -> None:

@@ -1,4 +1,4 @@
-"""The torch-dependent part of :mod:`plugins.techniques.cudnn_batch_norm` (imported when a cell applies it).
+"""The torch-dependent part of :mod:`ampsuite_resnet_kernels.cudnn_batch_norm` (imported when a cell applies it).
 
 Two custom operators, forward and backward, so that neither AOTAutograd nor
 inductor looks inside: ``aten.cudnn_batch_norm`` itself has a decomposition that
@@ -12,30 +12,22 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
+from suite import SkipCell, TrainStep
 from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from plugins.techniques._fx_patterns import INT32_MAX
-from suite import SkipCell, TrainStep
+from ampsuite_resnet_kernels._fx_patterns import INT32_MAX
+from ampsuite_resnet_kernels._layout import kept_layout
 
 if TYPE_CHECKING:
-    from plugins.techniques.cudnn_batch_norm import CudnnBatchNormOptions
+    from ampsuite_resnet_kernels.cudnn_batch_norm import CudnnBatchNormOptions
 
-OP = "ampsuite::batch_norm"
-BACKWARD_OP = "ampsuite::batch_norm_backward"
+OP = "ampsuite_resnet_kernels::batch_norm"
+BACKWARD_OP = "ampsuite_resnet_kernels::batch_norm_backward"
 BATCH_NORMS: tuple[type[_BatchNorm], ...] = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 """Module types whose training forward becomes the operator (``SyncBatchNorm`` is none of them)."""
 
 _MARK = "_ampsuite_cudnn_batch_norm"
-
-
-def _memory_format(x: Tensor) -> torch.memory_format:
-    """The layout cuDNN keeps: channels-last when ``x`` is, else contiguous (``suggest_memory_format``)."""
-    if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous():
-        return torch.channels_last
-    if x.dim() == 5 and x.is_contiguous(memory_format=torch.channels_last_3d) and not x.is_contiguous():
-        return torch.channels_last_3d
-    return torch.contiguous_format
 
 
 def _reserve_size(x: Tensor) -> int:
@@ -84,7 +76,7 @@ def _batch_norm_fake(
     eps: float,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     channels = x.shape[1]
-    y = torch.empty_like(x, memory_format=_memory_format(x))
+    y = torch.empty_like(x, memory_format=kept_layout(x))
     mean = x.new_empty((channels,), dtype=weight.dtype)
     invstd = x.new_empty((channels,), dtype=weight.dtype)
     reserve = x.new_empty((_reserve_size(x),), dtype=torch.uint8)
@@ -104,7 +96,7 @@ def batch_norm_backward(
     """Gradients of :func:`batch_norm` for input, weight and bias."""
     if x.device.type == "cuda":
         # cuDNN wants the gradient in the input's layout (a no-op when the autograd formula already made it so).
-        grad_out = grad_out.contiguous(memory_format=_memory_format(x))
+        grad_out = grad_out.contiguous(memory_format=kept_layout(x))
         grad_x, grad_weight, grad_bias = torch.ops.aten.cudnn_batch_norm_backward.default(
             x, grad_out, weight, None, None, save_mean, save_invstd, eps, reserve
         )
@@ -125,7 +117,7 @@ def _batch_norm_backward_fake(
     reserve: Tensor,
     eps: float,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    return torch.empty_like(x, memory_format=_memory_format(x)), torch.empty_like(weight), torch.empty_like(weight)
+    return torch.empty_like(x, memory_format=kept_layout(x)), torch.empty_like(weight), torch.empty_like(weight)
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
@@ -139,7 +131,7 @@ def _backward(ctx: Any, grad_y: Tensor, *_stats_grads: Any) -> tuple[Tensor | No
     x, weight, mean, invstd, reserve = ctx.saved_tensors
     # Here, not only inside the operator: this formula is traced, so inductor sees the layout cuDNN needs and
     # can write the gradient in it, instead of the operator copying it on every call.
-    grad_y = grad_y.contiguous(memory_format=_memory_format(x))
+    grad_y = grad_y.contiguous(memory_format=kept_layout(x))
     grad_x, grad_weight, grad_bias = batch_norm_backward(grad_y, x, weight, mean, invstd, reserve, ctx.eps)
     return grad_x, grad_weight, grad_bias, None, None, None, None
 
@@ -174,7 +166,7 @@ def replace(module: _BatchNorm) -> bool:
         assert module.num_batches_tracked is not None and module.momentum is not None
         module._check_input_dim(x)
         module.num_batches_tracked.add_(1)
-        x = x.contiguous(memory_format=_memory_format(x))
+        x = x.contiguous(memory_format=kept_layout(x))
         y, _mean, _invstd, _reserve, running_mean, running_var = batch_norm(
             x, module.weight, module.bias, module.running_mean, module.running_var, module.momentum, module.eps
         )

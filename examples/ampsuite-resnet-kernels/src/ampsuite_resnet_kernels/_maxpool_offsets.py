@@ -1,4 +1,4 @@
-"""The torch-dependent part of :mod:`plugins.techniques.maxpool_offsets` (imported when a cell applies it)."""
+"""The torch-dependent part of :mod:`ampsuite_resnet_kernels.maxpool_offsets` (imported when a cell applies it)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from typing import Any, get_args
 
 import torch
 import torch.nn.functional as F
+from suite import SkipCell, TrainStep
 from torch import nn
 
-from plugins.techniques._cudnn_batch_norm import _memory_format
-from plugins.techniques.maxpool_offsets import Backward, MaxPoolOffsetsOptions
-from suite import SkipCell, TrainStep
+from ampsuite_resnet_kernels._layout import kept_layout
+from ampsuite_resnet_kernels.maxpool_offsets import Backward, MaxPoolOffsetsOptions
 
 MAX_WINDOW = 127
 """The most pixels a window may hold: its winner's offset is stored as int8."""
@@ -107,10 +107,11 @@ def kernel_backward(
     padding: tuple[int, int],
     channels_last: bool,
 ) -> torch.Tensor:
-    """:func:`pool_backward` as one Triton kernel (``ampsuite::maxpool_offsets_backward``), opaque to inductor."""
-    from plugins.techniques import _maxpool_triton  # noqa: F401  (registers the operator)
+    """:func:`pool_backward` as one Triton kernel (``ampsuite_resnet_kernels::maxpool_offsets_backward``), opaque to
+    inductor."""
+    from ampsuite_resnet_kernels import _maxpool_triton  # noqa: F401  (registers the operator)
 
-    op = torch.ops.ampsuite.maxpool_offsets_backward
+    op = torch.ops.ampsuite_resnet_kernels.maxpool_offsets_backward
     if grad.dim() == 3:  # an unbatched pool
         return op(grad[None], offset[None], *size, [*kernel], [*stride], [*padding], channels_last)[0]
     result: torch.Tensor = op(grad, offset, *size, [*kernel], [*stride], [*padding], channels_last)
@@ -132,7 +133,7 @@ class _OffsetMaxPool(torch.autograd.Function):
         ctx.geometry = (tuple(x.shape[-2:]), kernel, stride, padding)
         ctx.backward_kind = backward
         # the input's gradient in the input's layout: the batch norm backward that reads it expects that
-        ctx.channels_last = _memory_format(x) is torch.channels_last
+        ctx.channels_last = kept_layout(x) is torch.channels_last
         return out
 
     @staticmethod

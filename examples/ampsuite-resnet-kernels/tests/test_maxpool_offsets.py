@@ -7,21 +7,18 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from conftest import in_float64
+from suite import CheckContext, SkipCell, Workload
 from torch import nn
 
-from plugins.techniques import _maxpool_offsets as impl
-from plugins.techniques import maxpool_offsets
-from plugins.workloads import cnn, toy
-from suite import BuildContext, CheckContext, SkipCell, Workload
+from ampsuite_resnet_kernels import _maxpool_offsets as impl
+from ampsuite_resnet_kernels import maxpool_offsets
+from kernels_testing import in_float64, resnet_step, toy_step
 
 TECHNIQUE = maxpool_offsets.ampsuite_techniques()[0]
-CPU = torch.device("cpu")
 
 GEOMETRIES = [(3, 2, 1), (2, 2, 0), (3, 1, 1), (3, 3, 0), (5, 2, 2), (2, 3, 0), ((3, 2), (2, 1), (1, 0))]
 
@@ -127,10 +124,8 @@ def test_only_plain_max_pools_it_can_express_are_replaced() -> None:
     torch.testing.assert_close(model[0](x), reference[0](x))
 
 
-def test_a_resnet_trains_the_same_with_it(tmp_path: Path) -> None:
-    options = cnn.ResNetOptions(depth=18, width=8, image_size=32, classes=10)
-    step = cnn.build(options, BuildContext(CPU, 4, 0, str(tmp_path)))
-    reference = cnn.build(options, BuildContext(CPU, 4, 0, str(tmp_path)))
+def test_a_resnet_trains_the_same_with_it() -> None:
+    step, reference = resnet_step(), resnet_step()
     step = TECHNIQUE.apply(step, maxpool_offsets.MaxPoolOffsetsOptions())
     assert step.notes["maxpool_offsets"] == {
         "replaced": ["maxpool"],
@@ -148,15 +143,14 @@ def test_a_resnet_trains_the_same_with_it(tmp_path: Path) -> None:
     torch.testing.assert_close(step.model.conv1.weight, reference.model.conv1.weight, rtol=1e-9, atol=1e-10)
 
 
-def test_declaration_and_skips(tmp_path: Path) -> None:
+def test_declaration_and_skips() -> None:
     assert TECHNIQUE.order == 22 and TECHNIQUE.requires == frozenset({"torch-compile"}) and not TECHNIQUE.conflicts
     assert TECHNIQUE.check is not None
     bare = Workload(name="gemm", summary="", build=lambda o, c: None, traits=frozenset())  # type: ignore[arg-type,return-value]
     reason = TECHNIQUE.check(CheckContext(bare, None, "cpu", ("maxpool-offsets", "torch-compile"), 8))
     assert reason == "needs a workload with a model; 'gemm' has none"
-    step = toy.build(toy.ToyOptions(features=8, hidden=16, layers=1, classes=4), BuildContext(CPU, 8, 0, str(tmp_path)))
     with pytest.raises(SkipCell, match="the model has no max pool it can replace"):
-        TECHNIQUE.apply(step, maxpool_offsets.MaxPoolOffsetsOptions(backward="inline"))
+        TECHNIQUE.apply(toy_step(), maxpool_offsets.MaxPoolOffsetsOptions(backward="inline"))
     assert TECHNIQUE.options is maxpool_offsets.MaxPoolOffsetsOptions
     assert maxpool_offsets.MaxPoolOffsetsOptions().backward == "kernel"
     with pytest.raises(ValueError, match="backward must be one of 'kernel', 'inline'"):
@@ -168,7 +162,7 @@ def test_declaration_and_skips(tmp_path: Path) -> None:
 KERNEL_CHECK = """
 import torch
 from torch import nn
-from plugins.techniques import _maxpool_offsets as impl
+from ampsuite_resnet_kernels import _maxpool_offsets as impl
 
 torch.manual_seed(0)
 for geometry in {geometries!r}:

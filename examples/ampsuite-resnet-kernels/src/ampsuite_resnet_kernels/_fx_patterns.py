@@ -46,9 +46,9 @@ def trace(model: nn.Module) -> fx.GraphModule:
     """``model`` as a graph of calls, opened down to its ``BatchNorm2d`` modules and no further.
 
     Other techniques' modules need not be traceable, and nothing inside a module without a batch norm is a pair to
-    rewrite: maxpool-offsets' pool iterates over its window, which ``fx.symbolic_trace`` refuses (session 21's
-    first ResNet-50 cell with persistent-batch-norm and maxpool-offsets was a skip for it). Raises whatever
-    ``torch.fx`` raises on a module it must open and cannot trace.
+    rewrite: maxpool-offsets' pool iterates over its window, which ``fx.symbolic_trace`` refuses, so tracing the
+    whole model would make every cell with both techniques a skip. Raises whatever ``torch.fx`` raises on a module
+    it must open and cannot trace.
     """
     return fx.GraphModule(model, _BatchNormTracer().trace(model), model.__class__.__name__)
 

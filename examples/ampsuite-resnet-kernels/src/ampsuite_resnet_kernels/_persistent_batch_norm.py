@@ -1,4 +1,4 @@
-"""The torch-dependent part of :mod:`plugins.techniques.persistent_batch_norm` (imported when a cell applies it).
+"""The torch-dependent part of :mod:`ampsuite_resnet_kernels.persistent_batch_norm` (imported when a cell applies it).
 
 The model is traced with ``torch.fx``; each ``BatchNorm2d`` whose only reader is a ReLU becomes one call of a
 :class:`PersistentBatchNormReLU` over the same parameters and buffers. Its forward takes the kernels of
@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
+from suite import SkipCell, TrainStep
 from torch import Tensor, fx, nn
 
-from plugins.techniques._fx_patterns import AdoptedBatchNorm2d, is_relu, only_user, trace
-from suite import SkipCell, TrainStep
+from ampsuite_resnet_kernels._fx_patterns import AdoptedBatchNorm2d, is_relu, only_user, trace
 
 if TYPE_CHECKING:
-    from plugins.techniques.persistent_batch_norm import PersistentBatchNormOptions
+    from ampsuite_resnet_kernels.persistent_batch_norm import PersistentBatchNormOptions
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -85,14 +85,15 @@ def _outside_graphs(
 
     The grid barrier holds only if every program of the grid is resident at once, and ``resident`` counts that from
     the kernel as Triton compiles it. Inside a graph, inductor compiles and launches its own copy of the kernel, whose
-    registers nothing here sees: one program too many an SM and the barrier waits forever. The GPU's evidence, on one
-    H200 (docs/tune.md "Sessions 22 and 23"): with a break at each call, ResNet-50's step with the stem through the
-    kernels ran 7,772.6 img/s; with the calls inside inductor's graph, that cell gave no step within 422 s (312 s
-    to the first step with the breaks) and the one with all 33 pairs none within 530 s twice. Eager, the same
+    registers nothing here sees: one program too many an SM and the barrier waits forever. The GPU's evidence, on
+    H200s (torch 2.11.0+cu130, 2026-12-02, ``ampsuite run tests/gpu/resnet50-bn.toml``): with a break at each call,
+    ResNet-50's step with the stem through the kernels ran 7,772.6 img/s; with the calls inside inductor's graph,
+    that cell gave no step within 422 s (312 s to the first step with the breaks) and the one with all 33 pairs none
+    within 530 s twice. Eager, the same
     kernels run every ResNet-50 shape in a millisecond or less. A break a call is cheap for the stem alone (the
     default ``min_mb``), not for all 33 pairs (43 graphs), which the shape-by-shape timing shows cannot gain anyway.
     """
-    from plugins.techniques import _persistent_bn_kernels as kernels
+    from ampsuite_resnet_kernels import _persistent_bn_kernels as kernels
 
     return kernels.bn_relu(x, weight, bias, running_mean, running_var, momentum, eps, num_warps)
 

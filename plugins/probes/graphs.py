@@ -18,10 +18,9 @@ Where the first step's time went, too: ``diagnostics["compile_seconds"]``, torch
 (``torch._dynamo.utils.compilation_time_metrics``, the phases it times with ``dynamo_timed``: tracing, AOTAutograd,
 inductor's lowering, code generation, waiting for the Triton compiles, autotuning), each summed over the cell's
 graphs, costliest first; the phases nest, so they do not add up. With inductor, ``diagnostics["compile_threads"]``:
-the Triton compiles it runs at once. A cold ResNet-50 compile took 111-265 s of a tune cell's first step on an
-H200 (sessions 17-25), and compiles are most of what a tune spends (a replay of the ResNet-50 resume from session
-20's file: 20 cold compiles in 5,370 s, reports/h200/session25/replay.py); these say which phase to shorten. Session
-25's said inductor's fusion pass (``Scheduler.fused_nodes``): 74-205 s of first steps of 111-249 s.
+the Triton compiles it runs at once. A cold ResNet-50 compile takes 111-265 s of a first step on an
+H200 (torch 2.11), and compiles are most of what a tune spends; these say which phase to shorten (there, inductor's
+fusion pass, ``Scheduler.fused_nodes``, took 74-205 s of first steps of 111-249 s).
 """
 
 from __future__ import annotations

@@ -472,3 +472,9 @@ def test_the_default_cuda_suite_measures_every_lever_at_the_large_batch_and_no_h
         assert "fp32" in small and all(name == "fp32" or "graphs" in name for name in small), small
     assert any("channels-last" in c.technique_names for c in cells if c.workload_id == "resnet50")
     assert len(cells) <= 40
+
+
+def test_cpu_workers_run_one_thread_unless_the_suite_says_otherwise() -> None:
+    # A small CPU cell spread over every core measures the scheduler (noise of 60-140% on two cores).
+    assert suitefile.loads(GOOD_TOY, "s.toml").cpu_threads == 1
+    assert suitefile.loads("[suite]\ncpu_threads = 0\n" + GOOD_TOY, "s.toml").cpu_threads == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,15 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
     if args.dry_run:
         display.dry_run(p.cells)
         return ExitCode.OK
+    if all(c.skip_reason for c in p.cells):
+        # As pytest exits 5 when it collects nothing: a run that can measure nothing is no success.
+        reason = Counter(str(c.skip_reason) for c in p.cells).most_common(1)[0][0]
+        display.console.print(
+            f"{p.spec.path}: all {len(p.cells)} cells would be skipped, nothing to measure (most often: {reason}); "
+            "--dry-run lists each reason",
+            markup=False,
+        )
+        return ExitCode.NO_CELLS
     out_dir = Path(args.report_dir or Path("reports") / p.spec.dir_name)
     output = Path(args.output) if args.output else out_dir / "results.json"
     config = runner.RunConfig(

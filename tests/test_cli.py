@@ -172,6 +172,19 @@ def test_keyword_selecting_nothing_exits_5(tmp_path: Path, capsys) -> None:
     assert capsys.readouterr().out.strip() == f"{path}: no cells selected"
 
 
+def test_a_run_whose_every_cell_is_skipped_exits_5_and_says_why(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text(
+        '[suite]\nname = "s"\nbase_techniques = ["cudnn-benchmark"]\n'
+        "[workloads.toy]\nbatch_size = 8\n[combinations]\nfp32 = []\n"
+    )
+    out = tmp_path / "results.json"
+    assert cli.main(["run", str(path), "--device", "cpu", "-o", str(out)]) == ExitCode.NO_CELLS
+    text = " ".join(capsys.readouterr().out.split())
+    assert "all 1 cells would be skipped, nothing to measure" in text and "cudnn-benchmark needs a CUDA device" in text
+    assert not out.exists()
+
+
 def test_python_dash_m_suite_is_the_same_command(tmp_path: Path) -> None:
     path = tmp_path / "cli.toml"
     path.write_text(SUITE)

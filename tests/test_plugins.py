@@ -105,6 +105,13 @@ def test_plugin_arguments_split_into_extra_and_blocked() -> None:
     assert PluginSettings.from_dict(settings.as_dict()) == settings
 
 
+def test_the_environment_blocks_a_plugin_as_p_no_does() -> None:
+    settings = PluginSettings.from_args([], env={"AMPSUITE_PLUGINS": "no:extras-checkpointing, env_mod"})
+    assert settings.blocked == ("extras-checkpointing",) and settings.extra == ("env_mod",)
+    registry = load_registry(PluginSettings.from_args([], env={"AMPSUITE_PLUGINS": "no:noop"}))
+    assert "noop" not in {p.name for p in registry.plugins}
+
+
 def test_p_loads_a_module_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(DIST / "src"))
     registry = load_registry(PluginSettings(extra=("ampsuite_example_plugin",), autoload=False))

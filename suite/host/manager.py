@@ -53,9 +53,11 @@ class PluginSettings:
         cls, plugin_args: Sequence[str], env: os._Environ[str] | dict[str, str] | None = None
     ) -> PluginSettings:
         env = os.environ if env is None else env
-        extra = [m.strip() for m in env.get(PLUGINS_ENV, "").split(",") if m.strip()]
+        # The variable takes what -p takes, comma-separated, so that a plugin can be blocked for good.
+        from_env = [m.strip() for m in env.get(PLUGINS_ENV, "").split(",") if m.strip()]
+        extra: list[str] = []
         blocked: list[str] = []
-        for arg in plugin_args:
+        for arg in [*from_env, *plugin_args]:
             if arg.startswith("no:"):
                 blocked.append(arg[3:])
             else:

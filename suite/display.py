@@ -306,4 +306,23 @@ def print_summary(doc: Mapping[str, Any], console: Console | None = None) -> Non
     counts: dict[str, int] = {}
     for rec in doc["cells"]:
         counts[rec["status"]] = counts.get(rec["status"], 0) + 1
-    console.print(", ".join(f"{n} {s}" for s, n in counts.items()) or "no cells", markup=False)
+    line = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no cells"
+    seconds = _run_seconds(doc.get("run") or {})
+    console.print(line + ("" if seconds is None else f" in {_duration(seconds)}"), markup=False)
+
+
+def _run_seconds(run: Mapping[str, Any]) -> float | None:
+    """Wall time of the latest invocation (since the last ``--resume``, else the start) to ``finished``."""
+    import datetime as dt
+
+    resumed = run.get("resumed") or []
+    start, end = (resumed[-1] if resumed else run.get("started")), run.get("finished")
+    try:
+        return (dt.datetime.fromisoformat(str(end)) - dt.datetime.fromisoformat(str(start))).total_seconds()
+    except (TypeError, ValueError):
+        return None
+
+
+def _duration(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if minutes else f"{rest} s"

@@ -239,8 +239,8 @@ def test_no_candidate_starts_after_the_budget(tmp_path: Path, registry: Any, cos
     assert summary["budget_spent"] and all("left]" in line for line in lines)
     if cost < budget:
         assert summary["refused_cells"] > 0 and any("not started" in line for line in lines)
-    # A candidate the budget left out was not found wanting: its step says so (session 11's tune page said
-    # "not better" of two option variants it never measured).
+    # A candidate the budget left out was not found wanting: its step says so, so that a tune page never calls
+    # "not better" an option variant it never measured.
     unmeasured = [s for w in summary["workloads"] for s in w["steps"] if s["status"] == "not started (budget)"]
     assert all(s["decision"].startswith("not measured") for s in unmeasured)
     doc = results.load(config.output)
@@ -251,8 +251,8 @@ def test_no_candidate_starts_after_the_budget(tmp_path: Path, registry: Any, cos
 def test_option_variants_come_from_literal_types_and_known_choices(registry: Any) -> None:
     variants = option_choices(registry, "torch-compile", {"mode": "default", "backend": "inductor"})
     assert ("mode", "reduce-overhead") in variants and ("mode", "default") not in variants
-    # An option the suite leaves unset is at its default: that value is not a variant (session 4 measured
-    # BERT-base's winner twice, once as "@torch-compile.mode=default").
+    # An option the suite leaves unset is at its default: that value is not a variant (else BERT-base's winner is
+    # measured twice, once as "@torch-compile.mode=default").
     assert ("mode", "default") not in option_choices(registry, "torch-compile", {})
     # max-autotune compiles for minutes (past 7 on an H200 for ResNet-50): never a variant of its own accord.
     assert ("mode", "max-autotune") not in variants
@@ -494,7 +494,7 @@ def test_a_later_path_starts_from_the_leading_paths_companions(tmp_path: Path, s
 
 class HalfWeightsWorker(FakeWorker):
     """fp16 autocast is the fastest start; the model itself in half (half-weights, Apex O2) is faster once
-    companions join (ResNet-50 on an H200, session 18, in miniature)."""
+    companions join (ResNet-50 on an H200, in miniature)."""
 
     def __call__(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
         record = super().__call__(cell, spec, timeout)
@@ -1001,9 +1001,9 @@ class ModesWorker(RoundsWorker):
 
 
 def test_resume_tries_the_option_values_already_measured_before_new_ones(tmp_path: Path) -> None:
-    """Session 7 on an H200: a mode declared after a tune (max-autotune) was measured first on --resume and
-    kept, and the budget ended before the winner already in the file (coordinate descent + reduce-overhead,
-    4% faster) was reached again; records at hand cost nothing, so they come first."""
+    """Records at hand cost nothing, so they come first: otherwise a mode declared after a tune (max-autotune) is
+    measured first on --resume and kept, and the budget ends before the winner already in the file (coordinate
+    descent + reduce-overhead, 4% faster on an H200) is reached again."""
     suite = tmp_path / "s.toml"
     extra = (
         'compiled = ["amp-bf16", "torch-compile"]\n[tune.torch-compile]\ninductor.coordinate_descent_tuning = [true]\n'
@@ -1068,7 +1068,7 @@ def test_the_recipe_keeps_each_winners_own_option_values(registry: Any) -> None:
 
 def test_the_recipe_carries_the_tune_suites_own_option_values(registry: Any) -> None:
     """A winner measured with the tune suite's [techniques.torch-compile] values: the snippet sets them on its
-    combination, so a suite without that table runs the recipe as measured (session 13's ResNet-50 winner)."""
+    combination, so a suite without that table runs the recipe as measured (as ResNet-50's tuned winner needs)."""
     summary = {
         "device": "cuda",
         "workloads": [
@@ -1162,8 +1162,8 @@ class IdsWorker(FakeWorker):
 
 
 def test_resume_measures_again_a_record_whose_options_the_suite_file_changed(tmp_path: Path) -> None:
-    """Session 9 on an H200: cudnn-batch-norm gained `fuse = true` in the tune file, and its earlier records,
-    measured unfused, had the ids of the new candidates; they had to be taken out of the file by hand."""
+    """When cudnn-batch-norm gains `fuse = true` in the tune file, its earlier records, measured unfused, have
+    the ids of the new candidates; they are measured again rather than taken out of the file by hand."""
     extra = 'accumulated = ["amp-bf16", "grad-accumulation"]\n[techniques.grad-accumulation]\nsteps = {steps}'
     suite = tmp_path / "s.toml"
     suite.write_text(TOY_SUITE.format(extra=extra.format(steps=2)), encoding="utf-8")
@@ -1220,9 +1220,9 @@ def _as_if_faster(path: Path, factor: float) -> dict[str, dict[str, Any]]:
 
 
 def test_a_new_option_value_is_held_against_the_winner_measured_again_on_this_machine(tmp_path: Path) -> None:
-    """Sessions 5-10 on H200s: the ResNet-50 recipe ran 6,758 to 7,139 img/s from machine to machine, and a
-    resumed tune held an option measured today (+1.5% on one GPU) against the winner's record from a faster
-    machine. The winner is measured again in the run that measures the variant, and the file keeps the old."""
+    """Lent H200s ran the ResNet-50 recipe at 6,758 to 7,139 img/s from machine to machine, so an option measured
+    now (+1.5% on one GPU) held against the winner's record from a faster machine would lose. The winner is
+    measured again in the run that measures the variant, and the file keeps the old."""
     suite = tmp_path / "s.toml"
     compiled = 'compiled = ["amp-bf16", "torch-compile"]\n'
     suite.write_text(TOY_SUITE.format(extra=compiled), encoding="utf-8")
@@ -1264,9 +1264,9 @@ def test_a_new_option_value_is_held_against_the_winner_measured_again_on_this_ma
 
 
 def test_a_contribution_across_two_runs_comes_from_this_runs_screens_of_both(tmp_path: Path) -> None:
-    """Session 20 on an H200: the winner measured in full on that machine (7,622.7 img/s) beside the file's full
-    record of the recipe without maxpool-offsets from a faster one (7,651.2) gave maxpool-offsets -0.4%, where the
-    run had screened the two at 7,707.6 and 7,498.7: +2.8%."""
+    """On an H200, the winner measured in full (7,622.7 img/s) beside the file's full record of the recipe
+    without maxpool-offsets from a faster machine (7,651.2) gives maxpool-offsets -0.4%, where the same run's
+    screens of the two are 7,707.6 and 7,498.7: +2.8%."""
     suite = tmp_path / "s.toml"
     suite.write_text(TOY_SUITE.format(extra=""), encoding="utf-8")
     fake = FakeWorker(session.plan(suite).registry, 1.0)  # each technique +10%
@@ -1397,9 +1397,9 @@ def _as_if_two_runs(path: Path, later: set[str], factors: tuple[float, float]) -
 
 
 def test_finalists_of_two_earlier_runs_are_measured_again_before_one_is_chosen(tmp_path: Path) -> None:
-    """Session 11 on an H200: a resumed ResNet-50 tune measured no finalist itself and chose between records of
-    two earlier runs on two machines; it crowned bf16 + compile (7,049 img/s on the faster one) over the winner
-    with channels-last (6,805, measured again on the slower one)."""
+    """Records of two earlier runs may come from two machines: chosen as they are, a resumed ResNet-50 tune on
+    H200s would crown bf16 + compile (7,049 img/s on the faster one) over the winner with channels-last (6,805,
+    measured on the slower one)."""
     suite = tmp_path / "s.toml"
     suite.write_text(TOY_SUITE.format(extra=""), encoding="utf-8")
     fake = IdsWorker(session.plan(suite).registry, 1.0)
@@ -1455,10 +1455,9 @@ class MachineWorker(FakeWorker):
 def test_a_greedy_round_screens_the_files_figures_again_where_another_machine_could_decide_it(
     tmp_path: Path, noop: float
 ) -> None:
-    """Session 17 on an H200: a resumed ResNet-50 tune screened maxpool-offsets on the recipe at 7,703 img/s and held
-    it against the recipe's screen from session 13's machine (7,660), +0.6%, under the 1% a step must gain, on a day
-    whose selfcheck timed the recipe at 34.76 ms a step against session 13's 33.46. Here noop joins the space and is
-    screened on a machine 2% slower than the file's."""
+    """On H200s, maxpool-offsets on the ResNet-50 recipe screens at 7,703 img/s against the recipe's screen from a
+    faster machine (7,660), +0.6%, under the 1% a step must gain, where the two machines' selfchecks time the recipe
+    at 34.76 and 33.46 ms a step. Here noop joins the space and is screened on a machine 2% slower than the file's."""
     suite, fake, config, _ = _then_noop(tmp_path, MachineWorker, 600.0)
     fake.machine, fake.noop = 1 / 1.02, noop
     resumed = dataclasses.replace(config, resume=True, finalists=1)  # the paths' ends only: the greedy step decides
@@ -1513,8 +1512,8 @@ def test_a_variant_of_an_earlier_run_is_measured_again_against_a_winner_of_this_
 
 
 def test_a_compile_measured_once_prices_every_candidate_that_compiles_and_no_other() -> None:
-    """Session 12 on an H200: after one compiled screen (189 s, 157 of them its first step) the estimate of every
-    candidate became 236 s, eager ones of ~25 s included, and the tune started none of them."""
+    """On an H200 a compiled screen takes 189 s, 157 of them its first step, and an eager one ~25 s: priced alike,
+    every candidate would be estimated at 236 s and the tune would start none of them."""
     from suite.tune.budget import ESTIMATE_MARGIN, Budget
 
     budget = Budget(600.0, clock=lambda: 0.0)
@@ -1535,9 +1534,9 @@ def test_a_compile_measured_once_prices_every_candidate_that_compiles_and_no_oth
 
 
 def test_a_graph_compiled_earlier_in_this_run_is_priced_as_the_cheapest_first_step() -> None:
-    """Session 17's replay (reports/h200/session17/replay.py): with compiles cheaper, the fp16 path ended on a screen
-    whose full measurement would have found its graph in the cache (12-18 s of first step on the H200, against 265 s
-    cold), and the budget, pricing it as a compile, refused the finalist with 413 s left."""
+    """A full measurement of a screen compiled earlier finds its graph in the cache (12-18 s of first step on an
+    H200, against 265 s cold); priced as a compile, a finalist at the end of the fp16 path is refused with 413 s
+    left."""
     from suite.tune.budget import ESTIMATE_MARGIN, Budget
 
     budget = Budget(600.0, clock=lambda: 0.0)
@@ -1590,9 +1589,9 @@ def test_a_finalist_whose_screen_compiled_its_graph_is_priced_without_a_compile(
 
 
 def test_the_searchs_compiles_price_the_ablations_rows_fp32_included() -> None:
-    """Session 13 on an H200: the ablation's first row, FP32 + compile + channels-last + fused SGD, was priced from
-    no cell at all (no ablation cell had run, and no FP32 compile), started with 125 s left, and was cut by the
-    budget during its compile; the eager row after it never started."""
+    """Priced from no cell at all (no ablation cell run yet, and no FP32 compile), the ablation's first row, FP32 +
+    compile + channels-last + fused SGD, starts on an H200 with 125 s left and is cut by the budget during its
+    compile, and the eager row after it never starts."""
     from suite.tune.budget import ESTIMATE_MARGIN, Budget
 
     now = [0.0]
@@ -1652,9 +1651,9 @@ def test_a_resumed_search_out_of_budget_still_chooses_among_the_full_records_it_
 def test_a_finalist_of_an_earlier_run_the_budget_left_unmeasured_is_not_chosen_over_this_runs_figures(
     tmp_path: Path, elsewhere: float, unsettled: bool
 ) -> None:
-    """Session 26 on an H200: the budget left the file's fp16 recipe (7,651.2 img/s, another machine two days
-    before) unmeasured beside this run's 7,625.2, and the rule for fewer techniques chose it; on this run's machine
-    it ran 7,310. The file's figures here come from a machine ``elsewhere`` times faster: 10% leaves its winner
+    """On an H200, the budget can leave the file's fp16 recipe (7,651.2 img/s, another machine two days earlier)
+    unmeasured beside this run's 7,625.2, and the rule for fewer techniques alone would choose it; on this run's
+    machine it runs 7,310. The file's figures here come from a machine ``elsewhere`` times faster: 10% leaves its winner
     within the machines' spread of this run's noop path (level on one machine), 25% does not."""
     suite, fake, config, first = _then_noop(tmp_path, FullCostWorker, 5000.0)
     _as_if_faster(config.output, elsewhere)
@@ -1686,9 +1685,9 @@ def test_a_finalist_of_an_earlier_run_the_budget_left_unmeasured_is_not_chosen_o
 
 
 def test_first_steps_of_an_earlier_run_price_this_runs_candidates_and_nothing_else() -> None:
-    """Session 14 on an H200: two resumed calls each started the ablation's fp16 + compile + channels-last with
-    131 and 92 s left, priced without a compile (no cell of the call had compiled a subset of it) although the
-    file held amp-fp16 + torch-compile's 157 s first step; the budget cut it both times."""
+    """Priced without a compile (no cell of the call has compiled a subset of it) although the file holds
+    amp-fp16 + torch-compile's 157 s first step, the ablation's fp16 + compile + channels-last starts on an H200
+    with 131 or 92 s left and the budget cuts it."""
     from suite.tune.budget import ESTIMATE_MARGIN, Budget
 
     budget = Budget(131.0, clock=lambda: 0.0)

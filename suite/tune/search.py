@@ -186,14 +186,14 @@ def _confirm(
     and gives the figures; each screen measured here is a step of its own under ``log`` (steps, phase), and a first
     screen measured again replaces its candidate's in ``healthy``.
 
-    MIN_GAIN guards figures taken minutes or machines apart: one cell ran 0.9% apart in two runs on one machine
-    (session 19). It also turned down gains that held up each time they were measured on one machine: on an H200,
-    the stem's persistent batch norm +0.47% (session 22), +0.41% and +0.49% (session 24, two runs), combo_kernels
-    +0.3% (sessions 18 and 19); the fastest ResNet-50 cell measured stacks such gains (+2.3% over session 22's best,
-    session 24). Screens of two candidates one after another on one machine are what the rule needs instead: with
-    no difference between the two, each order of the six figures is as likely, and the three of ``near`` come first
-    in 1 of C(6, 3) = 20. The repeats run near, incumbent, incumbent, near after the first screens' incumbent, near:
-    a drift of the machine across the six favours neither side by more than one place.
+    MIN_GAIN guards figures taken minutes or machines apart: one cell runs up to 0.9% apart in two runs on one H200.
+    It also turns down gains that hold up each time they are measured on one machine: on an H200, the stem's
+    persistent batch norm gains +0.41-0.49% over three runs and combo_kernels +0.3% over two, and the fastest
+    ResNet-50 cell measured stacks such gains (+2.3% over the best without them). Screens of two candidates one
+    after another on one machine are what the rule needs instead: with no difference between the two, each order
+    of the six figures is as likely, and the three of ``near`` come first in 1 of C(6, 3) = 20. The repeats run
+    near, incumbent, incumbent, near after the first screens' incumbent, near: a drift of the machine across the
+    six favours neither side by more than one place.
 
     Screens taken from the file (``--resume``) count only when all six come from one earlier run; otherwise each is
     measured again in this run. A screen the budget refuses, or whose numerics are not healthy, ends the test: not
@@ -261,10 +261,10 @@ def _why_unconfirmed(tuner: Tuner, record: dict[str, Any] | None) -> str:
 
 
 SCREEN_SPREAD = 0.03
-"""How far apart the H200s of sessions 13-17 ran one cell: the fp16 ResNet-50 recipe 7,651 img/s (session 13) and
-7,625-7,638 (session 15), FP32 1,057-1,064.5 (sessions 11-15), and session 17's machine ~2.3% slower than session
-13's (its selfcheck of the recipe 3.9% slower than the record, a selfcheck 1.6% slower than its cell in session 15).
-:data:`MACHINE_SPREAD` is wider: sessions 5-11, some of whose records ran fp16 kernels in bf16 cells."""
+"""How far apart lent H200s (torch 2.11) run one cell: the fp16 ResNet-50 recipe 7,625-7,651 img/s, FP32
+1,057-1,064.5, and one machine ~2.3% slower than the others (its selfcheck of the recipe 3.9% slower than the record,
+where a selfcheck runs ~1.6% slower than its cell on one machine). :data:`MACHINE_SPREAD` is wider: it also covers
+records whose bf16 cells ran fp16 kernels from a dtype-blind compile cache."""
 
 
 def _one_run(
@@ -283,14 +283,14 @@ def _one_run(
     and the path's figure when one of them could be faster than it, or clearly faster, on one machine. Figures
     further apart than the spread decide the same on any machine and are compared as they are: screening them
     again would cost a compile each for nothing (a resumed search would walk its whole path again; with
-    :data:`MACHINE_SPREAD`'s 10%, a replay of session 17's file spent 750 s of 1,300 on rounds that fused SGD's
-    +14% decided on any machine, reports/h200/session17/replay.py). A close call passed over here can still meet the
+    :data:`MACHINE_SPREAD`'s 10%, a resumed ResNet-50 search spends 750 s of 1,300 on rounds that fused SGD's
+    +14% decides on any machine). A close call passed over here can still meet the
     finalists' rule: the best screened candidates are measured in full there, held like with like.
 
-    Session 17 on an H200 held maxpool-offsets (examples/ampsuite-resnet-kernels) on the fp16 recipe, screened that
-    day at 7,703 img/s, against the recipe's screen of session 13 on another machine (7,660): +0.6%, not kept. That
-    day's selfcheck timed the recipe at 34.76 ms a step against session 13's 33.46 (a selfcheck ran 1.6% slower than
-    its cell in session 15), and on one machine (session 15) maxpool-offsets gained 1.4%."""
+    Held against a screen from another machine, a real gain is lost: on H200s, maxpool-offsets
+    (examples/ampsuite-resnet-kernels) on the fp16 recipe screens at 7,703 img/s against the recipe's 7,660 from a
+    faster machine, +0.6% and under :data:`MIN_GAIN` (the two machines' selfchecks time the recipe at 34.76 and
+    33.46 ms a step), where on one machine maxpool-offsets gains 1.4%."""
     if not trials:
         return current, trials
     spread = 1.0 + SCREEN_SPREAD
@@ -341,7 +341,7 @@ def _together(
     faster, each not by enough, screened together; the new path when that clearly helps and is healthy.
 
     A technique worth less than :data:`MIN_GAIN` alone is never kept alone, however real its gain, yet two of
-    them can add up: on an H200 (session 15), the tuned ResNet-50 recipe ran 33.52 ms a step, with stem-pad
+    them can add up: on an H200, the tuned ResNet-50 recipe ran 33.52 ms a step, with stem-pad
     33.23-33.43 ms (+0.3-0.9%), with maxpool-offsets 33.07 ms (+1.4%) and with both 32.74 ms (+2.4%) (two
     techniques of examples/ampsuite-resnet-kernels).
     None when fewer than two were faster: one alone is the round's own screen, already judged.
@@ -436,9 +436,9 @@ def _head_start(
 
     Walked alone, each greedy round of a path screens every technique left in the pool, and with torch.compile on
     the path each screen is a compile of its own (~200 s cold for ResNet-50 on an H200). The companions that made
-    one precision fast mostly make the next fast too: session 18's half-weights on the fp16 recipe's companions ran
-    0.4% faster than the fp16 recipe, where its own greedy path screened 14 candidates, 7 of them cold compiles, to
-    reach them in a replay of the next resume (reports/h200/session18/replay.py). A companion that does not help this
+    one precision fast mostly make the next fast too: on an H200, half-weights on the fp16 recipe's companions runs
+    0.4% faster than the fp16 recipe, where its own greedy path screens 14 candidates, 7 of them cold compiles, to
+    reach them. A companion that does not help this
     start stays in the recipe until the ablation shows it; one that conflicts with it prunes the whole screen, and
     the path then starts alone.
     """
@@ -462,7 +462,7 @@ def _precision_techniques(
 ) -> list[str]:
     """The pool's techniques that set the step's precision themselves: each runs alone, and every AMP dtype
     prunes it. A greedy path from an AMP dtype could never reach one (half-weights, Apex O2, replaces autocast),
-    so each starts a path of its own. On an H200 (session 18), half-weights on ResNet-50's best measured
+    so each starts a path of its own. On an H200, half-weights on ResNet-50's best measured
     combination ran 33.09-33.11 ms a step against the same with amp-fp16's 33.23-33.25.
 
     Asked of matrix expansion, free; a technique that also lacks a requirement alone (one that requires
@@ -507,9 +507,9 @@ def _finals(
 
     When the budget leaves a finalist unmeasured, every other screened candidate whose full record is at hand
     (``--resume``) stands in, free: a resumed search whose path grew past the file's winner would otherwise choose
-    between the figures it could measure and the slower finalists the file held (a replay of the ResNet-50 tune
-    on a 25-minute budget, with session 15's figures for its new cells, chose bf16 + compile + channels-last's
-    7,272 img/s over the 7,651 of the fp16 recipe in the file). Only then: they would be measured again beside a
+    between the figures it could measure and the slower finalists the file held (a resumed ResNet-50 tune on an
+    H200 with a 25-minute budget would choose bf16 + compile + channels-last's 7,272 img/s over the 7,651 of the
+    fp16 recipe in the file). Only then: they would be measured again beside a
     figure of this run (:func:`_from_this_machine`), a compile each, for candidates the search has moved past."""
     others, ends = screened
     finalists = [c for c, _ in sorted(ends, key=lambda m: -_value(m[1]))]
@@ -547,9 +547,9 @@ def _settle(
     (:func:`_confirm`, logged as a final step of the fastest); a confirmed gain leaves the simpler one out.
 
     The finalists are the ends of paths that started from different precisions, which no greedy step held against
-    each other: a replay of the next ResNet-50 resume after session 25 ended with half-weights + the stem's
-    persistent batch norm 0.9% ahead of the autocast recipe in full, and chose the latter for its fewer techniques
-    (reports/h200/session25/replay.py)."""
+    each other: on an H200, a resumed ResNet-50 tune ends with half-weights + the stem's persistent batch norm
+    0.9% ahead of the autocast recipe in full, and without this settling would choose the latter for its fewer
+    techniques."""
     settled: list[Candidate] = []
     while True:
         choice = _choose(measured, tuner.confirmed(config.key))
@@ -586,8 +586,8 @@ def _final(
 
 MACHINE_SPREAD = 0.10
 """How much slower than a figure of this run a record of an earlier run may be and still win once measured here.
-One ResNet-50 recipe ran 6,758 to 7,139 img/s (5.6% apart) on the H200s of sessions 5-11; twice that. (Session 12:
-the 7,139 most likely ran fp16 kernels from a dtype-blind compile cache, so the machines alone differ by less.)"""
+H200s lent at different times ran one ResNet-50 recipe at 6,758 to 7,139 img/s (5.6% apart); twice that. (The
+7,139 most likely ran fp16 kernels from a dtype-blind compile cache, so the machines alone differ by less.)"""
 
 
 def _from_this_machine(
@@ -598,9 +598,9 @@ def _from_this_machine(
 
     Nothing is measured when every record comes from one run. Otherwise records of earlier runs are measured
     again, fastest first, while one is faster than the best figure of this run less :data:`MACHINE_SPREAD`
-    (the first of them when this run has none). Session 11 on an H200: a resumed ResNet-50 tune with no
-    finalist measured in its own run chose bf16 + compile (7,049 img/s, session 5's machine) over bf16 +
-    compile + channels-last (6,805, measured again the call before on a slower machine)."""
+    (the first of them when this run has none). Without this, a resumed ResNet-50 tune on an H200 with no
+    finalist measured in its own run would choose bf16 + compile (7,049 img/s on a faster machine) over bf16 +
+    compile + channels-last (6,805, measured on a slower one)."""
     if len({tuner.run_of(m[1]) for m in trusted}) <= 1:
         return trusted
     here = [_value(m[1]) for m in trusted if tuner.here(m[1])]
@@ -633,10 +633,10 @@ def _one_machine(
     (:data:`UNSETTLED`, named beside the winner) and not chosen. With nothing measured in this run, the file's
     records decide as they are.
 
-    Session 26 on an H200: a resumed ResNet-50 tune measured two paths' ends in full (7,625.2 and 7,340.1 img/s);
-    the budget left the file's fp16 + compile + fused SGD + channels-last (7,651.2, measured two days before on
-    another machine) unmeasured, and the rule for fewer techniques chose it. Its selfcheck on this session's machine
-    ran it at 35.02 ms a step, 7,310 img/s: 4.1% slower than the recipe passed over."""
+    On an H200, a resumed ResNet-50 tune measures two paths' ends in full (7,625.2 and 7,340.1 img/s) while the
+    budget leaves the file's fp16 + compile + fused SGD + channels-last (7,651.2, from another machine two days
+    earlier) unmeasured; the rule for fewer techniques alone would choose it, yet a selfcheck on the tune's machine
+    runs it at 35.02 ms a step, 7,310 img/s: 4.1% slower than the recipe it would pass over."""
     here = [m for m in measured if tuner.here(m[1])]
     if not here:
         return measured
@@ -725,7 +725,7 @@ def _like_with_like(
     (``--resume``) and it was taken from the file; ``variant`` is a trusted full measurement.
 
     A resumed file holds records of earlier runs, often on other machines: on the H200s this project
-    was lent, one recipe ran 6,758 to 7,139 img/s from machine to machine (ResNet-50, sessions 5-11),
+    was lent, one recipe ran 6,758 to 7,139 img/s from machine to machine (ResNet-50, torch 2.11),
     more than most option steps gain. A variant is kept only when it beats the winner on one machine.
     Two records of one earlier run are compared as they are. A record keeps the file's figure when the budget
     refuses the measurement or it is not trusted; the step log says so.
@@ -907,10 +907,10 @@ def _screens_of_one_run(tuner: Tuner, winner: dict[str, Any], record: dict[str, 
     """The winner's and a leave-one-out row's screens, both measured in this run, when their full records come
     from two runs (``--resume``): (winner, row) throughput, or None.
 
-    Two runs may be two machines. Session 20 on an H200: the ablation set the winner measured there (7,622.7 img/s)
-    against the file's record of the recipe without maxpool-offsets (examples/ampsuite-resnet-kernels) from a
-    faster machine (7,651.2) and gave maxpool-offsets -0.4%; this run had screened the two at 7,707.6 and 7,498.7,
-    +2.8%. Screens are shorter measurements, but of one machine, one after another."""
+    Two runs may be two machines. On an H200, the winner measured in full (7,622.7 img/s) against the file's record
+    of the recipe without maxpool-offsets (examples/ampsuite-resnet-kernels) from a faster machine (7,651.2) gives
+    maxpool-offsets -0.4%, where the same run's screens of the two are 7,707.6 and 7,498.7, +2.8%. Screens are
+    shorter measurements, but of one machine, one after another."""
     if tuner.run_of(record) == tuner.run_of(winner):
         return None
     pair = [tuner.kept.get(str(r["id"]) + SCREEN_SUFFIX) for r in (winner, record)]

@@ -46,7 +46,9 @@ def test_the_gemm_computes_what_the_convolution_did(
     torch.testing.assert_close(out, ref_out)
     torch.testing.assert_close(dx, ref_dx)
     for a, b in zip(grads, ref_grads, strict=True):
-        torch.testing.assert_close(a, b)
+        # Weight gradients sum over every patch; the two paths sum in other orders (and with other thread
+        # counts), so they differ by a few float32 ulps of the sum, above assert_close's 1e-5 default.
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=5e-5)
 
 
 def test_only_non_overlapping_convolutions_are_replaced() -> None:

@@ -2,7 +2,7 @@
 ``workload``, ``combination`` and ``batch``; each cell of the suite is one combination of them.
 
 The figures are ampsuite's own measurements (CUDA events on a GPU), never
-asv's timers. ``setup_cache`` runs ``python -m suite run`` ``AMPSUITE_ASV_ROUNDS``
+asv's timers. ``setup_cache`` runs ``python -m ampsuite run`` ``AMPSUITE_ASV_ROUNDS``
 times (default 5) per commit and environment, in subprocesses so that the
 commit's installed ampsuite measures; every ``track_*`` benchmark reads its
 figures from those runs.
@@ -80,7 +80,7 @@ METRICS_REVISION = 2
 2: samples (one per round) instead of one bare value; parameters workload, combination, batch."""
 PARAM_NAMES = ["workload", "combination", "batch"]
 
-# Status strings of ampsuite's results file (benchmarks/ runs against older commits: no import of suite.Status).
+# Status strings of ampsuite's results file (benchmarks/ runs against older commits: no import of ampsuite.Status).
 PASSED = "passed"
 SKIPPED = "skipped"
 
@@ -101,9 +101,9 @@ def repo_root() -> Path:
 
 
 def load_plan() -> dict[str, Any]:
-    """Expand the configured suite with the working tree's ampsuite (``python -m suite.asvtools.plan``)."""
+    """Expand the configured suite with the working tree's ampsuite (``python -m ampsuite.asvtools.plan``)."""
     root = repo_root()
-    cmd = [sys.executable, "-m", "suite.asvtools.plan"]
+    cmd = [sys.executable, "-m", "ampsuite.asvtools.plan"]
     suite = os.environ.get(SUITE_ENV, "").strip()
     if suite:
         cmd += ["--suite", str(root / suite)]
@@ -246,10 +246,10 @@ def read_results(path: Path) -> dict[str, Any]:
 
 
 def run_suite(suite: Path, device: str, out: Path, limit: float) -> subprocess.CompletedProcess[str]:
-    """``python -m suite run`` of this environment's (the commit's) ampsuite, in its own
+    """``python -m ampsuite run`` of this environment's (the commit's) ampsuite, in its own
     process group so that a timeout takes its workers down with it."""
     data_dir = os.environ.get(DATA_DIR_ENV) or str(repo_root() / "reports" / "data")
-    cmd = [sys.executable, "-m", "suite", "run", str(suite), "-o", str(out), "--device", device]
+    cmd = [sys.executable, "-m", "ampsuite", "run", str(suite), "-o", str(out), "--device", device]
     cmd += ["--no-report", "--no-peaks", "--data-dir", data_dir, *shlex.split(os.environ.get(RUN_ARGS_ENV, ""))]
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)

@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     sys.path.insert(0, str(REPO))
-    from suite.asvtools.machine import write_machine_file
+    from ampsuite.asvtools.machine import write_machine_file
 
     work = args.keep or Path(tempfile.mkdtemp(prefix="ampsuite-asv-proof-"))
     root, home = work / "repo", work / "home"

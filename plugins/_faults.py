@@ -1,4 +1,4 @@
-"""The torch-dependent part of :mod:`plugins.faults` (imported when a cell builds or applies it)."""
+"""The torch-dependent part of :mod:`ampsuite.plugins.faults` (imported when a cell builds or applies it)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from plugins.faults import (
+from ampsuite import Batch, SkipCell, StepFn, TrainStep
+from ampsuite.plugins.faults import (
     BAD_ADDRESS,
     CORRUPTION,
     LEAK_FIRST_BYTES,
@@ -20,7 +21,6 @@ from plugins.faults import (
     InjectedFault,
     KindOptions,
 )
-from suite import Batch, SkipCell, StepFn, TrainStep
 
 
 def _exhaust_memory(device: torch.device, limit_gb: float) -> None:

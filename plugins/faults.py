@@ -51,13 +51,11 @@ at ``oom_limit_gb`` with a failed cell rather than exhausting the host.
 
 from __future__ import annotations
 
-import importlib
 import math
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any, ClassVar, Literal
 
-from suite import Technique, TrainStep, hookimpl
+from ampsuite import Technique, hookimpl, lazy
 
 Fault = Literal[
     "raise",
@@ -193,22 +191,12 @@ def _kind_technique(kind: str) -> Technique:
     return Technique(
         name=f"fault-{kind}",
         summary=f"inject-fault with kind={kind!r}: {KINDS[kind]}",
-        apply=apply,
+        apply=lazy("ampsuite.plugins._faults:apply"),
         options=options,
         # graph-capture must be inside what cuda-graphs (order 90) captures.
         order=80 if kind == "graph-capture" else 99,
         requires=requires,
     )
-
-
-def _impl() -> ModuleType:
-    # The torch-dependent part lives in plugins._faults: registering this plugin (ampsuite list,
-    # --help, suite-file checks) must not import torch.
-    return importlib.import_module("plugins._faults")
-
-
-def apply(step: TrainStep, options: FaultOptions | KindOptions) -> TrainStep:
-    return _impl().apply(step, options)
 
 
 @hookimpl
@@ -217,16 +205,9 @@ def ampsuite_techniques() -> list[Technique]:
         Technique(
             name="inject-fault",
             summary="makes the cell fail on purpose (" + ", ".join(KINDS) + ")",
-            apply=apply,
+            apply=lazy("ampsuite.plugins._faults:apply"),
             options=FaultOptions,
             order=99,
         ),
         *(_kind_technique(kind) for kind in KINDS),
     ]
-
-
-def __getattr__(name: str) -> Any:
-    """Everything else of the plugin (models, datasets) from its implementation module."""
-    if name.startswith(("__", "AMPSUITE_", "ampsuite_")):  # the manager's and pluggy's probes stay here
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(_impl(), name)

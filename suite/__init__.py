@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pluggy
 
-from suite.contract.errors import CaptureFailed, ExitCode, PluginError, SkipCell, SuiteFileError
-from suite.contract.plugin import (
+from ampsuite.contract.errors import CaptureFailed, ExitCode, PluginError, SkipCell, SuiteFileError
+from ampsuite.contract.lazy import lazy
+from ampsuite.contract.plugin import (
     BuildContext,
     CellTask,
     CheckContext,
@@ -21,8 +22,8 @@ from suite.contract.plugin import (
     Technique,
     Workload,
 )
-from suite.contract.step import Batch, StepFn, TrainStep, Wrapper
-from suite.contract.wire import Cell, Status
+from ampsuite.contract.step import Batch, StepFn, TrainStep, Wrapper
+from ampsuite.contract.wire import Cell, Status
 
 __version__ = "0.1.0"
 
@@ -59,4 +60,5 @@ __all__ = [
     "Wrapper",
     "__version__",
     "hookimpl",
+    "lazy",
 ]

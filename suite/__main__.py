@@ -1,8 +1,8 @@
-"""``python -m suite`` is the ``ampsuite`` command."""
+"""``python -m ampsuite`` is the ``ampsuite`` command."""
 
 import sys
 
-from suite.cli import main
+from ampsuite.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -10,11 +10,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from suite import __version__
-from suite.cliargs import plugin_settings as _plugin_settings
-from suite.contract.errors import AmpsuiteError, ExitCode, UsageError
-from suite.contract.wire import FAILURES
-from suite.searches import _duration, cmd_max_batch, cmd_selfcheck, cmd_tune
+from ampsuite import __version__
+from ampsuite.cliargs import plugin_settings as _plugin_settings
+from ampsuite.contract.errors import AmpsuiteError, ExitCode, UsageError
+from ampsuite.contract.wire import FAILURES
+from ampsuite.searches import _duration, cmd_max_batch, cmd_selfcheck, cmd_tune
 
 __all__ = ["main"]
 
@@ -25,16 +25,16 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _registry(args: argparse.Namespace) -> Any:
-    from suite.host.manager import load_registry
+    from ampsuite.host.manager import load_registry
 
     return load_registry(_plugin_settings(args))
 
 
 def cmd_run(args: argparse.Namespace) -> ExitCode:
-    from suite import results
-    from suite.display import Display, print_summary
-    from suite.host import executors, session
-    from suite.run import runner
+    from ampsuite import results
+    from ampsuite.display import Display, print_summary
+    from ampsuite.host import executors, session
+    from ampsuite.run import runner
 
     executor_options = dict(executors.parse_option(o) for o in args.executor_option or [])
 
@@ -108,8 +108,8 @@ def _render(
     history: Any = None,
     files: Sequence[str | Path] = (),
 ) -> Path:
-    from suite.contract.errors import OutputError
-    from suite.report import render_site
+    from ampsuite.contract.errors import OutputError
+    from ampsuite.report import render_site
 
     try:
         return Path(
@@ -124,8 +124,8 @@ def _render(
 def cmd_list(args: argparse.Namespace) -> ExitCode:
     from rich.table import Table
 
-    from suite.display import make_console
-    from suite.spec.options import describe
+    from ampsuite.display import make_console
+    from ampsuite.spec.options import describe
 
     registry = _registry(args)
     console = make_console()  # piped output must not wrap at rich's assumed 80 columns
@@ -162,8 +162,8 @@ def cmd_list(args: argparse.Namespace) -> ExitCode:
 
 
 def cmd_show(args: argparse.Namespace) -> ExitCode:
-    from suite import results
-    from suite.display import print_summary
+    from ampsuite import results
+    from ampsuite.display import print_summary
 
     for path in args.results:
         print_summary(results.load(path))
@@ -171,14 +171,14 @@ def cmd_show(args: argparse.Namespace) -> ExitCode:
 
 
 def cmd_report(args: argparse.Namespace) -> ExitCode:
-    from suite import results
+    from ampsuite import results
 
     docs = [results.load(p) for p in args.results]
     compare_with = results.load(args.compare) if args.compare else None
     for path, doc in zip(args.results, docs, strict=True):  # docs/architecture.md: such reports are refused
         if compare_with is not None:
             results.check_comparable(path, compare_with["environment"], doc["environment"], action="compare")
-    from suite import analysis
+    from ampsuite import analysis
 
     # Files of one machine (GPU, else CPU, and host) are its history; files of several machines
     # are also compared side by side on machines.html (render_site decides that from the same rule).
@@ -188,7 +188,7 @@ def cmd_report(args: argparse.Namespace) -> ExitCode:
     own_history = [docs[i] for m in machines if len(m.docs) > 1 for i in m.docs]
     history = None
     if args.asv_results or own_history:
-        from suite.report.history import git_commit_order, in_commit_order
+        from ampsuite.report.history import git_commit_order, in_commit_order
 
         history = analysis.history(own_history if not args.asv_results else Path(args.asv_results))
         if args.asv_results:  # asv tracks whatever suite it was given: keep the cells of these results
@@ -202,7 +202,7 @@ def cmd_report(args: argparse.Namespace) -> ExitCode:
     index = _render(sections, docs, Path(args.output), compare_with=compare_with, history=history, files=args.results)
     print(f"report: {index}")
     if args.markdown:
-        from suite.report import markdown_summary
+        from ampsuite.report import markdown_summary
 
         text = markdown_summary(docs, compare_with=compare_with, extra_sections=sections)
         Path(args.markdown).write_text(text, encoding="utf-8")
@@ -210,8 +210,8 @@ def cmd_report(args: argparse.Namespace) -> ExitCode:
 
 
 def cmd_make_data(args: argparse.Namespace) -> ExitCode:
-    from suite.host import session
-    from suite.spec.options import build_options
+    from ampsuite.host import session
+    from ampsuite.spec.options import build_options
 
     p = session.plan(args.suite, device=args.device, settings=_plugin_settings(args))
     registry = p.registry
@@ -228,7 +228,7 @@ def cmd_make_data(args: argparse.Namespace) -> ExitCode:
 
 
 def cmd_new_plugin(args: argparse.Namespace) -> ExitCode:
-    from suite import scaffold
+    from ampsuite import scaffold
 
     target = scaffold.create(args.name, args.output)
     names = scaffold.plugin_names(args.name)
@@ -239,7 +239,7 @@ def cmd_new_plugin(args: argparse.Namespace) -> ExitCode:
 
 
 def cmd_asv_machine(args: argparse.Namespace) -> ExitCode:
-    from suite.asvtools.machine import write_machine_file
+    from ampsuite.asvtools.machine import write_machine_file
 
     try:
         path = write_machine_file(args.file, args.machine)

@@ -11,7 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from suite.contract.wire import Cell, Record, Status
+from ampsuite.contract.wire import Cell, Record, Status
 
 __all__ = ["Display", "format_bytes", "line_for", "print_summary", "results_table", "untrusted_note"]
 
@@ -57,7 +57,7 @@ def untrusted_note(record: Mapping[str, Any], target: float) -> str | None:
 
     The same rule as the report's and the Markdown summary's "untrusted" mark (analysis.derive).
     """
-    from suite import analysis
+    from ampsuite import analysis
 
     if record["status"] != Status.PASSED:
         return None
@@ -131,7 +131,7 @@ class Display:
         self._task: Any = None
 
     def run_started(self, total: int, path: Path) -> None:
-        from suite.run.runner import now
+        from ampsuite.run.runner import now
 
         self.total = total
         self.started = now()
@@ -200,7 +200,7 @@ UNTRUSTED_MARK = "!"
 
 def _row_cells(doc: Mapping[str, Any]) -> tuple[list[str], list[list[str]], list[str]]:
     """Column names, one row of plain text per cell, and the notes printed under the table."""
-    from suite import analysis
+    from ampsuite import analysis
 
     derived = analysis.derive(doc)
     target = analysis.noise_target(doc)

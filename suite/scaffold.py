@@ -20,8 +20,8 @@ from pathlib import Path
 
 import jinja2
 
-from suite import PLUGIN_API, __version__
-from suite.contract.errors import UsageError
+from ampsuite import PLUGIN_API, __version__
+from ampsuite.contract.errors import UsageError
 
 __all__ = ["PluginNames", "create", "plugin_names", "render"]
 
@@ -68,7 +68,7 @@ def plugin_names(name: str) -> PluginNames:
 
 
 def _templates() -> Traversable:
-    root = resources.files("suite")
+    root = resources.files("ampsuite")
     for part in TEMPLATE_DIR:
         root = root / part
     return root

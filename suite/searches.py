@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from suite.cliargs import plugin_settings as _plugin_settings
-from suite.contract.errors import ExitCode, UsageError
-from suite.contract.wire import Status
+from ampsuite.cliargs import plugin_settings as _plugin_settings
+from ampsuite.contract.errors import ExitCode, UsageError
+from ampsuite.contract.wire import Status
 
 __all__ = ["cmd_max_batch", "cmd_selfcheck", "cmd_tune"]
 
@@ -17,14 +17,14 @@ __all__ = ["cmd_max_batch", "cmd_selfcheck", "cmd_tune"]
 def cmd_selfcheck(args: argparse.Namespace) -> ExitCode:
     import json
 
-    from suite.display import make_console
-    from suite.host import environment, session
-    from suite.run import selfcheck
-    from suite.spec.keyword import KeywordExpression
+    from ampsuite.display import make_console
+    from ampsuite.host import environment, session
+    from ampsuite.run import selfcheck
+    from ampsuite.spec.keyword import KeywordExpression
 
     device = session.resolve_device("auto", args.device)
     if args.tuned or args.cells:
-        from suite import results
+        from ampsuite import results
 
         if args.tuned:
             path, checks = args.tuned, selfcheck.tuned_checks(results.load(args.tuned))
@@ -68,8 +68,8 @@ def cmd_selfcheck(args: argparse.Namespace) -> ExitCode:
 
 
 def cmd_max_batch(args: argparse.Namespace) -> ExitCode:
-    from suite.host import session
-    from suite.run import maxbatch
+    from ampsuite.host import session
+    from ampsuite.run import maxbatch
 
     p = session.plan(args.suite, device=args.device, keyword=args.keyword, settings=_plugin_settings(args))
     if not p.cells:
@@ -120,10 +120,10 @@ def _duration(text: str) -> float:
 
 
 def cmd_tune(args: argparse.Namespace) -> ExitCode:
-    from suite import results
-    from suite.host import session
-    from suite.report.tune_page import render_tune_page
-    from suite.tune import TuneConfig, recipe_toml, tune, tune_markdown
+    from ampsuite import results
+    from ampsuite.host import session
+    from ampsuite.report.tune_page import render_tune_page
+    from ampsuite.tune import TuneConfig, recipe_toml, tune, tune_markdown
 
     p = session.plan(args.suite, device=args.device, keyword=args.keyword, settings=_plugin_settings(args))
     if not p.cells:

@@ -2,7 +2,7 @@
 
 pytest loads this module through ampsuite's ``pytest11`` entry point, so a
 plugin package's tests can use the fixtures below as soon as ampsuite is
-installed (``-p suite.testing`` loads it where the entry point is missing):
+installed (``-p ampsuite.testing`` loads it where the entry point is missing):
 
 ``ampsuite_plugin``
     ``register(obj, name=None)`` registers a plugin *object* for the current
@@ -47,14 +47,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from suite.contract.errors import PluginError, SuiteFileError, UsageError
-from suite.contract.wire import Status
-from suite.spec.tomltext import toml_lines
+from ampsuite.contract.errors import PluginError, SuiteFileError, UsageError
+from ampsuite.contract.wire import Status
+from ampsuite.spec.tomltext import toml_lines
 
 if TYPE_CHECKING:
-    from suite.contract.wire import Cell
-    from suite.host.manager import PluginSettings, Registry
-    from suite.spec.suitefile import SuiteSpec
+    from ampsuite.contract.wire import Cell
+    from ampsuite.host.manager import PluginSettings, Registry
+    from ampsuite.spec.suitefile import SuiteSpec
 
 __all__ = [
     "TINY_MEASURE",
@@ -257,7 +257,7 @@ def _module_name(plugin: PluginRef) -> str:
 
 
 def _settings(plugins: Sequence[PluginRef], blocked: Sequence[str], autoload: bool) -> PluginSettings:
-    from suite.host.manager import PluginSettings
+    from ampsuite.host.manager import PluginSettings
 
     return PluginSettings(tuple(_module_name(p) for p in plugins), tuple(blocked), autoload)
 
@@ -270,7 +270,7 @@ def load_plugins(
     autoload: bool = False,
 ) -> Registry:
     """The registry a run with these plugins would use (built-ins always included)."""
-    from suite.host.manager import load_registry
+    from ampsuite.host.manager import load_registry
 
     return load_registry(_settings(plugins, blocked, autoload), objects)
 
@@ -301,10 +301,10 @@ def run_suite(
     :raises UsageError: ``isolated`` together with plugin objects.
     :raises SuiteFileError, PluginError: as ``ampsuite run`` would report them.
     """
-    from suite.host import session
-    from suite.run import runner
-    from suite.spec import suitefile
-    from suite.spec.suitefile import SuiteSpec
+    from ampsuite.host import session
+    from ampsuite.run import runner
+    from ampsuite.spec import suitefile
+    from ampsuite.spec.suitefile import SuiteSpec
 
     if isolated and objects:
         names = ", ".join(name for name, _ in objects)
@@ -405,6 +405,6 @@ def ampsuite_registry(ampsuite_plugin: PluginRegistrar) -> Callable[..., Registr
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    from suite import PLUGIN_API, __version__
+    from ampsuite import PLUGIN_API, __version__
 
     return f"ampsuite {__version__} (plugin API {PLUGIN_API})"

@@ -18,7 +18,7 @@ import pytest
 
 AUTOLOAD_ENV = "AMPSUITE_DISABLE_PLUGIN_AUTOLOAD"
 PLUGINS_ENV = "AMPSUITE_PLUGINS"
-FAULTS = "plugins.faults"
+FAULTS = "ampsuite.plugins.faults"
 
 FAST_MEASURE = """\
 [measure]
@@ -32,7 +32,7 @@ max_seconds = 0.5
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # Set before any test imports suite.host.manager, and inherited by every
+    # Set before any test imports ampsuite.host.manager, and inherited by every
     # subprocess and worker the tests start.
     os.environ.setdefault(AUTOLOAD_ENV, "1")
     # The fault-injection plugin is opt-in for users; the tests inject faults everywhere.
@@ -47,7 +47,7 @@ def in_float64(step: Any) -> Any:
     with it keeps them) and the inputs its data serves. For tests that compare two trainings step by step:
     batch norm over a few images amplifies a float32 summation-order difference about tenfold a step (5e-5 in a
     ResNet-18's conv1 weights after three steps, on one CPU), where float64 keeps it far below any tolerance."""
-    from suite import Batch  # the core tests' conftest imports no torch at collection
+    from ampsuite import Batch  # the core tests' conftest imports no torch at collection
 
     served = step.data
 
@@ -81,7 +81,7 @@ def write_suite(tmp_path: Path) -> SuiteWriter:
 @pytest.fixture(scope="session")
 def registry() -> Any:
     """The built-in plugins and the opt-in fault plugin (autoload off), loaded once: loading imports torch."""
-    from suite.host.manager import PluginSettings, load_registry
+    from ampsuite.host.manager import PluginSettings, load_registry
 
     return load_registry(PluginSettings(extra=(FAULTS,), autoload=False))
 
@@ -110,9 +110,9 @@ noop = ["noop"]
 @pytest.fixture(scope="session")
 def healthy_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     """A real two-cell toy run through isolated workers: (results path, document as returned by the runner)."""
-    from suite.host import session
-    from suite.run import runner
-    from suite.run.runner import RunConfig
+    from ampsuite.host import session
+    from ampsuite.run import runner
+    from ampsuite.run.runner import RunConfig
 
     root = tmp_path_factory.mktemp("healthy")
     suite_path = root / "healthy.toml"

@@ -10,12 +10,12 @@ from typing import Any
 
 import torch
 
-from plugins.workloads import toy
-from suite import BuildContext, Technique, TrainStep, Workload, hookimpl
+from ampsuite import BuildContext, Technique, TrainStep, Workload, hookimpl
+from ampsuite.plugins.workloads import _toy, toy
 
 
 def build_tuple(options: toy.ToyOptions, ctx: BuildContext) -> Any:
-    return toy.build(options, ctx), "extra"  # a (step, info) pair instead of the step
+    return _toy.build(options, ctx), "extra"  # a (step, info) pair instead of the step
 
 
 def apply_nothing(step: TrainStep, options: Any) -> Any:

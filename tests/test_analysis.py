@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from suite import analysis
+from ampsuite import analysis
 
 # ---------------------------------------------------------------------------
 # tiny documents

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from suite import analysis
-from suite.report import markdown_summary, render_site, write_csv
+from ampsuite import analysis
+from ampsuite.report import markdown_summary, render_site, write_csv
 from tests.test_analysis import cell, doc
 
 # ---------------------------------------------------------------------------
@@ -201,7 +201,7 @@ def test_a_best_faster_than_fp32_is_the_headline() -> None:
 
 
 def test_tune_writes_no_recipe_slower_than_fp32() -> None:
-    from suite.tune.outputs import recipe_toml, tune_markdown
+    from ampsuite.tune.outputs import recipe_toml, tune_markdown
 
     def summary(speedup: float) -> dict[str, Any]:
         winner = {

@@ -4,7 +4,7 @@ A temporary git repository (a copy of this working tree) gets three commits of
 a tiny suite: the second changes nothing that matters, the third makes the toy
 model much larger, hence slower. Then plain asv commands, as a user types them:
 ``asv run ALL`` with the ampsuite-venv environment (no machine prompt: the
-machine file comes from ``suite.asvtools.machine``), ``asv publish`` and
+machine file comes from ``ampsuite.asvtools.machine``), ``asv publish`` and
 ``asv compare``. Checked: three commits recorded for every cell (a value, a
 failure or n/a as the cell's status says) over the parameters workload,
 combination and batch, five rounds reaching asv as samples with a confidence
@@ -137,7 +137,7 @@ def _commit(root: Path, env: dict[str, str], message: str, day: int) -> str:
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
-    from suite.asvtools.machine import write_machine_file
+    from ampsuite.asvtools.machine import write_machine_file
 
     tmp = tmp_path_factory.mktemp("asv")
     root, home = tmp / "repo", tmp / "home"
@@ -216,7 +216,7 @@ def test_the_environment_installs_only_ampsuite_and_names_the_torch_it_reused(pr
     assert len(envs) == 1
     site = next(envs[0].glob("lib/python*/site-packages"))
     installed = {p.name for p in site.iterdir()}
-    assert {"suite", "plugins"} <= installed
+    assert "ampsuite" in installed and not {"suite", "plugins"} & installed  # one import name
     assert not {"torch", "torchvision", "pluggy", "jinja2"} & installed
     for data in _result_files(project).values():
         assert data["params"]["torch"] == torch.__version__
@@ -249,7 +249,7 @@ def test_asv_compare_reports_the_slowdown_as_a_regression_and_no_change_as_none(
 
 
 def test_ampsuites_history_reads_the_asv_results(project: Project) -> None:
-    from suite import analysis
+    from ampsuite import analysis
 
     points = analysis.history(project.results)[FAST]
     assert [p.label for p in points] == [c[:12] for c in project.commits]
@@ -257,8 +257,8 @@ def test_ampsuites_history_reads_the_asv_results(project: Project) -> None:
 
 
 def test_the_published_site_works_offline(project: Project, tmp_path: Path) -> None:
-    from suite.asvtools import remote_references
-    from suite.browser import find_chromium, load_page, serve
+    from ampsuite.asvtools import remote_references
+    from ampsuite.browser import find_chromium, load_page, serve
 
     assert (project.html / "index.html").is_file()
     assert remote_references(project.html) == []

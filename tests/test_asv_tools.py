@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from suite.asvtools import offline
-from suite.asvtools.offline import ASSETS, Asset, OfflineError, make_offline, remote_references, vendored_file
+from ampsuite.asvtools import offline
+from ampsuite.asvtools.offline import ASSETS, Asset, OfflineError, make_offline, remote_references, vendored_file
 
 REPO = Path(__file__).resolve().parent.parent
 ASV_WWW = Path(importlib.util.find_spec("asv").origin).parent / "www"  # type: ignore[arg-type,union-attr]
@@ -112,7 +112,7 @@ def test_every_metric_is_one_benchmark_over_workload_combination_and_batch(cells
 def test_a_cell_id_is_three_parameters_that_join_back_into_it(
     cell: str, combination: str, world: int, batch: int, triple: tuple[str, str, int]
 ) -> None:
-    from suite.asvtools.plan import axes
+    from ampsuite.asvtools.plan import axes
 
     assert axes(cell, combination, world, batch) == triple
     assert "/".join([triple[0], triple[1], f"bs{triple[2]}"]) == cell
@@ -299,7 +299,7 @@ def test_results_must_be_a_finished_strict_version_1_file(cells: ModuleType, tmp
 
 def test_history_maps_workload_combination_and_batch_back_to_cell_ids(tmp_path: Path) -> None:
     """asv stores the parameters as reprs over their Cartesian product; n/a triples are no cells."""
-    from suite import analysis
+    from ampsuite import analysis
 
     new = [["'toy'", "'resnet[depth=18]'"], ["'fp32'", "'amp/x2'"], ["32", "128"]]
     nan = float("nan")
@@ -411,7 +411,7 @@ def test_vendored_files_match_their_recorded_digests() -> None:
     ],
 )
 def test_requirement_versions_match_as_pip_would(found: str, wanted: str, ok: bool) -> None:
-    from suite.asvtools.environment import version_matches
+    from ampsuite.asvtools.environment import version_matches
 
     assert version_matches(found, wanted) is ok
 
@@ -420,7 +420,7 @@ def test_requirements_come_from_the_base_interpreter_and_are_never_installed() -
     import torch
     from asv.environment import EnvironmentUnavailable
 
-    from suite.asvtools.environment import find_python, probe, resolve_requirements
+    from ampsuite.asvtools.environment import find_python, probe, resolve_requirements
 
     exe = find_python(f"{sys.version_info[0]}.{sys.version_info[1]}")
     assert exe == sys.executable
@@ -440,7 +440,7 @@ def test_requirements_come_from_the_base_interpreter_and_are_never_installed() -
 
 
 def test_gpu_facts_are_strings_and_none_without_a_gpu() -> None:
-    from suite.asvtools.machine import GPU_KEYS, gpu_facts
+    from ampsuite.asvtools.machine import GPU_KEYS, gpu_facts
 
     assert gpu_facts({"gpu": None}) == dict.fromkeys(GPU_KEYS, "none")
     facts = gpu_facts(
@@ -462,7 +462,7 @@ def test_gpu_facts_are_strings_and_none_without_a_gpu() -> None:
 def test_machine_file_is_one_asv_reads_and_keeps_other_machines(tmp_path: Path) -> None:
     from asv.machine import MachineCollection
 
-    from suite.asvtools.machine import GPU_KEYS, write_machine_file
+    from ampsuite.asvtools.machine import GPU_KEYS, write_machine_file
 
     path = tmp_path / ".asv-machine.json"
     path.write_text(json.dumps({"version": 1, "other": {"machine": "other", "os": "x"}}))
@@ -481,7 +481,7 @@ def test_machine_file_is_one_asv_reads_and_keeps_other_machines(tmp_path: Path) 
 
 
 def test_the_offline_check_sees_a_request_leave_and_a_console_error(tmp_path: Path) -> None:
-    from suite.browser import find_chromium, load_page, serve
+    from ampsuite.browser import find_chromium, load_page, serve
 
     if find_chromium() is None:
         if os.environ.get("CI"):

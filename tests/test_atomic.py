@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.results.atomic import write_json_atomic
+from ampsuite.results.atomic import write_json_atomic
 
 
 @pytest.fixture

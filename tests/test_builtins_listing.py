@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 
-from suite.host.manager import AUTOLOAD_ENV
+from ampsuite.host.manager import AUTOLOAD_ENV
 
 RESNET_KERNELS = ("stem-pad", "maxpool-offsets", "persistent-batch-norm", "cudnn-batch-norm")
 """The techniques of examples/ampsuite-resnet-kernels, once built-ins."""
@@ -19,7 +19,9 @@ RESNET_KERNELS = ("stem-pad", "maxpool-offsets", "persistent-batch-norm", "cudnn
 def test_list_without_entry_points_shows_none_of_the_example_packages_techniques() -> None:
     env = {k: v for k, v in os.environ.items() if k != "AMPSUITE_PLUGINS"}
     env.update({AUTOLOAD_ENV: "1", "COLUMNS": "200"})
-    proc = subprocess.run([sys.executable, "-m", "suite", "list"], capture_output=True, text=True, timeout=120, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ampsuite", "list"], capture_output=True, text=True, timeout=120, env=env
+    )
     assert proc.returncode == 0, proc.stderr
     assert "technique amp-fp16 (plugin amp)" in proc.stdout  # the built-ins are listed
     for name in RESNET_KERNELS:
@@ -28,7 +30,7 @@ def test_list_without_entry_points_shows_none_of_the_example_packages_techniques
 
 
 def test_the_default_suites_name_none_of_them() -> None:
-    from suite.spec import suitefile
+    from ampsuite.spec import suitefile
 
     for device in ("cpu", "cuda"):
         spec = suitefile.load(suitefile.default_suite_path(device))

@@ -1,7 +1,7 @@
 """The ``ampsuite`` command: version, list, dry run, show, and one-line errors with their exit codes.
 
-Most tests call ``suite.cli.main`` in this process; a few start the real
-console script and ``python -m suite`` to check that both entry points work.
+Most tests call ``ampsuite.cli.main`` in this process; a few start the real
+console script and ``python -m ampsuite`` to check that both entry points work.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-import suite
-from suite import cli
-from suite.contract.errors import ExitCode
+import ampsuite
+from ampsuite import cli
+from ampsuite.contract.errors import ExitCode
 
 SUITE = """
 [suite]
@@ -46,9 +46,9 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("entry", ["script", "module"])
 def test_version(entry: str) -> None:
-    argv = [_console_script()] if entry == "script" else [sys.executable, "-m", "suite"]
+    argv = [_console_script()] if entry == "script" else [sys.executable, "-m", "ampsuite"]
     proc = _run([*argv, "--version"])
-    assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"ampsuite {suite.__version__}\n", "")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"ampsuite {ampsuite.__version__}\n", "")
 
 
 def test_list_shows_the_toy_workload_with_options_and_defaults(capsys, monkeypatch) -> None:
@@ -81,7 +81,7 @@ def test_p_is_accepted_before_and_after_the_subcommand(capsys, argv: list[str]) 
 
 
 def test_list_keeps_one_record_per_line_when_piped() -> None:
-    proc = _run([sys.executable, "-m", "suite", "list"])
+    proc = _run([sys.executable, "-m", "ampsuite", "list"])
     assert proc.returncode == 0, proc.stderr
     expected = (
         "workload toy (plugin toy) [unit: samples]: tiny MLP on random data; exercises the whole pipeline in seconds"
@@ -189,7 +189,7 @@ def test_a_run_whose_every_cell_is_skipped_exits_5_and_says_why(tmp_path: Path, 
 def test_python_dash_m_suite_is_the_same_command(tmp_path: Path) -> None:
     path = tmp_path / "cli.toml"
     path.write_text(SUITE)
-    via_module = _run([sys.executable, "-m", "suite", "run", str(path), "--dry-run"])
+    via_module = _run([sys.executable, "-m", "ampsuite", "run", str(path), "--dry-run"])
     via_script = _run([_console_script(), "run", str(path), "--dry-run"])
     assert via_module.returncode == via_script.returncode == 0
     assert via_module.stdout == via_script.stdout

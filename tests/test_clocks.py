@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import torch
 
-from plugins.probes import clocks
-from suite import ProbeContext
-from suite.analysis import instability_warnings
+from ampsuite import ProbeContext
+from ampsuite.analysis import instability_warnings
+from ampsuite.plugins.probes import clocks
 
 
 class FakeNVMLError(Exception):

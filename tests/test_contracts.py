@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from conftest import FAST_MEASURE
 
-from suite import cli, results
+from ampsuite import cli, results
 
 SUITE = (
     """\

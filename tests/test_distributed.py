@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 from conftest import FAST_MEASURE, QuietObserver
 
-from suite import analysis
-from suite.contract.errors import SuiteFileError
-from suite.contract.wire import Cell
-from suite.run import launcher, runner
-from suite.spec import matrix, parallel, suitefile
-from suite.spec.keyword import select
+from ampsuite import analysis
+from ampsuite.contract.errors import SuiteFileError
+from ampsuite.contract.wire import Cell
+from ampsuite.run import launcher, runner
+from ampsuite.spec import matrix, parallel, suitefile
+from ampsuite.spec.keyword import select
 
 # ---------------------------------------------------------------------------
 # the suite file and the matrix
@@ -220,8 +220,8 @@ rank = 1
 
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from suite.host import session
-    from suite.run.runner import RunConfig
+    from ampsuite.host import session
+    from ampsuite.run.runner import RunConfig
 
     root = tmp_path_factory.mktemp("ddp")
     suite_path = root / "ddp.toml"
@@ -326,8 +326,8 @@ def test_the_raising_rank_is_the_cells_evidence_and_no_rank_survives(ddp_run) ->
 
 @pytest.mark.slow
 def test_a_hanging_rank_times_out_and_takes_every_rank_with_it(tmp_path: Path) -> None:
-    from suite.host import session
-    from suite.run.runner import RunConfig
+    from ampsuite.host import session
+    from ampsuite.run.runner import RunConfig
 
     suite_path = tmp_path / "hang.toml"
     suite_path.write_text(

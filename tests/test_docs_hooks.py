@@ -1,7 +1,7 @@
 """docs/plugins.md stays true: every hook, record field, fixture and example in it matches the code.
 
-The hook and record names come from the code (``suite.host.hookspecs``, the
-dataclasses in ``suite.__all__``), so adding a hook or a field without
+The hook and record names come from the code (``ampsuite.host.hookspecs``, the
+dataclasses in ``ampsuite.__all__``), so adding a hook or a field without
 documenting it fails here, and so does documenting one that no longer exists.
 The tutorial's plugin and suite file, and the testing example, are run.
 """
@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
-import suite
-import suite.contract.errors
-from suite.host import hookspecs, manager
+import ampsuite
+import ampsuite.contract.errors
+from ampsuite.host import hookspecs, manager
 
 
 def _shipped_plugin_autoloads() -> bool:
-    """Whether pytest loaded suite.testing through ampsuite's pytest11 entry point.
+    """Whether pytest loaded ampsuite.testing through ampsuite's pytest11 entry point.
 
     Reads every distribution, not deduplicated by name, as pytest (pluggy) does:
     a stale ampsuite.egg-info in the working directory must not hide the entry point.
@@ -34,7 +34,7 @@ def _shipped_plugin_autoloads() -> bool:
     if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         return False
     return any(
-        ep.group == "pytest11" and ep.value == "suite.testing"
+        ep.group == "pytest11" and ep.value == "ampsuite.testing"
         for dist in importlib.metadata.distributions()
         for ep in dist.entry_points
     )
@@ -42,7 +42,7 @@ def _shipped_plugin_autoloads() -> bool:
 
 # pytest refuses to register one module twice under two names, so the shipped
 # plugin is named here only where its entry point did not load it already.
-pytest_plugins = ["pytester"] + ([] if _shipped_plugin_autoloads() else ["suite.testing"])
+pytest_plugins = ["pytester"] + ([] if _shipped_plugin_autoloads() else ["ampsuite.testing"])
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "plugins.md"
 TEXT = DOC.read_text(encoding="utf-8")
@@ -75,14 +75,14 @@ HOOKS = {
 }
 RECORDS = {
     name: obj
-    for name in suite.__all__
-    if dataclasses.is_dataclass(obj := getattr(suite, name)) and isinstance(obj, type) and dataclasses.fields(obj)
+    for name in ampsuite.__all__
+    if dataclasses.is_dataclass(obj := getattr(ampsuite, name)) and isinstance(obj, type) and dataclasses.fields(obj)
 }
 
 
 def test_every_hook_is_documented_and_no_other():
     documented = _subsections(_section("Hook reference", 2))
-    assert HOOKS, "no hook specs found in suite.host.hookspecs"
+    assert HOOKS, "no hook specs found in ampsuite.host.hookspecs"
     assert sorted(documented) == sorted(HOOKS)
 
 
@@ -117,7 +117,7 @@ def test_record_fields_match_the_dataclass(name):
 
 
 def test_every_public_name_of_suite_is_mentioned():
-    missing = [name for name in suite.__all__ if f"`{name}`" not in TEXT and f"`{name}(" not in TEXT]
+    missing = [name for name in ampsuite.__all__ if f"`{name}`" not in TEXT and f"`{name}(" not in TEXT]
     assert not missing
 
 
@@ -125,13 +125,13 @@ def test_loading_names_match_the_manager():
     assert f"[project.entry-points.{manager.ENTRY_POINT_GROUP}]" in TEXT
     for variable in (manager.PLUGINS_ENV, manager.AUTOLOAD_ENV):
         assert f"`{variable}" in TEXT
-    assert f"AMPSUITE_PLUGIN_API = {suite.PLUGIN_API}" in TEXT
-    assert f"(currently {suite.PLUGIN_API})" in TEXT
+    assert f"AMPSUITE_PLUGIN_API = {ampsuite.PLUGIN_API}" in TEXT
+    assert f"(currently {ampsuite.PLUGIN_API})" in TEXT
 
 
 def test_the_api_mismatch_message_is_the_real_one():
-    plugin = types.SimpleNamespace(AMPSUITE_PLUGIN_API=suite.PLUGIN_API + 1)
-    with pytest.raises(suite.contract.errors.PluginError) as info:
+    plugin = types.SimpleNamespace(AMPSUITE_PLUGIN_API=ampsuite.PLUGIN_API + 1)
+    with pytest.raises(ampsuite.contract.errors.PluginError) as info:
         manager.load_registry(manager.PluginSettings(autoload=False), objects=[("ampsuite-mine", plugin)])
     assert f"ampsuite: error: {info.value}" in TEXT
 
@@ -143,11 +143,11 @@ def test_python_examples_compile_and_import_only_public_names():
         tree = ast.parse(block)
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module == "suite":
-                assert {a.name for a in node.names} <= set(suite.__all__), ast.unparse(node)
+                assert {a.name for a in node.names} <= set(ampsuite.__all__), ast.unparse(node)
 
 
 def test_fixtures_and_result_members_are_documented():
-    from suite import testing
+    from ampsuite import testing
 
     body = _section("Testing a plugin", 2)
     fixtures = [n for n, obj in vars(testing).items() if n.startswith(("ampsuite_", "tiny_")) and callable(obj)]
@@ -195,7 +195,7 @@ def test_the_testing_example_passes(pytester, tmp_path):
     pytester.syspathinsert()
     example = next(b for b in _code_blocks("python") if "def test_cells_pass" in b)
     pytester.makepyfile(test_example=example)
-    args = () if _shipped_plugin_autoloads() else ("-p", "suite.testing")
+    args = () if _shipped_plugin_autoloads() else ("-p", "ampsuite.testing")
     try:
         pytester.runpytest_inprocess(*args, "-p", "no:cacheprovider").assert_outcomes(passed=3)
     finally:

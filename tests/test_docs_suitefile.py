@@ -1,6 +1,6 @@
 """docs/suite-file.md stays true: it documents every key the suite loader accepts, and no other.
 
-The keys come from the loader (``suite.spec.suitefile.TABLE_KEYS``, the tuples its own
+The keys come from the loader (``ampsuite.spec.suitefile.TABLE_KEYS``, the tuples its own
 unknown-key checks use, and ``MeasureSpec``'s fields), so a key added to the loader
 without a line in the page fails here, naming it, and so does a line for a key the
 loader no longer reads. The page's example is loaded: every documented key of
@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from suite.contract.errors import SuiteFileError
-from suite.spec import suitefile
-from suite.spec.tomltext import toml_lines
+from ampsuite.contract.errors import SuiteFileError
+from ampsuite.spec import suitefile
+from ampsuite.spec.tomltext import toml_lines
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "suite-file.md"
 TOP_HEADING = "Tables"

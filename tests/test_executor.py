@@ -21,11 +21,11 @@ from typing import Any, ClassVar
 import pytest
 from conftest import FAST_MEASURE
 
-from suite import cli, results
-from suite.contract.errors import ExitCode, SuiteFileError, UsageError
-from suite.contract.wire import Status
-from suite.host import executors
-from suite.spec.suitefile import loads
+from ampsuite import cli, results
+from ampsuite.contract.errors import ExitCode, SuiteFileError, UsageError
+from ampsuite.contract.wire import Status
+from ampsuite.host import executors
+from ampsuite.spec.suitefile import loads
 from tests.conftest import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -141,7 +141,7 @@ def _job_of(jobs: Path, cell_id: str) -> int:
 def _parent(*argv: str, cwd: Path) -> Iterator[subprocess.Popen[str]]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "suite", "run", *argv, "--no-report", "--no-peaks"],
+        [sys.executable, "-m", "ampsuite", "run", *argv, "--no-report", "--no-peaks"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -279,9 +279,9 @@ class _Cancelled:
 def test_a_remembered_job_that_was_cancelled_is_recorded_then_forgotten(
     tmp_path: Path, write_suite, capsys, monkeypatch
 ) -> None:
-    from plugins.executors import _slurm
-    from suite.host import session
-    from suite.run import runner
+    from ampsuite.host import session
+    from ampsuite.plugins.executors import _slurm
+    from ampsuite.run import runner
 
     suite_path = write_suite(_suite("fp32 = []", _slurm_local(tmp_path / "jobs")))
     out = tmp_path / "results.json"
@@ -332,7 +332,7 @@ def test_a_remembered_job_that_was_cancelled_is_recorded_then_forgotten(
     ],
 )
 def test_scheduler_states_map_to_statuses(state: str, status: Status) -> None:
-    from plugins.executors import _slurm
+    from ampsuite.plugins.executors import _slurm
 
     assert _slurm.status_of(state) == status
 
@@ -411,8 +411,8 @@ def test_slurm_without_a_cluster_is_one_line(tmp_path: Path, write_suite, capsys
 
 
 def test_the_executor_table_becomes_the_sbatch_script(tmp_path: Path, monkeypatch) -> None:
-    from plugins.executors import _slurm
-    from plugins.executors.slurm import SlurmOptions
+    from ampsuite.plugins.executors import _slurm
+    from ampsuite.plugins.executors.slurm import SlurmOptions
 
     fake = tmp_path / "bin"
     fake.mkdir()
@@ -442,7 +442,7 @@ class _HalfDone:
 
     @staticmethod
     def ampsuite_executors() -> list[Any]:
-        from suite import Executor
+        from ampsuite import Executor
 
         def run(ctx: Any) -> Iterator[Any]:
             tasks = iter(ctx.tasks)
@@ -456,9 +456,9 @@ class _HalfDone:
 def test_an_executor_that_fails_leaves_a_complete_file_and_one_line(tmp_path: Path, write_suite) -> None:
     from conftest import QuietObserver
 
-    from suite.contract.errors import PluginError
-    from suite.host import session
-    from suite.run import runner
+    from ampsuite.contract.errors import PluginError
+    from ampsuite.host import session
+    from ampsuite.run import runner
 
     plan = session.plan(
         write_suite(_suite('fp32 = []\nnoop = ["noop"]', 'name = "half"')), objects=[("half", _HalfDone)]
@@ -485,7 +485,7 @@ class _Remembering:
 
     @staticmethod
     def ampsuite_executors() -> list[Any]:
-        from suite import Executor
+        from ampsuite import Executor
 
         def run(ctx: Any) -> Iterator[Any]:
             for task in ctx.tasks:
@@ -508,8 +508,8 @@ class _Remembering:
 def test_remember_writes_at_once_and_the_record_forgets(tmp_path: Path, write_suite) -> None:
     from conftest import QuietObserver
 
-    from suite.host import session
-    from suite.run import runner
+    from ampsuite.host import session
+    from ampsuite.run import runner
 
     plan = session.plan(write_suite(_suite("fp32 = []", 'name = "remembering"')), objects=[("r", _Remembering)])
     out = tmp_path / "results.json"

@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 import torch
 
-from plugins import faults
-from plugins.workloads import toy
-from suite import BuildContext, SkipCell, cli, results
-from suite.contract.errors import ExitCode, SuiteFileError
-from suite.host import session
-from suite.run.resultcheck import malformed
+from ampsuite import BuildContext, SkipCell, cli, results
+from ampsuite.contract.errors import ExitCode, SuiteFileError
+from ampsuite.host import session
+from ampsuite.plugins import faults
+from ampsuite.plugins.workloads import _toy, toy
+from ampsuite.run.resultcheck import malformed
 
 HANG_TIMEOUT = 10.0
 NUMERICS_STEPS = 12
@@ -133,7 +133,7 @@ EXPECTED: dict[str, tuple[str, Callable[[dict[str, Any]], bool]]] = {
         "failed",
         lambda r: (
             (r["evidence"]["type"], r["evidence"]["message"]) == ("InjectedFault", "injected fault")
-            and r["evidence"]["traceback"].splitlines()[-1] == "plugins.faults.InjectedFault: injected fault"
+            and r["evidence"]["traceback"].splitlines()[-1] == "ampsuite.plugins.faults.InjectedFault: injected fault"
         ),
     ),
     "abort": (
@@ -314,7 +314,7 @@ def test_every_kind_is_a_technique_of_its_own(registry) -> None:
 
 
 def _toy_step(device: str = "cpu") -> Any:
-    step = toy.build(toy.ToyOptions(hidden=8), BuildContext(torch.device("cpu"), 4, 0, "unused"))
+    step = _toy.build(toy.ToyOptions(hidden=8), BuildContext(torch.device("cpu"), 4, 0, "unused"))
     step.device = torch.device(device)  # only a label here: the tensors stay on the CPU
     return step
 

@@ -13,12 +13,12 @@ import pytest
 import torch
 from torch import nn
 
-from plugins.probes import tensorcores
-from plugins.techniques import fp8
-from plugins.workloads import gemm, transformer
-from suite import BuildContext, SkipCell, Status, TrainStep, cli
-from suite.contract.errors import ExitCode
-from suite.run import peaks
+from ampsuite import BuildContext, SkipCell, Status, TrainStep, cli
+from ampsuite.contract.errors import ExitCode
+from ampsuite.plugins.probes import _tensorcores
+from ampsuite.plugins.techniques import _fp8, fp8
+from ampsuite.plugins.workloads import _gemm, _transformer, _vit, gemm, transformer
+from ampsuite.run import peaks
 
 CPU = torch.device("cpu")
 
@@ -134,14 +134,14 @@ def test_gemm_check_decides_fp8_cells_at_expansion(options: gemm.GemmOptions, de
 def test_fp8_gemm_step_runs_scaled_mm_with_per_tensor_scales() -> None:
     options = gemm.GemmOptions(m=32, n=48, k=64, dtype="float8_e4m3fn")
     try:
-        step = gemm.build(options, BuildContext(CPU, batch_size=1, seed=0, data_dir=""))
+        step = _gemm.build(options, BuildContext(CPU, batch_size=1, seed=0, data_dir=""))
         value = step.compose()(step.data())
     except (RuntimeError, NotImplementedError) as exc:  # a torch without a CPU _scaled_mm
         pytest.skip(f"torch._scaled_mm has no CPU kernel here: {exc}")
     a, b = step.data().inputs
     assert a.dtype == b.dtype == torch.float8_e4m3fn
     assert b.stride() == (1, 64)  # column-major second operand
-    reference = gemm.build(gemm.GemmOptions(m=32, n=48, k=64), BuildContext(CPU, batch_size=1, seed=0, data_dir=""))
+    reference = _gemm.build(gemm.GemmOptions(m=32, n=48, k=64), BuildContext(CPU, batch_size=1, seed=0, data_dir=""))
     exact = reference.compose()(reference.data())
     assert value.dtype == torch.bfloat16
     assert abs(value.float().item() - exact.item()) < 0.1 * (abs(exact.item()) + 1.0)
@@ -150,17 +150,17 @@ def test_fp8_gemm_step_runs_scaled_mm_with_per_tensor_scales() -> None:
 
 def test_quantised_operands_use_the_format_range() -> None:
     t = torch.randn(64, 64) * 1000
-    q, scale = gemm._quantised(t, torch.float8_e4m3fn)
+    q, scale = _gemm._quantised(t, torch.float8_e4m3fn)
     assert scale.dtype == torch.float32 and scale.dim() == 0
     assert q.float().abs().max().item() == pytest.approx(448.0)
     assert torch.allclose(q.float() * scale, t, rtol=0.07, atol=1.0)
 
 
 def test_linear_plan_keeps_misaligned_last_and_attention_projections() -> None:
-    model = transformer.BertForMaskedLM(
+    model = _transformer.BertForMaskedLM(
         transformer.BertOptions(layers=1, hidden=32, heads=2, intermediate=64, seq_len=8, vocab=100)
     )
-    converted, kept = fp8.linear_plan(model)
+    converted, kept = _fp8.linear_plan(model)
     assert converted == [
         "layers.0.attention.qkv",
         "layers.0.attention.out",
@@ -177,17 +177,17 @@ def test_linear_plan_keeps_misaligned_last_and_attention_projections() -> None:
             self.mlp = nn.Linear(32, 64)
             self.head = nn.Linear(64, 32)
 
-    converted, kept = fp8.linear_plan(Block())
+    converted, kept = _fp8.linear_plan(Block())
     assert converted == ["mlp"]
     assert kept[0].startswith("attention.out_proj: nn.MultiheadAttention")
     assert kept[1] == "head: the last layer (keep_last)"
-    assert fp8.linear_plan(Block(), keep_last=False)[0] == ["mlp", "head"]
+    assert _fp8.linear_plan(Block(), keep_last=False)[0] == ["mlp", "head"]
 
 
 def test_apply_off_cuda_is_a_skip_with_the_reason() -> None:
     step = TrainStep(device=CPU, batch_size=1, samples_per_step=1, data=lambda: None, model=nn.Linear(16, 16))  # type: ignore[arg-type,return-value]
     with pytest.raises(SkipCell, match="fp8 needs a CUDA GPU; this cell is on cpu"):
-        fp8.apply(step, fp8.Fp8Options())
+        _fp8.apply(step, fp8.Fp8Options())
 
 
 def _record(cid: str, names: list[str], median: float | None, loss: float, **extra: Any) -> dict[str, Any]:
@@ -258,10 +258,10 @@ def test_tensor_cores_probe_classes_an_fp8_training_tensor_by_its_payload() -> N
 
     t = torch.zeros(2, 2, dtype=torch.bfloat16).as_subclass(Float8Like)
     t._data = torch.zeros(2, 2).to(torch.float8_e4m3fn)  # type: ignore[attr-defined]
-    assert tensorcores._payload_dtype(t) == torch.float8_e4m3fn
-    assert tensorcores._payload_dtype(torch.zeros(2, dtype=torch.bfloat16)) == torch.bfloat16
-    assert tensorcores.dtype_class("_scaled_mm", torch.float8_e5m2, "cuda") == "float8_e5m2"
-    assert tensorcores._align("float8_e4m3fn") == 16 and tensorcores._align("bfloat16") == 8
+    assert _tensorcores._payload_dtype(t) == torch.float8_e4m3fn
+    assert _tensorcores._payload_dtype(torch.zeros(2, dtype=torch.bfloat16)) == torch.bfloat16
+    assert _tensorcores.dtype_class("_scaled_mm", torch.float8_e5m2, "cuda") == "float8_e5m2"
+    assert _tensorcores._align("float8_e4m3fn") == 16 and _tensorcores._align("bfloat16") == 8
 
 
 def test_mfu_finds_the_fp8_peak_by_the_cells_matmul_dtype() -> None:
@@ -274,7 +274,7 @@ def _mha_and_copy(**kwargs: Any) -> tuple[nn.MultiheadAttention, nn.Module]:
     torch.manual_seed(0)
     mha = nn.MultiheadAttention(32, 4, batch_first=True, **kwargs)
     holder = nn.Sequential(mha)
-    replaced, kept = fp8.split_attention(holder)
+    replaced, kept = _fp8.split_attention(holder)
     assert (replaced, kept) == (["0"], [])
     return mha, holder[0]
 
@@ -326,29 +326,29 @@ def test_split_attention_leaves_what_it_cannot_replace_with_the_reason() -> None
             self.plain = nn.MultiheadAttention(32, 2, batch_first=True)
 
     block = Block()
-    replaced, kept = fp8.split_attention(block)
+    replaced, kept = _fp8.split_attention(block)
     assert replaced == ["plain"]
     assert kept == [
         "seq_first: not batch_first",
         "cross: key or value dimension differs from the embedding's",
         "biased: has bias_k/bias_v or add_zero_attn",
     ]
-    converted, _ = fp8.linear_plan(block, keep_last=False)
+    converted, _ = _fp8.linear_plan(block, keep_last=False)
     assert converted == ["plain.in_proj", "plain.out_proj"]
 
 
 def test_attention_option_doubles_vits_fp8_linears() -> None:
-    from plugins.workloads import vit
-    from plugins.workloads._vit import make_model
+    from ampsuite.plugins.workloads import vit
+    from ampsuite.plugins.workloads._vit import make_model
 
     options = vit.ViTOptions(image_size=32, patch_size=16, layers=2, heads=2, hidden=32, mlp=64, classes=10)
     model = make_model(options)
-    assert len(fp8.linear_plan(model)[0]) == 2 * 2  # the MLPs only
+    assert len(_fp8.linear_plan(model)[0]) == 2 * 2  # the MLPs only
     x = torch.randn(2, 3, 32, 32)
     torch.manual_seed(1)
     before = model(x)
-    fp8.split_attention(model)
-    converted, _ = fp8.linear_plan(model)
+    _fp8.split_attention(model)
+    converted, _ = _fp8.linear_plan(model)
     assert len(converted) == 2 * 4  # and each block's two attention projections
     torch.manual_seed(1)
     torch.testing.assert_close(model(x), before)
@@ -357,15 +357,15 @@ def test_attention_option_doubles_vits_fp8_linears() -> None:
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available() or fp8.torchao_missing(), reason="needs a CUDA GPU and torchao")
 def test_fp8_attention_trains_a_vit_on_the_gpu(tmp_path: Path) -> None:
-    from plugins.workloads import vit
+    from ampsuite.plugins.workloads import vit
 
     if torch.cuda.get_device_capability() < fp8.MIN_CAPABILITY:
         pytest.skip("needs FP8 Tensor Cores")
     options = vit.ViTOptions(image_size=64, patch_size=16, layers=2, heads=2, hidden=64, mlp=128, classes=16)
     device = torch.device("cuda")
-    step = vit.build(options, BuildContext(device=device, batch_size=32, seed=0, data_dir=str(tmp_path)))
+    step = _vit.build(options, BuildContext(device=device, batch_size=32, seed=0, data_dir=str(tmp_path)))
     step.autocast_dtype = torch.bfloat16
-    step = fp8.apply(step, fp8.Fp8Options(attention=True))
+    step = _fp8.apply(step, fp8.Fp8Options(attention=True))
     assert step.notes["fp8"]["converted_linears"] == 2 * 4
     assert step.notes["fp8"]["attention_modules_split"] == 2
     kinds = {type(m).__name__ for m in step.model.modules()}

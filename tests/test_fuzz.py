@@ -24,10 +24,10 @@ import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from suite import cli, results
-from suite.contract.errors import ExitCode, ResultsFileError, SuiteFileError
-from suite.spec.matrix import expand
-from suite.spec.suitefile import loads
+from ampsuite import cli, results
+from ampsuite.contract.errors import ExitCode, ResultsFileError, SuiteFileError
+from ampsuite.spec.matrix import expand
+from ampsuite.spec.suitefile import loads
 
 NAME = "fuzz.toml"
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -391,9 +391,9 @@ def _read_everything(path: Path, out: Path, capsys: Any) -> bool:
     A file the loader accepts must go through every reader; a file it refuses must
     be refused by every command in one line with exit code 4.
     """
-    from suite import analysis
-    from suite.display import results_table
-    from suite.report import render_site
+    from ampsuite import analysis
+    from ampsuite.display import results_table
+    from ampsuite.report import render_site
 
     try:
         doc = results.load(path)

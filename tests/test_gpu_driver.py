@@ -14,7 +14,7 @@ from types import ModuleType
 
 import pytest
 
-from suite import results
+from ampsuite import results
 
 DRIVER = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu" / "run.py"
 
@@ -134,8 +134,8 @@ def test_a_dry_run_prints_the_commands_and_writes_nothing(
     )
     printed = capsys.readouterr().out
     assert code == 0, printed
-    assert f"a: {sys.executable} -m suite run a.toml -o {tmp_path}/lab/a/results.json" in printed
-    assert f"selfcheck-a: {sys.executable} -m suite selfcheck --cells {tmp_path}/lab/a/results.json" in printed
+    assert f"a: {sys.executable} -m ampsuite run a.toml -o {tmp_path}/lab/a/results.json" in printed
+    assert f"selfcheck-a: {sys.executable} -m ampsuite selfcheck --cells {tmp_path}/lab/a/results.json" in printed
     assert not (tmp_path / "lab").exists()
 
 
@@ -152,7 +152,7 @@ def test_a_cpu_suite_runs_into_the_folder_then_is_skipped_or_resumed(tmp_path: P
     assert (lab / "toy" / "index.html").exists()
     checks = json.loads((lab / "selfcheck-toy.json").read_text())["checks"]
     assert [c["name"] for c in checks] == ["cell toy/fp32/bs8"]
-    assert "-m suite run toy.toml --no-peaks -o" in (lab / "toy.log").read_text()
+    assert "-m ampsuite run toy.toml --no-peaks -o" in (lab / "toy.log").read_text()
     assert "ratio" in (lab / "selfcheck-toy.log").read_text()
     (snapshot,) = json.loads((lab / "environment.json").read_text())["snapshots"]
     assert snapshot["python"]["python"] and snapshot["python"]["torch"] and snapshot["cpu_count"]
@@ -179,7 +179,7 @@ def test_a_command_past_its_time_limit_is_interrupted_and_no_other_starts_late(
     more = 'hang = ["fault-hang"]\nafter = ["noop"]'
     (tmp_path / "hang.toml").write_text(SUITE.format(name="hang", measure=fast_measure, more=more))
     (tmp_path / "toy.toml").write_text(SUITE.format(name="toy", measure=fast_measure, more=""))
-    specs = ["timeout=25 run hang.toml --no-peaks -p plugins.faults", "run toy.toml --no-peaks"]
+    specs = ["timeout=25 run hang.toml --no-peaks -p ampsuite.plugins.faults", "run toy.toml --no-peaks"]
     proc = drive(
         tmp_path, "--out", "lab", "--budget", "60", "--reserve", "1", "--grace", "10", "--min-seconds", "30", *specs
     )
@@ -200,7 +200,7 @@ def test_sigterm_to_the_driver_interrupts_the_command_once_and_starts_no_other(
     tmp_path: Path, fast_measure: str
 ) -> None:
     (tmp_path / "hang.toml").write_text(SUITE.format(name="hang", measure=fast_measure, more='hang = ["fault-hang"]'))
-    specs = ["run hang.toml --no-peaks -p plugins.faults", "run other.toml"]
+    specs = ["run hang.toml --no-peaks -p ampsuite.plugins.faults", "run other.toml"]
     args = [sys.executable, str(DRIVER), "--out", "lab", "--budget", "300", "--grace", "20", *specs]
     proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     log = tmp_path / "lab" / "hang.log"

@@ -13,14 +13,23 @@ import pytest
 import torch
 from torch import nn
 
-from plugins.techniques import amp, fused_optimizer, grad_accumulation, half_weights, inference, int8, tensorrt
-from plugins.workloads import cnn, toy, transformer
-from suite import BuildContext, CheckContext, SkipCell, Technique, TrainStep, Workload, analysis
-from suite.host import session
-from suite.report.render import render_site
-from suite.run import runner
-from suite.run.runner import RunConfig
-from suite.spec.options import build_options
+from ampsuite import BuildContext, CheckContext, SkipCell, Technique, TrainStep, Workload, analysis
+from ampsuite.host import session
+from ampsuite.plugins.techniques import (
+    _channels_last,
+    amp,
+    fused_optimizer,
+    grad_accumulation,
+    half_weights,
+    inference,
+    int8,
+    tensorrt,
+)
+from ampsuite.plugins.workloads import _cnn, _toy, _transformer, cnn, toy, transformer
+from ampsuite.report.render import render_site
+from ampsuite.run import runner
+from ampsuite.run.runner import RunConfig
+from ampsuite.spec.options import build_options
 
 MODULES = (amp, fused_optimizer, grad_accumulation, half_weights, inference, int8, tensorrt)
 TECHNIQUES: dict[str, Technique] = {t.name: t for m in MODULES for t in m.ampsuite_techniques()}
@@ -30,11 +39,11 @@ TINY_BERT = {"layers": 1, "hidden": 32, "heads": 2, "intermediate": 64, "seq_len
 
 def toy_step(tmp_path: Any, batch_size: int = 8) -> TrainStep:
     opts = toy.ToyOptions(features=8, hidden=16, layers=1, classes=4)
-    return toy.build(opts, BuildContext(CPU, batch_size, 0, str(tmp_path)))
+    return _toy.build(opts, BuildContext(CPU, batch_size, 0, str(tmp_path)))
 
 
 def bert_step(tmp_path: Any, batch_size: int = 4) -> TrainStep:
-    return transformer.build(transformer.BertOptions(**TINY_BERT), BuildContext(CPU, batch_size, 0, str(tmp_path)))
+    return _transformer.build(transformer.BertOptions(**TINY_BERT), BuildContext(CPU, batch_size, 0, str(tmp_path)))
 
 
 def use(step: TrainStep, name: str, **options: Any) -> TrainStep:
@@ -102,11 +111,11 @@ def test_inference_with_half_weights_runs_the_half_model(tmp_path: Any) -> None:
 
 
 def test_inference_composes_with_channels_last_batch_norm_in_eval(tmp_path: Any) -> None:
-    from plugins.techniques import channels_last
+    from ampsuite.plugins.techniques import channels_last
 
     opts = cnn.ResNetOptions(depth=18, width=8, image_size=32, classes=10)
-    step = cnn.build(opts, BuildContext(CPU, 2, 0, str(tmp_path)))
-    step = channels_last.apply(step, channels_last.NoOptions())
+    step = _cnn.build(opts, BuildContext(CPU, 2, 0, str(tmp_path)))
+    step = _channels_last.apply(step, channels_last.NoOptions())
     step = use(step, "inference")
     assert step.model is not None
     bn = next(m for m in step.model.modules() if isinstance(m, nn.BatchNorm2d))

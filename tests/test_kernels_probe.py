@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 import torch
 
-from plugins.probes import kernels
-from plugins.workloads import cnn
-from suite import BuildContext, ProbeContext
-from suite.host.manager import PluginSettings, load_registry
+from ampsuite import BuildContext, ProbeContext
+from ampsuite.host.manager import PluginSettings, load_registry
+from ampsuite.plugins.probes import _flops, _tensorcores, kernels
+from ampsuite.plugins.workloads import _cnn, cnn
 
 
 def event(name: str, ts: float, dur: float, cat: str = "kernel") -> dict[str, Any]:
@@ -113,13 +113,13 @@ def test_summarize_empty_trace() -> None:
 
 def test_opt_in_only() -> None:
     assert "kernels" not in load_registry(PluginSettings(autoload=False)).probes
-    loaded = load_registry(PluginSettings(extra=("plugins.probes.kernels",), autoload=False))
+    loaded = load_registry(PluginSettings(extra=("ampsuite.plugins.probes.kernels",), autoload=False))
     assert loaded.probes["kernels"].inspect is kernels.inspect
 
 
 def tiny_resnet_step(device: torch.device) -> Any:
     options = cnn.ResNetOptions(depth=18, width=8, image_size=32, classes=16)
-    return cnn.build(options, BuildContext(device, 4, 0, "unused"))
+    return _cnn.build(options, BuildContext(device, 4, 0, "unused"))
 
 
 def test_cpu_cell_records_nothing() -> None:
@@ -165,7 +165,6 @@ def test_cuda_profile_of_a_real_step() -> None:
 
 def test_flop_counting_runs_the_original_of_a_compiled_model() -> None:
     """The eager probes swap a torch.compile'd model for its original module and put it back."""
-    from plugins.probes import flops, tensorcores
 
     step = tiny_resnet_step(torch.device("cpu"))
     original = step.model
@@ -182,8 +181,8 @@ def test_flop_counting_runs_the_original_of_a_compiled_model() -> None:
     step.model = Compiled(original)
     hook = original.register_forward_hook(lambda m, i, o: seen.append(m))
     ctx = ProbeContext(step=step, run=step.compose(), cell={})
-    flops.inspect(ctx)
-    tensorcores.inspect(ctx)
+    _flops.inspect(ctx)
+    _tensorcores.inspect(ctx)
     hook.remove()
     assert ctx.metrics["flops_per_step"] > 0 and len(seen) == 2
     assert isinstance(step.model, Compiled)
@@ -193,15 +192,14 @@ def test_flop_counting_runs_the_original_of_a_compiled_model() -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_compiled_model_still_compiled_after_the_eager_probes() -> None:
     """On an H200 (torch 2.11) a compiled module once called under FlopCounterMode ran eagerly ever after."""
-    from plugins.probes import flops, tensorcores
 
     step = tiny_resnet_step(torch.device("cuda"))
     step.model = torch.compile(step.model)
     run = step.compose()
     run(step.data())
     ctx = ProbeContext(step=step, run=run, cell={})
-    flops.inspect(ctx)
-    tensorcores.inspect(ctx)
+    _flops.inspect(ctx)
+    _tensorcores.inspect(ctx)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         run(step.data())
         torch.cuda.synchronize()

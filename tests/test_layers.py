@@ -15,20 +15,20 @@ from pathlib import Path
 
 import pytest
 
-import suite
-from suite.contract import wire
+import ampsuite
+from ampsuite.contract import wire
 
 ROOT = Path(__file__).resolve().parent.parent
 
 LAYERS: dict[str, int] = {
-    "suite.contract": 0,
-    "suite.spec": 1,
-    "suite.host": 2,
-    "suite.results": 3,
-    "suite.run": 4,
-    "suite.analysis": 5,
-    "suite.report": 6,
-    "suite.asvtools": 6,
+    "ampsuite.contract": 0,
+    "ampsuite.spec": 1,
+    "ampsuite.host": 2,
+    "ampsuite.results": 3,
+    "ampsuite.run": 4,
+    "ampsuite.analysis": 5,
+    "ampsuite.report": 6,
+    "ampsuite.asvtools": 6,
 }
 """Rank of each layer: a module may import its own layer and lower ones. Modules directly under
 suite/ are the application (cli, display, testing, ...), rank 7, except the public API in
@@ -36,11 +36,23 @@ suite/__init__.py, which re-exports the contract and so sits with it."""
 APP = 7
 
 
+PACKAGES = {"suite": "ampsuite", "plugins": "ampsuite.plugins"}
+"""Repository folder -> the import name it is installed as (pyproject's package-dir)."""
+
+
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
-    return ".".join(parts)
+    return ".".join([PACKAGES[parts[0]], *parts[1:]])
+
+
+def _is_plugin(module: str) -> bool:
+    return module == "ampsuite.plugins" or module.startswith("ampsuite.plugins.")
+
+
+def _is_core(module: str) -> bool:
+    return (module == "ampsuite" or module.startswith("ampsuite.")) and not _is_plugin(module)
 
 
 def _modules() -> dict[str, Path]:
@@ -104,9 +116,9 @@ GRAPH = {module: _imports(module, path) for module, path in MODULES.items()}
 
 
 def _rank(module: str) -> int | None:
-    if not module.startswith("suite"):
+    if _is_plugin(module):
         return None
-    if module == "suite":
+    if module == "ampsuite":
         return 0
     for prefix, rank in LAYERS.items():
         if module == prefix or module.startswith(prefix + "."):
@@ -116,7 +128,7 @@ def _rank(module: str) -> int | None:
 
 def test_the_graph_was_read() -> None:
     # A walker that finds nothing would pass every test below.
-    assert "suite.run.runner" in GRAPH and "suite.contract.wire" in GRAPH["suite.run.runner"]
+    assert "ampsuite.run.runner" in GRAPH and "ampsuite.contract.wire" in GRAPH["ampsuite.run.runner"]
     assert len(GRAPH) > 60
 
 
@@ -145,29 +157,29 @@ def test_layers_import_one_way() -> None:
 def test_plugins_use_the_public_api_only() -> None:
     offenders = []
     for module, path in MODULES.items():
-        if not module.startswith("plugins"):
+        if not _is_plugin(module):
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "suite":
+            if isinstance(node, ast.ImportFrom) and node.module and _is_core(node.module):
                 names = [a.name for a in node.names]
-                if node.module != "suite" or not set(names) <= set(suite.__all__):
+                if node.module != "ampsuite" or not set(names) <= set(ampsuite.__all__):
                     offenders.append(f"{module}: from {node.module} import {', '.join(names)}")
-            elif isinstance(node, ast.Import) and any(a.name.split(".")[0] == "suite" for a in node.names):
+            elif isinstance(node, ast.Import) and any(_is_core(a.name) and a.name != "ampsuite" for a in node.names):
                 offenders.append(f"{module}: import {', '.join(a.name for a in node.names)}")
     assert not offenders, "\n".join(offenders)
 
 
 def test_public_api_is_importable_and_complete() -> None:
-    for name in suite.__all__:
-        assert hasattr(suite, name), name
-    assert suite.Cell is wire.Cell and suite.Status is wire.Status
+    for name in ampsuite.__all__:
+        assert hasattr(ampsuite, name), name
+    assert ampsuite.Cell is wire.Cell and ampsuite.Status is wire.Status
 
 
-@pytest.mark.parametrize("enabled", [False, True], ids=["default", "with -p plugins.faults"])
+@pytest.mark.parametrize("enabled", [False, True], ids=["default", "with -p ampsuite.plugins.faults"])
 def test_fault_techniques_are_listed_only_when_enabled(enabled: bool) -> None:
     env = {k: v for k, v in os.environ.items() if k != "AMPSUITE_PLUGINS"}
-    args = [sys.executable, "-m", "suite", "list", *(["-p", "plugins.faults"] if enabled else [])]
+    args = [sys.executable, "-m", "ampsuite", "list", *(["-p", "ampsuite.plugins.faults"] if enabled else [])]
     out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert ("fault-abort" in out.stdout) is enabled
@@ -178,12 +190,12 @@ def test_each_status_is_spelled_in_one_module_of_suite() -> None:
     statuses = {s.value for s in wire.Status}
     spelled: dict[str, set[str]] = {s: set() for s in statuses}
     for module, path in MODULES.items():
-        if not module.startswith("suite"):
+        if _is_plugin(module):
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Constant) and node.value in statuses:
                 spelled[node.value].add(module)
     # `[suite] timeout` is a suite-file key that happens to share the status's spelling.
-    spelled["timeout"].discard("suite.spec.suitefile")
-    assert spelled["passed"] == {"suite.contract.wire"}, "use suite.Status: the spelling lives in wire.py"
-    assert {s: sorted(m) for s, m in spelled.items() if m != {"suite.contract.wire"}} == {}
+    spelled["timeout"].discard("ampsuite.spec.suitefile")
+    assert spelled["passed"] == {"ampsuite.contract.wire"}, "use ampsuite.Status: the spelling lives in wire.py"
+    assert {s: sorted(m) for s, m in spelled.items() if m != {"ampsuite.contract.wire"}} == {}

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from suite import CheckContext, Technique, TrainStep, Workload, hookimpl
-from suite.contract.errors import SuiteFileError, UsageError
-from suite.contract.wire import Cell
-from suite.host.manager import PluginSettings, load_registry
-from suite.spec.keyword import KeywordExpression, select
-from suite.spec.matrix import expand
-from suite.spec.suitefile import loads
+from ampsuite import CheckContext, Technique, TrainStep, Workload, hookimpl
+from ampsuite.contract.errors import SuiteFileError, UsageError
+from ampsuite.contract.wire import Cell
+from ampsuite.host.manager import PluginSettings, load_registry
+from ampsuite.spec.keyword import KeywordExpression, select
+from ampsuite.spec.matrix import expand
+from ampsuite.spec.suitefile import loads
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class MatrixPlugin:
 @pytest.fixture(scope="module")
 def reg() -> Any:
     return load_registry(
-        PluginSettings(extra=("plugins.faults",), autoload=False), objects=[("matrix-test", MatrixPlugin())]
+        PluginSettings(extra=("ampsuite.plugins.faults",), autoload=False), objects=[("matrix-test", MatrixPlugin())]
     )
 
 
@@ -548,7 +548,7 @@ class TableOptions:
 
 
 def test_a_table_option_is_described_built_and_written_back_as_plain_values() -> None:
-    from suite.spec.options import build_options, describe, is_table_option, options_as_dict
+    from ampsuite.spec.options import build_options, describe, is_table_option, options_as_dict
 
     assert [(o.name, o.type, o.default) for o in describe(TableOptions)][:2] == [
         ("weights", "table of int", {}),
@@ -581,7 +581,7 @@ def test_a_table_option_is_described_built_and_written_back_as_plain_values() ->
     ],
 )
 def test_a_table_option_names_the_entry_it_refuses(values: dict[str, Any], key: str, message: str) -> None:
-    from suite.spec.options import OptionError, UnknownOption, build_options
+    from ampsuite.spec.options import OptionError, UnknownOption, build_options
 
     with pytest.raises(OptionError) as info:
         build_options(TableOptions, values)
@@ -590,7 +590,7 @@ def test_a_table_option_names_the_entry_it_refuses(values: dict[str, Any], key: 
 
 
 def test_a_later_table_merges_into_an_earlier_one_entry_by_entry() -> None:
-    from suite.spec.options import merge_values
+    from ampsuite.spec.options import merge_values
 
     base = {"weights": {"a": 1, "b": 2}, "mode": "a"}
     assert merge_values(TableOptions, base, {"weights": {"b": 3, "c": 4}, "mode": "b"}) == {

@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from suite import cli, results
-from suite.contract.errors import ExitCode
-from suite.run import maxbatch
-from suite.run.maxbatch import QUANTUM, RESOLUTION, SearchConfig, midpoint
-from suite.spec.matrix import expand
-from suite.spec.suitefile import loads
+from ampsuite import cli, results
+from ampsuite.contract.errors import ExitCode
+from ampsuite.run import maxbatch
+from ampsuite.run.maxbatch import QUANTUM, RESOLUTION, SearchConfig, midpoint
+from ampsuite.spec.matrix import expand
+from ampsuite.spec.suitefile import loads
 
 # ---------------------------------------------------------------------------
 # the search logic, against a simulated ceiling

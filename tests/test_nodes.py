@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from conftest import FAST_MEASURE
 
-from suite import cli
-from suite.contract.errors import ExitCode, SuiteFileError
-from suite.contract.wire import Cell, Status, outcome
-from suite.run import launcher, nodes
-from suite.spec import matrix, parallel, suitefile
-from suite.spec.keyword import select
+from ampsuite import cli
+from ampsuite.contract.errors import ExitCode, SuiteFileError
+from ampsuite.contract.wire import Cell, Status, outcome
+from ampsuite.run import launcher, nodes
+from ampsuite.spec import matrix, parallel, suitefile
+from ampsuite.spec.keyword import select
 
 TOY = """
 [workloads.toy]
@@ -115,7 +115,7 @@ def _record(cid: str, world: int, nodes_: int, throughput: float, combination: s
 
 
 def test_analysis_keeps_layouts_of_one_world_size_apart() -> None:
-    from suite import analysis
+    from ampsuite import analysis
 
     doc = {
         "run": {},
@@ -134,7 +134,7 @@ def test_analysis_keeps_layouts_of_one_world_size_apart() -> None:
 
 
 def test_report_labels_tell_the_layouts_apart() -> None:
-    from suite.report import views
+    from ampsuite.report import views
 
     labels = {
         views.setup_label(_record("toy/fp32/x2/bs8", 2, 1, 1.0)),

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from suite.run import peaks
+from ampsuite.run import peaks
 
 
 @pytest.fixture

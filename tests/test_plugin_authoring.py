@@ -4,7 +4,7 @@ example package installed into a virtualenv the way a user installs a plugin.
 The venv tests share one virtualenv per module (layered on the interpreter running the
 tests by tests/venvs.py, so torch and friends are reused; ampsuite and the plugins are
 installed into the venv only, with ``--no-deps --no-build-isolation --no-index``). Every
-command runs from a temporary directory so that ``python -m suite`` imports the
+command runs from a temporary directory so that ``python -m ampsuite`` imports the
 installed copy, never this checkout.
 """
 
@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 from venvs import layered_venv
 
-from suite import Batch, TrainStep, Workload, hookimpl, scaffold
-from suite.contract.errors import SuiteFileError, UsageError
+from ampsuite import Batch, TrainStep, Workload, hookimpl, scaffold
+from ampsuite.contract.errors import SuiteFileError, UsageError
 
 
 def _shipped_plugin_autoloads() -> bool:
-    """Whether pytest loaded suite.testing through ampsuite's pytest11 entry point.
+    """Whether pytest loaded ampsuite.testing through ampsuite's pytest11 entry point.
 
     Reads every distribution, not deduplicated by name, as pytest (pluggy) does:
     a stale ampsuite.egg-info in the working directory must not hide the entry point.
@@ -34,7 +34,7 @@ def _shipped_plugin_autoloads() -> bool:
     if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         return False
     return any(
-        ep.group == "pytest11" and ep.value == "suite.testing"
+        ep.group == "pytest11" and ep.value == "ampsuite.testing"
         for dist in importlib.metadata.distributions()
         for ep in dist.entry_points
     )
@@ -42,7 +42,7 @@ def _shipped_plugin_autoloads() -> bool:
 
 # pytest refuses to register one module twice under two names, so the shipped
 # plugin is named here only where its entry point did not load it already.
-pytest_plugins = ["pytester"] + ([] if _shipped_plugin_autoloads() else ["suite.testing"])
+pytest_plugins = ["pytester"] + ([] if _shipped_plugin_autoloads() else ["ampsuite.testing"])
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "ampsuite-extras"
@@ -97,7 +97,7 @@ def test_registered_object_takes_part_in_the_run(ampsuite_plugin, ampsuite_run):
 def test_registered_objects_last_one_test_only(pytester):
     pytester.makepyfile(
         """
-        from suite import Technique, hookimpl
+        from ampsuite import Technique, hookimpl
 
         class Plugin:
             @hookimpl
@@ -112,7 +112,7 @@ def test_registered_objects_last_one_test_only(pytester):
             assert "temporary" not in ampsuite_registry().techniques
         """
     )
-    args = () if _shipped_plugin_autoloads() else ("-p", "suite.testing")
+    args = () if _shipped_plugin_autoloads() else ("-p", "ampsuite.testing")
     pytester.runpytest_inprocess(*args, "-p", "no:cacheprovider").assert_outcomes(passed=2)
 
 
@@ -141,7 +141,7 @@ def test_statuses_and_assertion_messages(ampsuite_run):
             "workloads": {"toy": {"batch_size": 4, "hidden": 8}},
             "combinations": {"fp32": [], "broken": ["inject-fault"], "graphs": ["cuda-graphs"]},
         },
-        plugins=["plugins.faults"],  # opt-in, as on the command line
+        plugins=["ampsuite.plugins.faults"],  # opt-in, as on the command line
     )
     assert result.statuses() == {"toy/fp32/bs4": "passed", "toy/broken/bs4": "failed", "toy/graphs/bs4": "skipped"}
     result.assert_status("toy/graphs/*", "skipped", reason="needs a CUDA device")
@@ -176,7 +176,7 @@ def test_isolated_runs_refuse_objects(ampsuite_plugin, ampsuite_run):
 
 PID_PLUGIN = """
 import os
-from suite import Technique, hookimpl
+from ampsuite import Technique, hookimpl
 
 def apply(step, options):
     step.notes["pid"] = os.getpid()
@@ -203,7 +203,7 @@ def test_plugin_modules_load_by_name_in_isolated_workers(ampsuite_run, tmp_path,
 
 
 def test_dict_suites_write_valid_toml():
-    from suite.testing import suite_text
+    from ampsuite.testing import suite_text
 
     text, where = suite_text(
         {
@@ -240,7 +240,7 @@ def test_dict_suites_write_valid_toml():
     ],
 )
 def test_new_plugin_rejects_bad_names(name, message, tmp_path):
-    from suite.cli import main
+    from ampsuite.cli import main
 
     with pytest.raises(UsageError, match=message):
         scaffold.create(name, tmp_path)
@@ -249,7 +249,7 @@ def test_new_plugin_rejects_bad_names(name, message, tmp_path):
 
 
 def test_new_plugin_never_overwrites(tmp_path, capsys):
-    from suite.cli import main
+    from ampsuite.cli import main
 
     assert main(["new-plugin", "ampsuite-mine", "-o", str(tmp_path)]) == 0
     readme = tmp_path / "ampsuite-mine" / "README.md"
@@ -313,10 +313,10 @@ class Venv:
         )  # fmt: skip
 
     def pytest_args(self) -> list[str]:
-        """``-p suite.testing`` until ampsuite's pytest11 entry point is there to load it."""
+        """``-p ampsuite.testing`` until ampsuite's pytest11 entry point is there to load it."""
         # Every distribution, not deduplicated by name: what pytest (pluggy) iterates.
         code = "import importlib.metadata as m; print([e.value for d in m.distributions() for e in d.entry_points])"
-        return [] if "'suite.testing'" in self.run("-c", code).stdout else ["-p", "suite.testing"]
+        return [] if "'ampsuite.testing'" in self.run("-c", code).stdout else ["-p", "ampsuite.testing"]
 
 
 def _ampsuite_sources(into: Path) -> Path:
@@ -379,12 +379,12 @@ ckpt = ["activation-checkpointing"]
 
 @pytest.fixture(scope="module")
 def example_run(venv: Venv) -> tuple[dict, Path, str]:
-    """``python -m suite run`` of a suite using the example's workload and technique, in the venv."""
+    """``python -m ampsuite run`` of a suite using the example's workload and technique, in the venv."""
     work = venv.root / "run"
     work.mkdir()
     (work / "extras.toml").write_text(EXAMPLE_SUITE)
     proc = venv.run(
-        "-m", "suite", "run", "extras.toml", "-o", "out/results.json", "--report-dir", "out",
+        "-m", "ampsuite", "run", "extras.toml", "-o", "out/results.json", "--report-dir", "out",
         "--device", "cpu", "--no-peaks", cwd=work,
     )  # fmt: skip
     return json.loads((work / "out" / "results.json").read_text()), work / "out", proc.stdout
@@ -392,14 +392,16 @@ def example_run(venv: Venv) -> tuple[dict, Path, str]:
 
 @pytest.mark.slow
 def test_the_venv_imports_the_installed_copies(venv):
-    out = venv.run("-c", "import suite, ampsuite_extras; print(suite.__file__); print(ampsuite_extras.__file__)").stdout
+    out = venv.run(
+        "-c", "import suite, ampsuite_extras; print(ampsuite.__file__); print(ampsuite_extras.__file__)"
+    ).stdout
     site = str(venv.root / "env")
     assert all(line.startswith(site) for line in out.split()), out
 
 
 @pytest.mark.slow
 def test_list_shows_the_example_plugins_with_their_version(venv):
-    out = venv.run("-m", "suite", "list").stdout
+    out = venv.run("-m", "ampsuite", "list").stdout
     assert "workload lstm-lm (plugin extras-lstm) [unit: tokens]" in out
     assert "technique activation-checkpointing (plugin extras-checkpointing) [order 25]" in out
     assert "every (int, default 1)" in out  # options with their help
@@ -410,7 +412,7 @@ def test_list_shows_the_example_plugins_with_their_version(venv):
 
 @pytest.mark.slow
 def test_blocking_an_example_plugin(venv):
-    out = venv.run("-m", "suite", "list", "-p", "no:extras-lstm").stdout
+    out = venv.run("-m", "ampsuite", "list", "-p", "no:extras-lstm").stdout
     assert "lstm-lm" not in out and "activation-checkpointing" in out
 
 
@@ -457,9 +459,9 @@ def test_example_package_tests_pass_in_the_venv(venv):
 def test_generated_plugin_installs_lists_and_passes_its_tests(venv):
     parent = venv.root / "generated"
     parent.mkdir()
-    venv.run("-m", "suite", "new-plugin", "ampsuite-scaffolded", "-o", str(parent))  # templates from the install
+    venv.run("-m", "ampsuite", "new-plugin", "ampsuite-scaffolded", "-o", str(parent))  # templates from the install
     venv.install(parent / "ampsuite-scaffolded")
-    out = venv.run("-m", "suite", "list").stdout
+    out = venv.run("-m", "ampsuite", "list").stdout
     assert "workload ampsuite-scaffolded-mlp (plugin ampsuite-scaffolded)" in out
     assert "technique ampsuite-scaffolded-grad-clip (plugin ampsuite-scaffolded)" in out
     copy = venv.root / "src" / "ampsuite-scaffolded"

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from venvs import layered_venv
 
-from suite.contract.errors import PluginError, SuiteFileError
-from suite.host.manager import AUTOLOAD_ENV, PluginSettings, load_registry
-from suite.spec import matrix, suitefile
+from ampsuite.contract.errors import PluginError, SuiteFileError
+from ampsuite.host.manager import AUTOLOAD_ENV, PluginSettings, load_registry
+from ampsuite.spec import matrix, suitefile
 
 TESTS = Path(__file__).parent
 BROKEN = TESTS / "broken_plugins"
@@ -55,7 +55,7 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _list(python: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(python), "-m", "suite", "list", *args], capture_output=True, text=True, timeout=120, env=_env(**env)
+        [str(python), "-m", "ampsuite", "list", *args], capture_output=True, text=True, timeout=120, env=_env(**env)
     )
 
 
@@ -169,7 +169,7 @@ BROKEN_CASES = [
     pytest.param(
         ("bp_wrong_type",),
         "bp_wrong_type",
-        r"hook ampsuite_workloads returned dict, expected suite\.Workload",
+        r"hook ampsuite_workloads returned dict, expected ampsuite\.Workload",
         id="wrong-return-type",
     ),
     pytest.param(
@@ -203,7 +203,7 @@ def test_broken_plugin_is_one_line_naming_plugin_and_fault(
 def test_duplicate_of_a_builtin_name_names_both_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
     """A third-party plugin that registers "toy" again collides with the built-in, and the message says so."""
     monkeypatch.syspath_prepend(str(BROKEN))
-    from suite import Workload, hookimpl
+    from ampsuite import Workload, hookimpl
 
     class Impostor:
         @hookimpl
@@ -227,7 +227,7 @@ def test_an_option_without_a_default_is_refused_at_load(monkeypatch: pytest.Monk
     monkeypatch.syspath_prepend(str(BROKEN))
     from dataclasses import dataclass
 
-    from suite import Technique, hookimpl
+    from ampsuite import Technique, hookimpl
 
     @dataclass(frozen=True)
     class StepsOptions:
@@ -247,7 +247,7 @@ def test_duplicate_from_a_p_module_blames_it_not_the_builtin(monkeypatch: pytest
     """A -p module registers after the built-ins, so it is the one told to rename or be blocked."""
     (tmp_path / "bp_toy_again.py").write_text(
         "from _bp_common import build\n"
-        "from suite import Workload, hookimpl\n\n"
+        "from ampsuite import Workload, hookimpl\n\n"
         "@hookimpl\n"
         "def ampsuite_workloads():\n"
         "    return [Workload(name='toy', summary='again', build=build)]\n"
@@ -288,7 +288,7 @@ def test_hook_returning_a_non_list_gets_a_clear_message(
 ) -> None:
     (tmp_path / f"{module}.py").write_text(
         "from _bp_common import build\n"
-        "from suite import Technique, Workload, hookimpl\n\n"
+        "from ampsuite import Technique, Workload, hookimpl\n\n"
         "@hookimpl\n"
         "def ampsuite_workloads():\n"
         f"    return {returned}\n"
@@ -297,7 +297,7 @@ def test_hook_returning_a_non_list_gets_a_clear_message(
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(PluginError) as info:
         load_registry(PluginSettings(extra=(module,), autoload=False))
-    expected = f"plugin {module!r}: hook ampsuite_workloads must return a list of suite.Workload, got {got}"
+    expected = f"plugin {module!r}: hook ampsuite_workloads must return a list of ampsuite.Workload, got {got}"
     assert str(info.value) == expected
 
 
@@ -305,7 +305,7 @@ def test_hook_returning_a_generator_or_tuple_is_accepted(monkeypatch, tmp_path: 
     """The spec says Iterable: any iterable of records is fine, only single records and non-iterables are not."""
     (tmp_path / "bp_generator.py").write_text(
         "from _bp_common import build\n"
-        "from suite import Workload, hookimpl\n\n"
+        "from ampsuite import Workload, hookimpl\n\n"
         "@hookimpl\n"
         "def ampsuite_workloads():\n"
         "    yield Workload(name='gen-a', summary='a', build=build)\n"
@@ -319,7 +319,7 @@ def test_hook_returning_a_generator_or_tuple_is_accepted(monkeypatch, tmp_path: 
 
 def test_cli_broken_plugin_is_one_line_and_exit_4() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "suite", "list", "-p", "bp_hook_raises"],
+        [sys.executable, "-m", "ampsuite", "list", "-p", "bp_hook_raises"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -340,7 +340,7 @@ def test_registering_the_builtins_imports_no_torch() -> None:
     registration stays torch-free: torch alone takes 1.5 s of CPU to import, torchvision.models 3 s."""
     code = (
         "import sys\n"
-        "from suite.host.manager import PluginSettings, load_registry\n"
+        "from ampsuite.host.manager import PluginSettings, load_registry\n"
         "registry = load_registry(PluginSettings(autoload=False))\n"
         "assert registry.workloads and registry.techniques and registry.probes\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'torchvision', 'numpy')))\n"
@@ -351,21 +351,30 @@ def test_registering_the_builtins_imports_no_torch() -> None:
 
 
 def test_every_builtin_implementation_module_is_preloaded() -> None:
-    """The fork server preloads plugins.BUILTIN_IMPLEMENTATIONS: one left out would be imported in every
-    worker, after its memory limit is set (plugins.CUDA_ONLY_IMPLEMENTATIONS, which no CPU cell imports,
-    excepted). Executors' halves run in the parent only (and import optional packages such as submitit),
-    so no worker imports them."""
+    """The fork server imports what ``Registry.own_modules`` names: a built-in implementation left out would be
+    imported in every worker, after its memory limit is set. Executors' halves run in the parent only (and import
+    optional packages such as submitit), so no worker imports them."""
     import pkgutil
 
-    import plugins
+    import ampsuite.plugins
 
-    modules = {name for _, name, _ in pkgutil.walk_packages(plugins.__path__, "plugins.")}
+    modules = {name for _, name, _ in pkgutil.walk_packages(ampsuite.plugins.__path__, "ampsuite.plugins.")}
     halves = {
         m
         for m in modules
         if m.rsplit(".", 1)[1].startswith("_")
-        and m.rsplit(".", 1)[1] not in ("__init__", "_data")
-        and not m.startswith("plugins.executors.")
+        and m.rsplit(".", 1)[1] != "__init__"
+        and not m.startswith("ampsuite.plugins.executors.")
     }
-    assert halves == set(plugins.BUILTIN_IMPLEMENTATIONS) | set(plugins.CUDA_ONLY_IMPLEMENTATIONS)
-    assert not set(plugins.BUILTIN_IMPLEMENTATIONS) & set(plugins.CUDA_ONLY_IMPLEMENTATIONS)
+    assert len(halves) > 15, halves  # the walk found the implementations
+    code = (
+        "import importlib, sys\n"
+        "from ampsuite.host.manager import PluginSettings, load_registry\n"
+        "registry = load_registry(PluginSettings(extra=('ampsuite.plugins.faults',), autoload=False))\n"
+        "for module in registry.own_modules():\n"
+        "    importlib.import_module(module)\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('ampsuite.plugins.'))))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=_env())
+    assert proc.returncode == 0, proc.stderr
+    assert halves - set(proc.stdout.split()) == set()

@@ -13,9 +13,9 @@ import pytest
 import torch
 from torch._dynamo.utils import compilation_time_metrics, counters
 
-from plugins.probes import graphs
-from suite import ProbeContext
-from suite.analysis import instability_warnings
+from ampsuite import ProbeContext
+from ampsuite.analysis import instability_warnings
+from ampsuite.plugins.probes import graphs
 
 
 @pytest.fixture(autouse=True)

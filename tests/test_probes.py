@@ -10,10 +10,10 @@ import pytest
 import torch
 from torch import nn
 
-from plugins.probes import flops, tensorcores
-from plugins.workloads import cnn, gemm, transformer
-from suite import Batch, BuildContext, ProbeContext, TrainStep
-from suite.host.manager import PluginSettings, load_registry
+from ampsuite import Batch, BuildContext, ProbeContext, TrainStep
+from ampsuite.host.manager import PluginSettings, load_registry
+from ampsuite.plugins.probes import _flops, _tensorcores
+from ampsuite.plugins.workloads import _gemm, _transformer, cnn, gemm, transformer
 
 CPU = torch.device("cpu")
 
@@ -26,7 +26,7 @@ def make(module: Any, options: Any, batch_size: int = 2, autocast: torch.dtype |
 
 def probe(step: TrainStep, *inspects: Any) -> ProbeContext:
     ctx = ProbeContext(step=step, run=step.compose(), cell={})
-    for inspect in inspects or (flops.inspect, tensorcores.inspect):
+    for inspect in inspects or (_flops.inspect, _tensorcores.inspect):
         inspect(ctx)
     return ctx
 
@@ -51,8 +51,8 @@ def legacy_tf32(matmul: bool, conv: bool) -> Iterator[None]:
 
 def test_probes_are_registered() -> None:
     probes = load_registry(PluginSettings(autoload=False)).probes
-    assert probes["flops"].inspect is flops.inspect
-    assert probes["tensor-cores"].inspect is tensorcores.inspect
+    assert probes["flops"].inspect is _flops.inspect
+    assert probes["tensor-cores"].inspect is _tensorcores.inspect
 
 
 # ---------------------------------------------------------------------------
@@ -63,13 +63,13 @@ def test_probes_are_registered() -> None:
 @pytest.fixture
 def tensor_cores(monkeypatch: pytest.MonkeyPatch) -> None:
     """The probe warns only where Tensor Cores exist (CUDA); these tests check the warnings on a CPU step."""
-    from plugins.probes import _tensorcores
+    from ampsuite.plugins.probes import _tensorcores
 
     monkeypatch.setattr(_tensorcores, "has_tensor_cores", lambda device: True)
 
 
 def test_on_a_cpu_misalignment_is_recorded_without_warnings() -> None:
-    ctx = probe(make(gemm, gemm.GemmOptions(m=64, n=64, k=65, dtype="bfloat16")), tensorcores.inspect)
+    ctx = probe(make(gemm, gemm.GemmOptions(m=64, n=64, k=65, dtype="bfloat16")), _tensorcores.inspect)
     assert ctx.warnings == []
     assert ctx.diagnostics["tensor_cores"]["misaligned"] == 1
     assert ctx.diagnostics["tensor_cores"]["ops"][0]["aligned"] is False
@@ -78,7 +78,7 @@ def test_on_a_cpu_misalignment_is_recorded_without_warnings() -> None:
 @pytest.mark.parametrize(("dims", "bad"), [((64, 64, 65), "K=65"), ((65, 64, 64), "M=65"), ((64, 65, 64), "N=65")])
 def test_misaligned_bf16_product_is_warned_about(dims: tuple[int, int, int], bad: str, tensor_cores: None) -> None:
     m, n, k = dims
-    ctx = probe(make(gemm, gemm.GemmOptions(m=m, n=n, k=k, dtype="bfloat16")), tensorcores.inspect)
+    ctx = probe(make(gemm, gemm.GemmOptions(m=m, n=n, k=k, dtype="bfloat16")), _tensorcores.inspect)
     assert len(ctx.warnings) == 1
     assert "aten.mm" in ctx.warnings[0] and "bfloat16" in ctx.warnings[0] and bad in ctx.warnings[0]
     assert f"[[{m}, {k}], [{k}, {n}]]" in ctx.warnings[0]
@@ -98,14 +98,14 @@ def test_misaligned_bf16_product_is_warned_about(dims: tuple[int, int, int], bad
 
 
 def test_aligned_product_is_not_warned_about() -> None:
-    ctx = probe(make(gemm, gemm.GemmOptions(m=64, n=64, k=64, batch=2, dtype="bfloat16")), tensorcores.inspect)
+    ctx = probe(make(gemm, gemm.GemmOptions(m=64, n=64, k=64, batch=2, dtype="bfloat16")), _tensorcores.inspect)
     assert ctx.warnings == []
     [row] = ctx.diagnostics["tensor_cores"]["ops"]
     assert (row["op"], row["aligned"], row["shapes"]) == ("aten.bmm", True, [[2, 64, 64], [2, 64, 64]])
 
 
 def test_float32_misalignment_is_recorded_but_not_warned() -> None:
-    ctx = probe(make(gemm, gemm.GemmOptions(m=64, n=64, k=65)), tensorcores.inspect)
+    ctx = probe(make(gemm, gemm.GemmOptions(m=64, n=64, k=65)), _tensorcores.inspect)
     assert ctx.warnings == []
     [row] = ctx.diagnostics["tensor_cores"]["ops"]
     assert (row["dtype"], row["aligned"]) == ("float32", False)
@@ -113,13 +113,13 @@ def test_float32_misalignment_is_recorded_but_not_warned() -> None:
 
 
 def test_autocast_dtype_reaches_the_table(tensor_cores: None) -> None:
-    ctx = probe(make(gemm, gemm.GemmOptions(m=64, n=64, k=65), autocast=torch.bfloat16), tensorcores.inspect)
+    ctx = probe(make(gemm, gemm.GemmOptions(m=64, n=64, k=65), autocast=torch.bfloat16), _tensorcores.inspect)
     assert [row["dtype"] for row in ctx.diagnostics["tensor_cores"]["ops"]] == ["bfloat16"]
     assert len(ctx.warnings) == 1
 
 
 def test_bert_unpadded_vocab_is_flagged_and_padding_fixes_it(tensor_cores: None) -> None:
-    odd = probe(make(transformer, tiny_bert(vocab=1001), autocast=torch.bfloat16), tensorcores.inspect)
+    odd = probe(make(transformer, tiny_bert(vocab=1001), autocast=torch.bfloat16), _tensorcores.inspect)
     assert len(odd.warnings) == 3  # the head's product forward, and both of its backward products
     assert all("1001" in w for w in odd.warnings)
     phases = {row["phase"] for row in odd.diagnostics["tensor_cores"]["ops"] if not row["aligned"]}
@@ -129,7 +129,7 @@ def test_bert_unpadded_vocab_is_flagged_and_padding_fixes_it(tensor_cores: None)
 
 
 def test_convolutions_are_recorded_in_both_phases_with_counts() -> None:
-    ctx = probe(make(cnn, tiny_resnet(), autocast=torch.bfloat16), tensorcores.inspect)
+    ctx = probe(make(cnn, tiny_resnet(), autocast=torch.bfloat16), _tensorcores.inspect)
     ops = ctx.diagnostics["tensor_cores"]["ops"]
     convs = [row for row in ops if row["op"] == "aten.convolution"]
     backward = [row for row in ops if row["op"] == "aten.convolution_backward"]
@@ -183,7 +183,7 @@ def autocast_layer_norm_dtype() -> str:
 
 
 def test_precision_ops_show_float32_in_the_fp32_baseline() -> None:
-    ctx = probe(make(transformer, tiny_bert(vocab=100, fused_attention=False)), tensorcores.inspect)
+    ctx = probe(make(transformer, tiny_bert(vocab=100, fused_attention=False)), _tensorcores.inspect)
     seen = families(ctx)
     assert seen == {
         "layer_norm": {"float32": 2 * 2 + 2},
@@ -195,7 +195,7 @@ def test_precision_ops_show_float32_in_the_fp32_baseline() -> None:
 
 
 def test_precision_ops_show_what_autocast_decides() -> None:
-    ctx = probe(make(transformer, tiny_bert(vocab=100), autocast=torch.bfloat16), tensorcores.inspect)
+    ctx = probe(make(transformer, tiny_bert(vocab=100), autocast=torch.bfloat16), _tensorcores.inspect)
     layer_norm = families(ctx)["layer_norm"]
     assert sum(layer_norm.values()) == 2 * 2 + 2
     # the embedding LayerNorm is fed float32 embeddings; the head's one a linear layer's output
@@ -205,7 +205,7 @@ def test_precision_ops_show_what_autocast_decides() -> None:
 
 def test_precision_ops_prove_a_float32_island() -> None:
     step = make(transformer, tiny_bert(vocab=100), autocast=torch.bfloat16)
-    assert isinstance(step.model, transformer.BertForMaskedLM)
+    assert isinstance(step.model, _transformer.BertForMaskedLM)
     norm = step.model.head_norm
     original = norm.forward
 
@@ -214,11 +214,11 @@ def test_precision_ops_prove_a_float32_island() -> None:
             return original(x.float())
 
     norm.forward = island  # type: ignore[method-assign, assignment]
-    assert families(probe(step, tensorcores.inspect))["layer_norm"] == {"float32": 2 * 2 + 2}
+    assert families(probe(step, _tensorcores.inspect))["layer_norm"] == {"float32": 2 * 2 + 2}
 
 
 def test_batch_norm_is_a_precision_op() -> None:
-    ctx = probe(make(cnn, tiny_resnet()), tensorcores.inspect)
+    ctx = probe(make(cnn, tiny_resnet()), _tensorcores.inspect)
     assert families(ctx)["batch_norm"] == {"float32": 20}
 
 
@@ -228,11 +228,11 @@ def test_batch_norm_is_a_precision_op() -> None:
 
 
 def test_matmul_dtype_follows_the_precision_that_reaches_the_products() -> None:
-    assert probe(make(cnn, tiny_resnet()), flops.inspect).metrics["matmul_dtype"] == "float32"
-    amp = probe(make(cnn, tiny_resnet(), autocast=torch.bfloat16), flops.inspect)
+    assert probe(make(cnn, tiny_resnet()), _flops.inspect).metrics["matmul_dtype"] == "float32"
+    amp = probe(make(cnn, tiny_resnet(), autocast=torch.bfloat16), _flops.inspect)
     assert amp.metrics["matmul_dtype"] == "bfloat16"
     assert amp.diagnostics["flops"]["by_dtype"] == {"bfloat16": amp.metrics["flops_per_step"]}
-    stored = probe(make(gemm, gemm.GemmOptions(m=16, n=16, k=16, dtype="float16")), flops.inspect)
+    stored = probe(make(gemm, gemm.GemmOptions(m=16, n=16, k=16, dtype="float16")), _flops.inspect)
     assert stored.metrics == {"flops_per_step": 2.0 * 16**3, "matmul_dtype": "float16"}
 
 
@@ -246,21 +246,21 @@ def test_matmul_dtype_is_the_class_with_most_flops() -> None:
         return forward_backward(batch)
 
     step.forward_backward = mixed
-    ctx = probe(step, flops.inspect)
+    ctx = probe(step, _flops.inspect)
     assert ctx.metrics["matmul_dtype"] == "float32"
     assert ctx.diagnostics["flops"]["by_dtype"] == {"float32": 2.0 * 64**3, "bfloat16": 2.0 * 8**3}
 
 
 def test_tf32_class_follows_the_cuda_flags() -> None:
     with legacy_tf32(matmul=True, conv=False):
-        assert tensorcores.dtype_class("mm", torch.float32, "cuda") == "tf32"
-        assert tensorcores.dtype_class("convolution", torch.float32, "cuda") == "float32"
-        assert tensorcores.dtype_class("mm", torch.float32, "cpu") == "float32"
+        assert _tensorcores.dtype_class("mm", torch.float32, "cuda") == "tf32"
+        assert _tensorcores.dtype_class("convolution", torch.float32, "cuda") == "float32"
+        assert _tensorcores.dtype_class("mm", torch.float32, "cpu") == "float32"
     with legacy_tf32(matmul=False, conv=True):
-        assert tensorcores.dtype_class("mm", torch.float32, "cuda") == "float32"
-        assert tensorcores.dtype_class("convolution_backward", torch.float32, "cuda") == "tf32"
-        assert tensorcores.dtype_class("_scaled_dot_product_efficient_attention", torch.float32, "cuda") == "float32"
-    assert tensorcores.dtype_class("mm", torch.float16, "cuda") == "float16"
+        assert _tensorcores.dtype_class("mm", torch.float32, "cuda") == "float32"
+        assert _tensorcores.dtype_class("convolution_backward", torch.float32, "cuda") == "tf32"
+        assert _tensorcores.dtype_class("_scaled_dot_product_efficient_attention", torch.float32, "cuda") == "float32"
+    assert _tensorcores.dtype_class("mm", torch.float16, "cuda") == "float16"
 
 
 # ---------------------------------------------------------------------------
@@ -272,13 +272,13 @@ def test_tf32_class_follows_the_cuda_flags() -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_fp16_8193_gemm_is_flagged_and_tf32_is_seen() -> None:
     cuda = BuildContext(torch.device("cuda"), 1, 0, "unused")
-    odd = gemm.build(gemm.GemmOptions(m=8193, n=8193, k=8193, dtype="float16"), cuda)
+    odd = _gemm.build(gemm.GemmOptions(m=8193, n=8193, k=8193, dtype="float16"), cuda)
     ctx = probe(odd)
     assert ctx.diagnostics["tensor_cores"]["misaligned"] == 1 and len(ctx.warnings) == 1
     assert ctx.metrics["flops_per_step"] == 2.0 * 8193**3
     with legacy_tf32(matmul=True, conv=True):
-        fp32 = gemm.build(gemm.GemmOptions(m=1024, n=1024, k=1024), cuda)
-        assert probe(fp32, flops.inspect).metrics["matmul_dtype"] == "tf32"
+        fp32 = _gemm.build(gemm.GemmOptions(m=1024, n=1024, k=1024), cuda)
+        assert probe(fp32, _flops.inspect).metrics["matmul_dtype"] == "tf32"
 
 
 @pytest.mark.cuda
@@ -286,7 +286,7 @@ def test_cuda_fp16_8193_gemm_is_flagged_and_tf32_is_seen() -> None:
 @pytest.mark.parametrize("fused", [True, False])
 def test_cuda_bert_flops_and_fp16_precision_ops(fused: bool) -> None:
     options = tiny_bert(vocab=1000, fused_attention=fused)
-    step = transformer.build(options, BuildContext(torch.device("cuda"), 2, 0, "unused"))
+    step = _transformer.build(options, BuildContext(torch.device("cuda"), 2, 0, "unused"))
     step.autocast_dtype = torch.float16
     ctx = probe(step)
     t, h, s = 2 * 16, 64, 16

@@ -1,7 +1,7 @@
 """``[measure] processes``: one cell measured in several fresh processes, samples pooled.
 
-The pooling (:func:`suite.run.runner.pool_outcomes`) and the choice of outcome
-(:func:`suite.run.runner.run_record` over fake attempts) are checked on hand-made
+The pooling (:func:`ampsuite.run.runner.pool_outcomes`) and the choice of outcome
+(:func:`ampsuite.run.runner.run_record` over fake attempts) are checked on hand-made
 outcomes; real toy cells on a CPU check the whole path, through workers and
 in-process.
 """
@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from conftest import FAST_MEASURE
 
-from suite import cli, results
-from suite.host import session
-from suite.run import attempt, measure
-from suite.run.measure import summarize
-from suite.run.runner import CellJob, RunConfig, pool_outcomes, process_count, run_record
+from ampsuite import cli, results
+from ampsuite.host import session
+from ampsuite.run import attempt, measure
+from ampsuite.run.measure import summarize
+from ampsuite.run.runner import CellJob, RunConfig, pool_outcomes, process_count, run_record
 
 # Medians 1.0, 1.1, 1.2 (hand computation in tests/test_measure.py): pooled median 1.10, iqr 0.17,
 # pooled noise 0.037073, between-process noise stdev / sqrt(3) / median = 0.1 / 1.73205 / 1.1 = 0.052486.

@@ -19,7 +19,9 @@ def readme_suite() -> str:
 
 
 def ampsuite(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "suite", *args], cwd=cwd, capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "ampsuite", *args], cwd=cwd, capture_output=True, text=True, timeout=900
+    )
 
 
 def test_the_readme_suite_expands_into_cells_that_run_on_a_cpu(tmp_path: Path) -> None:

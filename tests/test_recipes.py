@@ -15,12 +15,12 @@ import pytest
 import torch
 from torch import nn
 
-from plugins.techniques import amp, fused_optimizer, grad_accumulation, half_weights, inference
-from plugins.workloads import _optim, cnn, toy, transformer, vit
-from suite import BuildContext, CheckContext, SkipCell, Technique, TrainStep, Workload
-from suite.contract.errors import SuiteFileError
-from suite.host import session
-from suite.spec.options import build_options
+from ampsuite import BuildContext, CheckContext, SkipCell, Technique, TrainStep, Workload
+from ampsuite.contract.errors import SuiteFileError
+from ampsuite.host import session
+from ampsuite.plugins.techniques import amp, fused_optimizer, grad_accumulation, half_weights, inference
+from ampsuite.plugins.workloads import _cnn, _optim, _toy, _transformer, cnn, toy, transformer, vit
+from ampsuite.spec.options import build_options
 
 MODULES = (amp, fused_optimizer, grad_accumulation, half_weights, inference)
 TECHNIQUES: dict[str, Technique] = {t.name: t for m in MODULES for t in m.ampsuite_techniques()}
@@ -30,17 +30,17 @@ TINY_BERT = {"layers": 2, "hidden": 32, "heads": 2, "intermediate": 64, "seq_len
 
 def toy_step(tmp_path: Any, batch_size: int = 8, **options: Any) -> TrainStep:
     opts = toy.ToyOptions(**{"features": 8, "hidden": 16, "layers": 2, "classes": 4, **options})
-    return toy.build(opts, BuildContext(CPU, batch_size, 0, str(tmp_path)))
+    return _toy.build(opts, BuildContext(CPU, batch_size, 0, str(tmp_path)))
 
 
 def bert_step(tmp_path: Any, batch_size: int = 8, **options: Any) -> TrainStep:
     opts = transformer.BertOptions(**{**TINY_BERT, **options})
-    return transformer.build(opts, BuildContext(CPU, batch_size, 0, str(tmp_path)))
+    return _transformer.build(opts, BuildContext(CPU, batch_size, 0, str(tmp_path)))
 
 
 def resnet_step(tmp_path: Any, batch_size: int = 4, **options: Any) -> TrainStep:
     opts = cnn.ResNetOptions(**{"depth": 18, "width": 8, "image_size": 32, "classes": 10, **options})
-    return cnn.build(opts, BuildContext(CPU, batch_size, 0, str(tmp_path)))
+    return _cnn.build(opts, BuildContext(CPU, batch_size, 0, str(tmp_path)))
 
 
 def use(step: TrainStep, name: str, **options: Any) -> TrainStep:
@@ -87,7 +87,7 @@ def test_orders_put_each_recipe_where_it_composes() -> None:
 @pytest.mark.parametrize(
     ("name", "options", "message"),
     [
-        ("grad-accumulation", {"steps": 0}, "steps must be >= 1, got 0"),
+        ("grad-accumulation", {"steps": 0}, "steps: expected an integer >= 1, got 0"),
         ("half-weights", {"dtype": "float8"}, "dtype"),
         ("half-weights", {"init_scale": 0}, "init_scale must be > 0, got 0"),
     ],
@@ -104,7 +104,7 @@ def test_bad_options_in_a_suite_file_are_one_line_errors(write_suite: Any, fast_
     path = write_suite(f'[suite]\nname = "r"\ndevice = "cpu"\n{fast_measure}\n{body}{options}')
     with pytest.raises(SuiteFileError) as info:
         session.plan(path, device="cpu")
-    assert "steps must be >= 1, got -2" in str(info.value) and "\n" not in str(info.value)
+    assert "grad-accumulation.steps: expected an integer >= 1, got -2" in str(info.value) and "\n" not in str(info.value)
 
 
 def test_an_unknown_optimizer_is_refused_in_one_line() -> None:
@@ -238,7 +238,7 @@ def test_half_weights_losses_track_fp32(tmp_path: Any) -> None:
 def test_half_weights_tied_weights_stay_tied(tmp_path: Any) -> None:
     step = use(bert_step(tmp_path), "half-weights", dtype="bfloat16")
     model = step.model
-    assert isinstance(model, transformer.BertForMaskedLM)
+    assert isinstance(model, _transformer.BertForMaskedLM)
     assert model.decoder.weight is model.word_embeddings.weight
     losses(step, 2)
     assert model.decoder.weight is model.word_embeddings.weight
@@ -344,7 +344,7 @@ def test_the_articles_gpu_suite_expands(monkeypatch: pytest.MonkeyPatch) -> None
     """tests/gpu/articles.toml (run by hand on a GPU) is valid and runs what its header says."""
     from pathlib import Path
 
-    from suite.host import environment
+    from ampsuite.host import environment
 
     monkeypatch.setattr(environment, "gpu_count", lambda: 1)
     monkeypatch.setattr(session, "resolve_device", lambda spec_device, device: "cuda")

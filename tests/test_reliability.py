@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from suite import cli, results
-from suite.contract.errors import ExitCode, OutputError, ResultsLockedError, SuiteFileError
-from suite.spec import limits, names
-from suite.spec.suitefile import loads
+from ampsuite import cli, results
+from ampsuite.contract.errors import ExitCode, OutputError, ResultsLockedError, SuiteFileError
+from ampsuite.spec import limits, names
+from ampsuite.spec.suitefile import loads
 
 REPO = Path(__file__).resolve().parents[1]
 SUITE = """\
@@ -42,7 +42,7 @@ batch_size = 4
 def _ampsuite(*argv: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run(
-        [sys.executable, "-m", "suite", *argv], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
+        [sys.executable, "-m", "ampsuite", *argv], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
     )
 
 
@@ -92,7 +92,7 @@ def test_run_with_markup_and_a_long_name_stays_under_reports_and_shows(tmp_path:
 
 @pytest.mark.parametrize("line", ["lr = nan", "lr = inf", "lr = -inf"])
 def test_non_finite_plugin_options_are_refused(registry: Any, line: str) -> None:
-    from suite.spec.matrix import expand
+    from ampsuite.spec.matrix import expand
 
     spec = loads(f"[workloads.toy]\nbatch_size = 8\n{line}\n", "s.toml")
     with pytest.raises(
@@ -118,7 +118,7 @@ def test_counts_that_multiply_work_are_bounded(table: str, line: str, key: str) 
 
 
 def test_a_million_cell_matrix_is_refused_before_it_is_built(registry: Any) -> None:
-    from suite.spec.matrix import expand, matrix_size
+    from ampsuite.spec.matrix import expand, matrix_size
 
     sizes = ", ".join(str(n) for n in range(1, 1001))
     spec = loads(f"[workloads.toy]\nbatch_size = [{sizes}]\nhidden = [{sizes}]\n", "s.toml")
@@ -209,7 +209,7 @@ def test_a_second_run_on_a_held_results_file_refuses_naming_the_holder(tmp_path:
 
 def test_a_killed_holder_never_blocks_and_wait_lock_waits(tmp_path: Path) -> None:
     out = tmp_path / "results.json"
-    hold = "import os, sys, time; from suite import results; from pathlib import Path\n"
+    hold = "import os, sys, time; from ampsuite import results; from pathlib import Path\n"
     hold += "with results.locked(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(float(sys.argv[2]))\n"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     killed = subprocess.Popen([sys.executable, "-c", hold, str(out), "600"], stdout=subprocess.PIPE, text=True, env=env)
@@ -260,7 +260,7 @@ def test_a_builtin_module_the_fork_server_cannot_import_is_named_in_one_line(tmp
     out = tmp_path / "out" / "results.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "fake"), str(REPO)])}
     done = subprocess.run(
-        [sys.executable, "-m", "suite", "run", str(suite), "-o", str(out), "--no-report", "--no-peaks"],
+        [sys.executable, "-m", "ampsuite", "run", str(suite), "-o", str(out), "--no-report", "--no-peaks"],
         capture_output=True,
         text=True,
         env=env,
@@ -269,6 +269,8 @@ def test_a_builtin_module_the_fork_server_cannot_import_is_named_in_one_line(tmp
     )
     last = done.stderr.strip().splitlines()[-1]
     assert done.returncode == ExitCode.USAGE_ERROR, done.stderr
-    assert last.startswith("ampsuite: error: plugin 'plugins.workloads._cnn': cannot be imported: RuntimeError: ")
+    assert last.startswith(
+        "ampsuite: error: plugin 'ampsuite.plugins.workloads._cnn': cannot be imported: RuntimeError: "
+    )
     assert "operator torchvision::nms does not exist (torch " in last and "built for each other" in last
     assert "internal error" not in done.stderr

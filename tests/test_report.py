@@ -16,9 +16,9 @@ from urllib.parse import unquote, urlsplit
 import pytest
 from markupsafe import escape
 
-from suite import ReportSection, analysis
-from suite.report import markdown_summary, render_site, write_csv
-from suite.report.fmt import num, ratio
+from ampsuite import ReportSection, analysis
+from ampsuite.report import markdown_summary, render_site, write_csv
+from ampsuite.report.fmt import num, ratio
 
 FIXTURES = Path(__file__).parent / "fixtures"
 EVIL = "<script>alert(1)</script>"
@@ -145,7 +145,7 @@ def test_workload_page_has_every_cell_with_figures_and_evidence(
 
 
 def test_a_stopped_workers_stacks_are_a_block_of_their_own_not_a_fact() -> None:
-    from suite.report.views import evidence_view
+    from ampsuite.report.views import evidence_view
 
     stacks = 'Current thread 0x7f (most recent call first):\n  File "suite/run/worker.py", line 9 in run_cell'
     record = {
@@ -363,8 +363,8 @@ def test_csv_neutralises_spreadsheet_formulas(tmp_path: Path) -> None:
 
 
 def test_history_follows_commit_order_when_dates_tie() -> None:
-    from suite.analysis import HistoryPoint
-    from suite.report.history import in_commit_order
+    from ampsuite.analysis import HistoryPoint
+    from ampsuite.report.history import in_commit_order
 
     same = "2026-01-01T00:00:00+00:00"
     order = {"b" * 40: 0, "a" * 40: 1, "c" * 40: 2}  # b, then a, then c: hash order would say a, b, c
@@ -376,9 +376,9 @@ def test_history_follows_commit_order_when_dates_tie() -> None:
 
 
 def test_compare_reaches_the_overview_with_a_chart_and_cells_measured_in_neither_run(tmp_path: Path) -> None:
-    from suite.report import render_site
-    from suite.report.compare import compare_context
-    from suite.report.views import load_runs
+    from ampsuite.report import render_site
+    from ampsuite.report.compare import compare_context
+    from ampsuite.report.views import load_runs
 
     a = json.loads((FIXTURES / "results_a.json").read_text(encoding="utf-8"))
     b = json.loads((FIXTURES / "results_b.json").read_text(encoding="utf-8"))

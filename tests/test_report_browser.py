@@ -1,4 +1,4 @@
-"""The rendered site in a real browser: headless Chromium (suite.browser), from file://.
+"""The rendered site in a real browser: headless Chromium (ampsuite.browser), from file://.
 
 Checks per page: no console error, no uncaught exception, no failed load, no
 request that leaves file://, the stylesheet applied, every chart drawn with
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from suite import ReportSection, analysis
-from suite.browser import find_chromium, load_page
-from suite.report import render_site
+from ampsuite import ReportSection, analysis
+from ampsuite.browser import find_chromium, load_page
+from ampsuite.report import render_site
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -118,7 +118,7 @@ def machines_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (another H200 host, whose cells are on that machine only)."""
     import copy
 
-    from suite import results
+    from ampsuite import results
 
     h200 = json.loads((Path(__file__).parent.parent / "reports/h200/cudnn-benchmark.json").read_text())
     other = copy.deepcopy(h200)

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from suite import analysis, cli, results
-from suite.contract.errors import ExitCode
-from suite.report import render_site
+from ampsuite import analysis, cli, results
+from ampsuite.contract.errors import ExitCode
+from ampsuite.report import render_site
 
 H200 = Path(__file__).parent.parent / "reports" / "h200" / "cudnn-benchmark.json"
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from markupsafe import escape
 
-from suite import analysis
-from suite.report import markdown_summary, render_site, write_csv
+from ampsuite import analysis
+from ampsuite.report import markdown_summary, render_site, write_csv
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SINGLE, DOUBLE = "toy/fp32/bs8", "toy/fp32/x2/bs8"

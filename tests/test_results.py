@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from suite import results
-from suite.contract.errors import ResultsFileError
+from ampsuite import results
+from ampsuite.contract.errors import ResultsFileError
 
 
 def _record(cell_id: str = "toy/fp32/bs8", status: str = "passed", **fields: Any) -> dict[str, Any]:
@@ -289,9 +289,9 @@ def test_real_environment(real) -> None:
     assert set(env) >= ENVIRONMENT_KEYS
     import torch
 
-    import suite
+    import ampsuite
 
-    assert (env["torch"], env["ampsuite_version"], env["gpu"]) == (torch.__version__, suite.__version__, None)
+    assert (env["torch"], env["ampsuite_version"], env["gpu"]) == (torch.__version__, ampsuite.__version__, None)
     assert env["cpu_count"] >= 1 and env["python"].count(".") == 2
 
 

@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from suite import results
-from suite.host.manager import Registry
-from suite.run import definition
-from suite.spec.matrix import expand
-from suite.spec.suitefile import loads
+from ampsuite import results
+from ampsuite.host.manager import Registry
+from ampsuite.run import definition
+from ampsuite.spec.matrix import expand
+from ampsuite.spec.suitefile import loads
 
 SUITE = """
 [suite]
@@ -49,7 +49,7 @@ def _cells(path: Path, registry: Registry) -> dict[str, Any]:
 
 def _run(suite_path: Path, out: Path, *extra: str) -> str:
     proc = subprocess.run(
-        [sys.executable, "-m", "suite", "run", str(suite_path), "-o", str(out), "--no-report", "--no-peaks", *extra],
+        [sys.executable, "-m", "ampsuite", "run", str(suite_path), "-o", str(out), "--no-report", "--no-peaks", *extra],
         capture_output=True,
         text=True,
         timeout=300,
@@ -63,7 +63,7 @@ def test_a_record_matches_its_own_cell_and_names_what_changed(tmp_path: Path, re
     path = tmp_path / "suite.toml"
     path.write_text(SUITE.format(steps=2))
     cell = _cells(path, registry)["toy/accumulated/bs8"]
-    from suite.run.runner import base_record
+    from ampsuite.run.runner import base_record
 
     record = results.sanitize(base_record(cell, registry))
     assert definition.difference(record, cell, registry) is None
@@ -80,7 +80,7 @@ def test_a_record_written_before_an_option_existed_matches_the_options_default(r
     path = tmp_path / "suite.toml"
     path.write_text(SUITE.format(steps=4))
     cell = _cells(path, registry)["toy/accumulated/bs8"]
-    from suite.run.runner import base_record
+    from ampsuite.run.runner import base_record
 
     record = results.sanitize(base_record(cell, registry))
     record["techniques"] = [{"name": t["name"], "options": {}} for t in record["techniques"]]  # steps = 4, default

@@ -26,11 +26,11 @@ import pytest
 import torch
 from conftest import FAST_MEASURE, QuietObserver
 
-from suite import cli, results
-from suite.contract.errors import ExitCode
-from suite.host import session
-from suite.run import runner
-from suite.run.runner import RunConfig
+from ampsuite import cli, results
+from ampsuite.contract.errors import ExitCode
+from ampsuite.host import session
+from ampsuite.run import runner
+from ampsuite.run.runner import RunConfig
 from tests.conftest import wait_for
 
 HANG_TIMEOUT = 10.0
@@ -203,7 +203,7 @@ def test_raise_is_failed_with_type_and_traceback(fault_runs) -> None:
     ev = record["evidence"]
     assert (ev["type"], ev["message"], ev["phase"]) == ("InjectedFault", "injected fault", "numerics")
     tail = ev["traceback"].splitlines()
-    assert tail[-1] == "plugins.faults.InjectedFault: injected fault"
+    assert tail[-1] == "ampsuite.plugins.faults.InjectedFault: injected fault"
     assert any("plugins/_faults.py" in line for line in tail)
     assert len(tail) <= 30
 
@@ -438,7 +438,7 @@ def test_ctrl_c_before_a_cell_starts_records_it_as_interrupted(tmp_path: Path, w
 
 def test_ctrl_c_while_peaks_are_measured_interrupts_every_cell(tmp_path: Path, write_suite, monkeypatch) -> None:
     """Ctrl-C during the peak measurement is not swallowed: no cell runs and the command exits 2 with a summary."""
-    from suite.run import runner
+    from ampsuite.run import runner
 
     def interrupted_peaks(*args: Any, **kwargs: Any) -> None:
         raise KeyboardInterrupt
@@ -479,8 +479,8 @@ def test_a_result_that_is_not_json_is_refused_by_the_worker_itself(tmp_path: Pat
     """A plugin that leaves a non-JSON value in the result: the worker sends the failed MalformedResult outcome."""
     import multiprocessing as mp
 
-    from suite.run import worker
-    from suite.run.resultcheck import malformed
+    from ampsuite.run import worker
+    from ampsuite.run.resultcheck import malformed
 
     def run_cell(payload: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
         os.write(1, b"the plugin was here\n")  # fd 1: pytest replaced sys.stdout in this process
@@ -522,7 +522,7 @@ def test_limit_memory_adds_to_the_mapped_size(tmp_path: Path) -> None:
     import multiprocessing as mp
     import resource
 
-    from suite.run import worker
+    from ampsuite.run import worker
 
     def child(conn: Any) -> None:
         before = worker.mapped_bytes()
@@ -580,7 +580,7 @@ def _as_a_shell_starts_it() -> None:
 
 def _start(suite_path: Path, out: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "suite", "run", str(suite_path), "-o", str(out), "--no-report", "--no-peaks", *extra],
+        [sys.executable, "-m", "ampsuite", "run", str(suite_path), "-o", str(out), "--no-report", "--no-peaks", *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

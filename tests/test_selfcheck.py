@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from suite.host.manager import PluginSettings, load_registry
-from suite.run import selfcheck
-from suite.run.worker import build_step
-from suite.spec.options import build_options, options_as_dict
-from suite.spec.suitefile import MeasureSpec
+from ampsuite.host.manager import PluginSettings, load_registry
+from ampsuite.run import selfcheck
+from ampsuite.run.worker import build_step
+from ampsuite.spec.options import build_options, options_as_dict
+from ampsuite.spec.suitefile import MeasureSpec
 
 
 def _step(workload: str, options: dict, techniques: tuple[str, ...] = (), batch_size: int = 16):
@@ -157,7 +157,20 @@ def test_run_check_times_both_sides() -> None:
 def test_command_writes_its_figures(tmp_path: Path) -> None:
     out = tmp_path / "selfcheck.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "suite", "selfcheck", "--device", "cpu", "-k", "toy", "--rounds", "1", "-o", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "ampsuite",
+            "selfcheck",
+            "--device",
+            "cpu",
+            "-k",
+            "toy",
+            "--rounds",
+            "1",
+            "-o",
+            str(out),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -181,13 +194,24 @@ def test_cells_checks_every_passed_cell_of_a_results_file(tmp_path: Path) -> Non
     )
     out = tmp_path / "results.json"
     run = subprocess.run(
-        [sys.executable, "-m", "suite", "run", str(suite), "--no-peaks", "-o", str(out), "--report-dir", str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "ampsuite",
+            "run",
+            str(suite),
+            "--no-peaks",
+            "-o",
+            str(out),
+            "--report-dir",
+            str(tmp_path),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert out.exists(), run.stdout + run.stderr
-    from suite import results
+    from ampsuite import results
 
     doc = results.load(out)
     passed = {r["id"] for r in doc["cells"] if r["status"] == "passed"}
@@ -198,7 +222,7 @@ def test_cells_checks_every_passed_cell_of_a_results_file(tmp_path: Path) -> Non
     assert bf16.techniques == tuple(t["name"] for t in record["techniques"]) and bf16.batch_size == 16
     args = ["selfcheck", "--cells", str(out), "-k", "bf16", "--rounds", "1", "--min-ratio", "0"]
     check = subprocess.run(
-        [sys.executable, "-m", "suite", *args],
+        [sys.executable, "-m", "ampsuite", *args],
         capture_output=True,
         text=True,
         timeout=300,
@@ -207,7 +231,7 @@ def test_cells_checks_every_passed_cell_of_a_results_file(tmp_path: Path) -> Non
     assert f"{bf16.name}: harness" in check.stdout and "fp32" not in check.stdout
     # A passed cell the plain loop cannot express is named with the reason, and the others are still checked.
     args = ["selfcheck", "--cells", str(out), "-k", "slow or fp32", "--rounds", "1", "--min-ratio", "0"]
-    both = subprocess.run([sys.executable, "-m", "suite", *args], capture_output=True, text=True, timeout=300)
+    both = subprocess.run([sys.executable, "-m", "ampsuite", *args], capture_output=True, text=True, timeout=300)
     assert both.returncode == 0, both.stderr
     assert "cell toy/slow/bs16: not checked: " in both.stdout and "drop wrapping techniques" in both.stdout
     assert "cell toy/fp32/bs16: harness" in both.stdout

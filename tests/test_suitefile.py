@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from suite.contract.errors import ExitCode, SuiteFileError
-from suite.spec import matrix, suitefile
+from ampsuite.contract.errors import ExitCode, SuiteFileError
+from ampsuite.spec import matrix, suitefile
 
 GOOD_TOY = """
 [workloads.toy]
@@ -199,9 +199,9 @@ PLUGIN_ERRORS = [
         r"workloads\.toy\.lr: expected a number, got 'fast'",
     ),
     (
-        "workload-option-fails-post-init",
+        "workload-option-out-of-bounds",
         "[workloads.toy]\nbatch_size = 8\nlayers = 0\n",
-        r"workloads\.toy: layers must be >= 1, got 0",
+        r"workloads\.toy\.layers: expected an integer >= 1, got 0",
     ),
     (
         "technique-options-unused",
@@ -377,7 +377,7 @@ def test_good_file_gives_the_values_it_declares(write_suite) -> None:
 def test_cli_reports_a_bad_suite_in_one_line_and_exits_4(write_suite) -> None:
     path = write_suite("[workloads.toy]\nbatch_size = 0\n", "bad.toml")
     proc = subprocess.run(
-        [sys.executable, "-m", "suite", "run", str(path), "--no-report"],
+        [sys.executable, "-m", "ampsuite", "run", str(path), "--no-report"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -393,7 +393,7 @@ def test_cli_reports_a_bad_suite_in_one_line_and_exits_4(write_suite) -> None:
 def test_cli_reports_an_unknown_plugin_in_one_line_and_exits_4(write_suite) -> None:
     path = write_suite("[workloads.toy]\nbatch_size = 8\nhiden = 3\n", "bad.toml")
     proc = subprocess.run(
-        [sys.executable, "-m", "suite", "run", str(path), "--no-report"],
+        [sys.executable, "-m", "ampsuite", "run", str(path), "--no-report"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -16,7 +16,8 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from plugins.techniques import (
+from ampsuite import Batch, BuildContext, CheckContext, SkipCell, Technique, TrainStep, Workload
+from ampsuite.plugins.techniques import (
     amp,
     channels_last,
     cuda_graphs,
@@ -25,12 +26,11 @@ from plugins.techniques import (
     loading,
     precision_flags,
 )
-from plugins.techniques import (
+from ampsuite.plugins.techniques import (
     compile as compile_,
 )
-from plugins.workloads import toy
-from suite import Batch, BuildContext, CheckContext, SkipCell, Technique, TrainStep, Workload
-from suite.spec.options import OptionError, build_options, options_as_dict
+from ampsuite.plugins.workloads import _toy, toy
+from ampsuite.spec.options import OptionError, build_options, options_as_dict
 
 MODULES = (amp, islands, cuda_graphs, loading, channels_last, precision_flags, compile_, fused_optimizer)
 TECHNIQUES: dict[str, Technique] = {t.name: t for m in MODULES for t in m.ampsuite_techniques()}
@@ -39,7 +39,7 @@ CPU = torch.device("cpu")
 
 def toy_step(tmp_path: Any, batch_size: int = 8, **options: Any) -> TrainStep:
     opts = toy.ToyOptions(**{"features": 8, "hidden": 16, "layers": 1, "classes": 4, **options})
-    return toy.build(opts, BuildContext(CPU, batch_size, 0, str(tmp_path)))
+    return _toy.build(opts, BuildContext(CPU, batch_size, 0, str(tmp_path)))
 
 
 def use(step: TrainStep, name: str, **options: Any) -> TrainStep:
@@ -97,9 +97,9 @@ def test_device_only_techniques_require_cuda() -> None:
 
 
 def test_the_matrix_prunes_impossible_combinations_with_their_reasons() -> None:
-    from suite.host.manager import PluginSettings, load_registry
-    from suite.spec.matrix import expand
-    from suite.spec.suitefile import loads
+    from ampsuite.host.manager import PluginSettings, load_registry
+    from ampsuite.spec.matrix import expand
+    from ampsuite.spec.suitefile import loads
 
     spec = loads(
         """
@@ -172,7 +172,11 @@ def test_amp_fp16_scaler_false_is_plain_fp16_autocast(tmp_path: Any) -> None:
 
 @pytest.mark.parametrize(
     ("options", "message"),
-    [({"init_scale": 0}, "init_scale must be > 0, got 0.0"), ({"growth_interval": 0}, "growth_interval must be >= 1")],
+    [
+        ({"init_scale": 0}, "init_scale: expected a number > 0, got 0.0"),
+        ({"growth_interval": 0}, "growth_interval: expected an integer >= 1, got 0"),
+        ({"backoff_factor": 1}, "backoff_factor: expected a number > 0 and < 1, got 1.0"),
+    ],
 )
 def test_amp_fp16_rejects_bad_options_naming_them(options: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -562,7 +566,7 @@ class _DtypeBlindCacheDetails:
 def test_torch_compile_reads_whether_the_aot_cache_keys_the_autocast_dtype(monkeypatch: pytest.MonkeyPatch) -> None:
     from torch._functorch._aot_autograd import autograd_cache
 
-    from plugins.techniques._compile import autocast_keyed_cache
+    from ampsuite.plugins.techniques._compile import autocast_keyed_cache
 
     monkeypatch.setattr(autograd_cache, "AOTAutogradCacheDetails", _DtypeBlindCacheDetails)
     assert autocast_keyed_cache() is False
@@ -577,7 +581,7 @@ def test_torch_compile_turns_a_dtype_blind_aot_cache_off_under_autocast(
 ) -> None:
     import torch._functorch.config as functorch_config
 
-    from plugins.techniques import _compile
+    from ampsuite.plugins.techniques import _compile
 
     monkeypatch.setattr(_compile, "autocast_keyed_cache", lambda: False)
     step = toy_step(tmp_path)
@@ -595,7 +599,7 @@ def test_torch_compile_turns_a_dtype_blind_aot_cache_off_under_autocast(
 def test_torch_compile_leaves_a_dtype_keyed_aot_cache_on(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import torch._functorch.config as functorch_config
 
-    from plugins.techniques import _compile
+    from ampsuite.plugins.techniques import _compile
 
     monkeypatch.setattr(_compile, "autocast_keyed_cache", lambda: True)
     step = toy_step(tmp_path)
@@ -644,7 +648,7 @@ def test_the_inductor_table_is_read_from_a_suite_file_and_merged_per_combination
     """[techniques.torch-compile.inductor] reaches every compiled cell, unquoted dotted keys included;
     [combination_options.NAME.torch-compile.inductor] adds entries on top in one combination, as any option
     there goes on top of [techniques]; the cell's options build into the kwargs torch.compile receives."""
-    from suite.spec import matrix, suitefile
+    from ampsuite.spec import matrix, suitefile
 
     text = (
         "[workloads.toy]\nbatch_size = 8\n"
@@ -673,7 +677,7 @@ def test_the_inductor_table_is_read_from_a_suite_file_and_merged_per_combination
 
 
 def test_an_inductor_setting_is_checked_against_this_torch(monkeypatch: pytest.MonkeyPatch) -> None:
-    from plugins.techniques import _compile
+    from ampsuite.plugins.techniques import _compile
 
     with pytest.raises(OptionError) as info:
         build_options(compile_.CompileOptions, {"inductor": {"tile_reductionz": True}})

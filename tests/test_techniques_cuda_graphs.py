@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch import nn
 
-from plugins.techniques import amp, cuda_graphs
-from plugins.workloads import toy
-from suite import Batch, BuildContext, CaptureFailed, CheckContext, SkipCell, TrainStep, Workload
-from suite.spec.options import build_options
+from ampsuite import Batch, BuildContext, CaptureFailed, CheckContext, SkipCell, TrainStep, Workload
+from ampsuite.plugins.techniques import amp, cuda_graphs
+from ampsuite.plugins.workloads import _toy, toy
+from ampsuite.spec.options import build_options
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 GRAPHS = cuda_graphs.ampsuite_techniques()[0]
@@ -46,7 +46,7 @@ def test_cuda_graphs_require_cuda_and_static_shapes() -> None:
 
 
 def test_cuda_graphs_refuse_a_cpu_step(tmp_path: Any) -> None:
-    step = toy.build(toy.ToyOptions(), BuildContext(torch.device("cpu"), 4, 0, str(tmp_path)))
+    step = _toy.build(toy.ToyOptions(), BuildContext(torch.device("cpu"), 4, 0, str(tmp_path)))
     with pytest.raises(SkipCell, match="needs a CUDA device; this step runs on cpu"):
         graphs(step)
 
@@ -95,7 +95,7 @@ def test_partial_capture_refuses_to_bypass_earlier_wrappers() -> None:
 
 
 def test_warmup_iters_must_be_positive() -> None:
-    with pytest.raises(ValueError, match="warmup_iters must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="warmup_iters: expected an integer >= 1, got 0"):
         build_options(cuda_graphs.GraphOptions, {"warmup_iters": 0})
 
 
@@ -106,7 +106,7 @@ N = 8
 
 def cuda_toy(optimizer: Callable[[Any], torch.optim.Optimizer] | None = None) -> TrainStep:
     opts = toy.ToyOptions(features=32, hidden=64, layers=2, classes=10, lr=0.05)
-    step = toy.build(opts, BuildContext(torch.device("cuda"), 16, 0, "/nonexistent"))
+    step = _toy.build(opts, BuildContext(torch.device("cuda"), 16, 0, "/nonexistent"))
     if optimizer is not None:
         assert step.model is not None
         step.optimizer = optimizer(step.model.parameters())

@@ -7,17 +7,17 @@ from typing import Any
 import pytest
 import torch
 
-from plugins.techniques import loading
-from plugins.workloads import toy
-from suite import Batch, BuildContext, CheckContext, SkipCell, Technique, TrainStep, Workload
-from suite.spec.options import build_options
+from ampsuite import Batch, BuildContext, CheckContext, SkipCell, Technique, TrainStep, Workload
+from ampsuite.plugins.techniques import _loading, loading
+from ampsuite.plugins.workloads import _toy, toy
+from ampsuite.spec.options import build_options
 
 TECHNIQUES: dict[str, Technique] = {t.name: t for t in loading.ampsuite_techniques()}
 
 
 def toy_step(tmp_path: Any, device: str = "cpu", batch_size: int = 4) -> TrainStep:
     opts = toy.ToyOptions(features=6, hidden=8, layers=1, classes=3)
-    return toy.build(opts, BuildContext(torch.device(device), batch_size, 0, str(tmp_path)))
+    return _toy.build(opts, BuildContext(torch.device(device), batch_size, 0, str(tmp_path)))
 
 
 def use(step: TrainStep, name: str, **options: Any) -> TrainStep:
@@ -53,7 +53,7 @@ STEPS = 10
 def test_pageable_loading_feeds_exactly_the_pool_batches_across_epochs(tmp_path: Any) -> None:
     expected = take(toy_step(tmp_path), STEPS)
     step = use(toy_step(tmp_path), "pageable-loading")
-    assert isinstance(step.data, loading.LoaderData)
+    assert isinstance(step.data, _loading.LoaderData)
     assert_same_batches(take(step, STEPS), expected)
     assert step.data.epochs == 2
     assert step.notes["loading"] == {

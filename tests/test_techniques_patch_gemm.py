@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch import nn
 
-from plugins.techniques import _patch_gemm as impl
-from plugins.techniques import patch_gemm
-from plugins.workloads import toy, vit
-from suite import BuildContext, CheckContext, NoOptions, SkipCell, Workload
+from ampsuite import BuildContext, CheckContext, NoOptions, SkipCell, Workload
+from ampsuite.plugins.techniques import _patch_gemm as impl
+from ampsuite.plugins.techniques import patch_gemm
+from ampsuite.plugins.workloads import _toy, _vit, toy, vit
 
 TECHNIQUE = patch_gemm.ampsuite_techniques()[0]
 CPU = torch.device("cpu")
@@ -76,8 +76,8 @@ def test_only_non_overlapping_convolutions_are_replaced() -> None:
 
 
 def test_a_vit_trains_the_same_with_it(tmp_path: Path) -> None:
-    step = vit.build(SMALL_VIT, BuildContext(CPU, 4, 0, str(tmp_path)))
-    reference = vit.build(SMALL_VIT, BuildContext(CPU, 4, 0, str(tmp_path)))
+    step = _vit.build(SMALL_VIT, BuildContext(CPU, 4, 0, str(tmp_path)))
+    reference = _vit.build(SMALL_VIT, BuildContext(CPU, 4, 0, str(tmp_path)))
     step = TECHNIQUE.apply(step, NoOptions())
     assert step.notes["patch_gemm"] == {"replaced": ["conv_proj"]}
     assert step.model is not None and type(step.model.conv_proj).__name__ == "PatchGemm"
@@ -95,7 +95,9 @@ def test_declaration_and_skips(tmp_path: Path) -> None:
     bare = Workload(name="gemm", summary="", build=lambda o, c: None, traits=frozenset())  # type: ignore[arg-type,return-value]
     reason = TECHNIQUE.check(CheckContext(bare, None, "cpu", ("patch-gemm",), 8))
     assert reason == "needs a workload with a model; 'gemm' has none"
-    step = toy.build(toy.ToyOptions(features=8, hidden=16, layers=1, classes=4), BuildContext(CPU, 8, 0, str(tmp_path)))
+    step = _toy.build(
+        toy.ToyOptions(features=8, hidden=16, layers=1, classes=4), BuildContext(CPU, 8, 0, str(tmp_path))
+    )
     with pytest.raises(SkipCell, match="no convolution whose kernel equals its stride"):
         TECHNIQUE.apply(step, NoOptions())
 
@@ -125,7 +127,7 @@ def test_under_bf16_autocast_on_the_gpu_it_is_as_close_to_fp32_as_cudnn() -> Non
 
 def test_a_suite_cell_runs_it_in_its_own_worker(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The whole path on CPU: the suite file, the matrix, a worker process, the record and its notes."""
-    from suite import cli, results
+    from ampsuite import cli, results
 
     suite = tmp_path / "patch.toml"
     suite.write_text(

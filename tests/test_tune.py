@@ -11,21 +11,21 @@ from typing import Any
 
 import pytest
 
-from suite import Technique, TrainStep, hookimpl, results
-from suite import tune as tune_module
-from suite.cli import main
-from suite.contract.errors import ExitCode, SuiteFileError
-from suite.contract.wire import Cell, Status, screen_id, screened_cell
-from suite.host import session
-from suite.host.manager import PluginSettings
-from suite.report.tune_page import render_tune_page, tune_context
-from suite.run import runner, selfcheck
-from suite.spec.matrix import expand
-from suite.spec.suitefile import SuiteSpec, loads
-from suite.tune import TuneConfig, recipe_toml, search, tune, untrusted_reason
-from suite.tune.search import BUDGET_ROW, HEAD_START, SCREENED_AGAIN, STOOD_IN
-from suite.tune.space import Candidate, option_choices, workload_configs
-from suite.tune.tuner import Tuner
+from ampsuite import Technique, TrainStep, hookimpl, results
+from ampsuite import tune as tune_module
+from ampsuite.cli import main
+from ampsuite.contract.errors import ExitCode, SuiteFileError
+from ampsuite.contract.wire import Cell, Status, screen_id, screened_cell
+from ampsuite.host import session
+from ampsuite.host.manager import PluginSettings
+from ampsuite.report.tune_page import render_tune_page, tune_context
+from ampsuite.run import runner, selfcheck
+from ampsuite.spec.matrix import expand
+from ampsuite.spec.suitefile import SuiteSpec, loads
+from ampsuite.tune import TuneConfig, recipe_toml, search, tune, untrusted_reason
+from ampsuite.tune.search import BUDGET_ROW, HEAD_START, SCREENED_AGAIN, STOOD_IN
+from ampsuite.tune.space import Candidate, option_choices, workload_configs
+from ampsuite.tune.tuner import Tuner
 
 TOY_SUITE = """\
 [suite]
@@ -53,7 +53,7 @@ bf16-fused = ["amp-bf16", "fused-optimizer"]
 CHEAT_PLUGIN = '''
 """A technique that makes every step nearly free and its loss NaN: fast, and never trustworthy."""
 import torch
-from suite import Technique, hookimpl
+from ampsuite import Technique, hookimpl
 
 
 def apply(step, options):
@@ -226,7 +226,9 @@ def _step_time(median: float) -> dict[str, Any]:
 def test_no_candidate_starts_after_the_budget(tmp_path: Path, registry: Any, cost: float) -> None:
     spec_text = TOY_SUITE.format(extra='noop = ["noop"]\nmore = ["amp-bf16", "inject-fault"]')
     (tmp_path / "s.toml").write_text(spec_text, encoding="utf-8")
-    plan = session.plan(tmp_path / "s.toml", settings=PluginSettings(extra=("plugins.faults",), autoload=False))
+    plan = session.plan(
+        tmp_path / "s.toml", settings=PluginSettings(extra=("ampsuite.plugins.faults",), autoload=False)
+    )
     fake = FakeWorker(plan.registry, cost)
     budget = 30.0
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=budget, clock=fake.clock)
@@ -1514,7 +1516,7 @@ def test_a_variant_of_an_earlier_run_is_measured_again_against_a_winner_of_this_
 def test_a_compile_measured_once_prices_every_candidate_that_compiles_and_no_other() -> None:
     """On an H200 a compiled screen takes 189 s, 157 of them its first step, and an eager one ~25 s: priced alike,
     every candidate would be estimated at 236 s and the tune would start none of them."""
-    from suite.tune.budget import ESTIMATE_MARGIN, Budget
+    from ampsuite.tune.budget import ESTIMATE_MARGIN, Budget
 
     budget = Budget(600.0, clock=lambda: 0.0)
     key = ("resnet50", "screen")
@@ -1537,7 +1539,7 @@ def test_a_graph_compiled_earlier_in_this_run_is_priced_as_the_cheapest_first_st
     """A full measurement of a screen compiled earlier finds its graph in the cache (12-18 s of first step on an
     H200, against 265 s cold); priced as a compile, a finalist at the end of the fp16 path is refused with 413 s
     left."""
-    from suite.tune.budget import ESTIMATE_MARGIN, Budget
+    from ampsuite.tune.budget import ESTIMATE_MARGIN, Budget
 
     budget = Budget(600.0, clock=lambda: 0.0)
     screen, full = ("resnet50", "screen"), ("resnet50", "full")
@@ -1592,7 +1594,7 @@ def test_the_searchs_compiles_price_the_ablations_rows_fp32_included() -> None:
     """Priced from no cell at all (no ablation cell run yet, and no FP32 compile), the ablation's first row, FP32 +
     compile + channels-last + fused SGD, starts on an H200 with 125 s left and is cut by the budget during its
     compile, and the eager row after it never starts."""
-    from suite.tune.budget import ESTIMATE_MARGIN, Budget
+    from ampsuite.tune.budget import ESTIMATE_MARGIN, Budget
 
     now = [0.0]
     budget = Budget(442.0, clock=lambda: now[0])
@@ -1688,7 +1690,7 @@ def test_first_steps_of_an_earlier_run_price_this_runs_candidates_and_nothing_el
     """Priced without a compile (no cell of the call has compiled a subset of it) although the file holds
     amp-fp16 + torch-compile's 157 s first step, the ablation's fp16 + compile + channels-last starts on an H200
     with 131 or 92 s left and the budget cuts it."""
-    from suite.tune.budget import ESTIMATE_MARGIN, Budget
+    from ampsuite.tune.budget import ESTIMATE_MARGIN, Budget
 
     budget = Budget(131.0, clock=lambda: 0.0)
     budget.learn("resnet50", ("amp-fp16", "torch-compile"), 156.8)

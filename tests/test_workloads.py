@@ -14,10 +14,10 @@ from torch import nn
 from torch.utils.data import DataLoader
 from torchvision.models import resnet as tv
 
-from plugins.probes import flops
-from plugins.workloads import _data, cnn, gemm, transformer, vit
-from suite import BuildContext, ProbeContext, TrainStep
-from suite.host.manager import PluginSettings, load_registry
+from ampsuite import BuildContext, ProbeContext, TrainStep
+from ampsuite.host.manager import PluginSettings, load_registry
+from ampsuite.plugins.probes import _flops
+from ampsuite.plugins.workloads import _cnn, _data, _transformer, cnn, gemm, transformer, vit
 
 CPU = torch.device("cpu")
 
@@ -44,7 +44,7 @@ def first_loss(step: TrainStep) -> torch.Tensor:
 
 def counted_flops(step: TrainStep) -> float:
     ctx = ProbeContext(step=step, run=step.compose(), cell={})
-    flops.inspect(ctx)
+    _flops.inspect(ctx)
     assert not ctx.warnings
     return float(ctx.metrics["flops_per_step"])
 
@@ -210,17 +210,17 @@ def test_gemm_flops_are_2mnk_per_product(batch: int) -> None:
 @pytest.mark.parametrize("depth", sorted(cnn.DEPTHS))
 def test_narrow_resnet_at_width_64_has_torchvisions_parameters(depth: int) -> None:
     name, layers = cnn.DEPTHS[depth]
-    block = cnn.BLOCKS[name]
+    block = _cnn.BLOCKS[name]
     with torch.device("meta"):  # shapes only: skip allocating and initialising full-size weights
-        ours = cnn.NarrowResNet(block, layers, 64, 1000)
-        theirs = cnn.make_model(cnn.ResNetOptions(depth=depth))
+        ours = _cnn.NarrowResNet(block, layers, 64, 1000)
+        theirs = _cnn.make_model(cnn.ResNetOptions(depth=depth))
     assert isinstance(theirs, tv.ResNet)
     assert [(n, p.shape) for n, p in ours.named_parameters()] == [(n, p.shape) for n, p in theirs.named_parameters()]
 
 
 def test_reduced_width_narrows_every_stage() -> None:
-    model = cnn.make_model(cnn.ResNetOptions(depth=50, width=16, classes=10))
-    assert isinstance(model, cnn.NarrowResNet)
+    model = _cnn.make_model(cnn.ResNetOptions(depth=50, width=16, classes=10))
+    assert isinstance(model, _cnn.NarrowResNet)
     assert model.conv1.out_channels == 16
     assert model.fc.in_features == 16 * 8 * 4  # last stage 8x the width, Bottleneck expansion 4
     assert any(isinstance(m, nn.BatchNorm2d) for m in model.modules())
@@ -251,24 +251,24 @@ def disk_options(**kw: Any) -> cnn.ResNetOptions:
 
 
 def test_prepare_writes_the_disk_data_once(tmp_path: Path) -> None:
-    path = cnn.prepare(disk_options(), str(tmp_path))
+    path = _cnn.prepare(disk_options(), str(tmp_path))
     images = np.load(f"{path}/images.npy", mmap_mode="r")
     assert images.shape == (10, 32, 32, 3) and images.dtype == np.uint8
     stamp = (tmp_path / path / "images.npy").stat().st_mtime_ns
-    assert cnn.prepare(disk_options(), str(tmp_path)) == path
+    assert _cnn.prepare(disk_options(), str(tmp_path)) == path
     assert (tmp_path / path / "images.npy").stat().st_mtime_ns == stamp
     other = cnn.ResNetOptions(depth=18, width=8, image_size=40, classes=10, source="disk", disk_images=10)
-    assert cnn.prepare(other, str(tmp_path)) != path
+    assert _cnn.prepare(other, str(tmp_path)) != path
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary left
 
 
 def test_prepare_does_nothing_for_the_synthetic_source(tmp_path: Path) -> None:
-    assert cnn.prepare(cnn.ResNetOptions(), str(tmp_path)) == ""
+    assert _cnn.prepare(cnn.ResNetOptions(), str(tmp_path)) == ""
     assert list(tmp_path.iterdir()) == []
 
 
 def test_disk_dataset_reads_back_the_written_content(tmp_path: Path) -> None:
-    path = cnn.prepare(disk_options(), str(tmp_path))
+    path = _cnn.prepare(disk_options(), str(tmp_path))
     raw = np.load(f"{path}/images.npy")
     labels = np.load(f"{path}/labels.npy")
     dataset = _data.DiskImages(path)
@@ -303,7 +303,7 @@ def test_disk_source_needs_a_whole_batch(tmp_path: Path) -> None:
 def test_bert_head_is_tied_and_vocab_padding_is_optional() -> None:
     step = build("bert")
     model = step.model
-    assert isinstance(model, transformer.BertForMaskedLM)
+    assert isinstance(model, _transformer.BertForMaskedLM)
     assert model.decoder.weight is model.word_embeddings.weight
     assert transformer.BertOptions().padded_vocab == 30522
     assert transformer.BertOptions(pad_vocab_to=8).padded_vocab == 30528
@@ -319,7 +319,7 @@ def test_bert_unfused_attention_uses_its_softmax_module() -> None:
     step = build("bert", unfused)
     assert step.model is not None
     for m in step.model.modules():
-        if isinstance(m, transformer.SelfAttention):
+        if isinstance(m, _transformer.SelfAttention):
             m.softmax.register_forward_hook(lambda *_: calls.append(1))
     loss_unfused = first_loss(step)
     assert calls == [1]
@@ -327,7 +327,7 @@ def test_bert_unfused_attention_uses_its_softmax_module() -> None:
 
 
 def test_masked_tokens_mask_a_fixed_count_per_sequence() -> None:
-    data = transformer.MaskedTokens(count=6, seq_len=20, vocab=50, mask_prob=0.15, seed=0)
+    data = _transformer.MaskedTokens(count=6, seq_len=20, vocab=50, mask_prob=0.15, seed=0)
     masked = data.labels != -100
     assert masked.sum(dim=1).tolist() == [3] * 6
     assert (data.input_ids[masked] == 49).all()
@@ -398,7 +398,7 @@ def test_gemm_check_draws_new_operands_in_every_call() -> None:
 
 
 def test_a_corrupted_bf16_gemm_product_is_not_ok(monkeypatch: Any) -> None:
-    from suite.analysis import best_per_workload
+    from ampsuite.analysis import best_per_workload
     from tests.test_analysis import cell, doc
 
     real = torch.mm

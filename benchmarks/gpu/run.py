@@ -254,7 +254,7 @@ def command_line(spec: Spec, out: Path, specs: dict[str, Spec], python: str, sec
         args += ["-o", str(result)]
     if spec.command in RESUMABLE and (result.exists() or spec.seed is not None) and "--resume" not in args:
         args.append("--resume")
-    return [python, "-m", "suite", spec.command, *args]
+    return [python, "-m", "ampsuite", spec.command, *args]
 
 
 class Stop:

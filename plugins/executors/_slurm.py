@@ -1,6 +1,6 @@
 """The slurm executor's submitit half: submit the cells as job arrays, yield each record as its job ends.
 
-Each job calls its :class:`suite.CellTask`, which runs the cell through the
+Each job calls its :class:`ampsuite.CellTask`, which runs the cell through the
 same isolated path as a local run (a fresh worker process on the node, with
 the suite's timeout), so a cell is still alone in its process. Cells that
 need the same resources (GPU count, node constraint) share one array. A job
@@ -23,7 +23,7 @@ from typing import Any
 
 import submitit
 
-from suite import CellTask, ExecutorContext, Status
+from ampsuite import CellTask, ExecutorContext, Status
 
 STDERR_TAIL_CHARS = 4000
 MULTI_NODE = "{world} processes per node > gpus_per_node {gpus}: declare nodes = M for a cell across nodes"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from suite import CellTask, Executor, ExecutorContext, hookimpl
+from ampsuite import CellTask, Executor, ExecutorContext, hookimpl
 
 
 def run(ctx: ExecutorContext) -> Iterator[tuple[CellTask, dict[str, Any]]]:

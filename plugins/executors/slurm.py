@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from suite import CellTask, Executor, ExecutorContext, hookimpl
+from ampsuite import CellTask, Executor, ExecutorContext, hookimpl
 
 INSTALL_HINT = "the slurm executor needs submitit: pip install 'ampsuite[slurm]' (or pip install 'submitit>=1.5,<2')"
 
@@ -68,7 +68,7 @@ def check(options: SlurmOptions) -> str | None:
 
 
 def run(ctx: ExecutorContext) -> Iterator[tuple[CellTask, dict[str, Any]]]:
-    from plugins.executors import _slurm
+    from ampsuite.plugins.executors import _slurm
 
     return _slurm.run(ctx)
 

@@ -1,11 +1,11 @@
-"""The torch-dependent part of :mod:`plugins.probes.flops` (imported when a cell builds or applies it)."""
+"""The torch-dependent part of :mod:`ampsuite.plugins.probes.flops` (imported on first use)."""
 
 from __future__ import annotations
 
 from torch.utils.flop_counter import FlopCounterMode
 
-from plugins.probes.tensorcores import EXTRA_FLOP_FORMULAS, MatmulRecorder, run_eager_step
-from suite import ProbeContext
+from ampsuite import ProbeContext
+from ampsuite.plugins.probes._tensorcores import EXTRA_FLOP_FORMULAS, MatmulRecorder, run_eager_step
 
 
 def inspect(ctx: ProbeContext) -> None:

@@ -1,4 +1,4 @@
-"""The torch-dependent part of :mod:`plugins.probes.tensorcores` (imported when a cell builds or applies it)."""
+"""The torch-dependent part of :mod:`ampsuite.plugins.probes.tensorcores` (imported on first use)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from torch.utils import flop_counter
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from suite import ProbeContext
+from ampsuite import ProbeContext
 
 ALIGN = 8
 FP8_ALIGN = 16

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-from suite import Probe, ProbeContext, hookimpl
+from ampsuite import Probe, ProbeContext, hookimpl
 
 __all__ = ["CLOCK_DROP", "FLAGGED_REASONS", "REASONS", "SAMPLE_SECONDS", "around", "summarize"]
 

@@ -20,21 +20,7 @@ CUDA with TF32 allowed for that op) or ``float32``. The split itself goes to
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
-from typing import Any
-
-from suite import Probe, ProbeContext, hookimpl
-
-
-def _impl() -> ModuleType:
-    # The torch-dependent part lives in plugins.probes._flops: registering this plugin (ampsuite list,
-    # --help, suite-file checks) must not import torch.
-    return importlib.import_module("plugins.probes._flops")
-
-
-def inspect(ctx: ProbeContext) -> None:
-    return _impl().inspect(ctx)
+from ampsuite import Probe, hookimpl, lazy
 
 
 @hookimpl
@@ -43,14 +29,7 @@ def ampsuite_probes() -> list[Probe]:
         Probe(
             name="flops",
             summary="FLOPs of one forward+backward (torch.utils.flop_counter) and the dtype class of its products",
-            inspect=inspect,
+            inspect=lazy("ampsuite.plugins.probes._flops:inspect"),
             order=40,
         )
     ]
-
-
-def __getattr__(name: str) -> Any:
-    """Everything else of the plugin (models, datasets) from its implementation module."""
-    if name.startswith(("__", "AMPSUITE_", "ampsuite_")):  # the manager's and pluggy's probes stay here
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(_impl(), name)

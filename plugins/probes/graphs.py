@@ -30,7 +30,7 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from suite import Probe, ProbeContext, hookimpl
+from ampsuite import Probe, ProbeContext, hookimpl
 
 __all__ = ["PHASES_KEPT", "REASONS_KEPT", "around", "compile_seconds", "reason_line", "summarize"]
 
@@ -111,7 +111,7 @@ def around(ctx: ProbeContext) -> Iterator[None]:
         first = reasons[0]["reason"]
         ctx.warn(f"torch.compile: {breaks} graph break{plural}, {graphs} graphs (most frequent: {first})")
     if after > graphs:
-        # "unstable" puts the cell among the untrusted ones (suite.analysis.access.instability_warnings).
+        # "unstable" puts the cell among the untrusted ones (ampsuite.analysis.access.instability_warnings).
         ctx.warn(f"unstable timing: torch.compile compiled {after - graphs} graph(s) during the timed steps")
 
 

@@ -1,6 +1,6 @@
 """Where a CUDA step's time goes: the GPU's busy share and the kernel classes that fill it (opt-in).
 
-Loaded on request, not by default: ``ampsuite run SUITE -p plugins.probes.kernels``.
+Loaded on request, not by default: ``ampsuite run SUITE -p ampsuite.plugins.probes.kernels``.
 Before the warm-up, the probe runs ``WARM_STEPS`` untimed steps of the cell's
 composed step (captured graphs and compiled code included), then profiles
 ``PROFILED_STEPS`` more under ``torch.profiler`` with CUDA activity only (CUPTI;
@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from suite import Probe, ProbeContext, ReportSection, hookimpl
+from ampsuite import Probe, ProbeContext, ReportSection, hookimpl
 
 __all__ = ["CLASSES", "PROFILED_STEPS", "WARM_STEPS", "classify", "inspect", "summarize_trace", "union_seconds"]
 

@@ -6,7 +6,7 @@ import contextlib
 import resource
 from collections.abc import Iterator
 
-from suite import Probe, ProbeContext, hookimpl
+from ampsuite import Probe, ProbeContext, hookimpl
 
 
 @contextlib.contextmanager

@@ -30,21 +30,7 @@ backends are not reported.)
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
-from typing import Any
-
-from suite import Probe, ProbeContext, hookimpl
-
-
-def _impl() -> ModuleType:
-    # The torch-dependent part lives in plugins.probes._tensorcores: registering this plugin (ampsuite list,
-    # --help, suite-file checks) must not import torch.
-    return importlib.import_module("plugins.probes._tensorcores")
-
-
-def inspect(ctx: ProbeContext) -> None:
-    return _impl().inspect(ctx)
+from ampsuite import Probe, hookimpl, lazy
 
 
 @hookimpl
@@ -53,14 +39,7 @@ def ampsuite_probes() -> list[Probe]:
         Probe(
             name="tensor-cores",
             summary="the matmul/conv shapes a step runs, the dtype reaching each, and misaligned fp16/bf16 shapes",
-            inspect=inspect,
+            inspect=lazy("ampsuite.plugins.probes._tensorcores:inspect"),
             order=45,
         )
     ]
-
-
-def __getattr__(name: str) -> Any:
-    """Everything else of the plugin (models, datasets) from its implementation module."""
-    if name.startswith(("__", "AMPSUITE_", "ampsuite_")):  # the manager's and pluggy's probes stay here
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(_impl(), name)

@@ -1,11 +1,11 @@
-"""The torch-dependent part of :mod:`plugins.techniques.amp` (imported when a cell builds or applies it)."""
+"""The torch-dependent part of :mod:`ampsuite.plugins.techniques.amp` (imported on first use)."""
 
 from __future__ import annotations
 
 import torch
 
-from plugins.techniques.amp import Fp16Options
-from suite import NoOptions, TrainStep
+from ampsuite import NoOptions, TrainStep
+from ampsuite.plugins.techniques.amp import Fp16Options
 
 
 def apply_fp16(step: TrainStep, options: Fp16Options) -> TrainStep:

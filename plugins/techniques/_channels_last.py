@@ -1,4 +1,4 @@
-"""The torch-dependent part of :mod:`plugins.techniques.channels_last` (imported when a cell builds or applies it)."""
+"""The torch-dependent part of :mod:`ampsuite.plugins.techniques.channels_last` (imported on first use)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 
-from suite import Batch, CheckContext, NoOptions, SkipCell, TrainStep
+from ampsuite import Batch, CheckContext, NoOptions, SkipCell, TrainStep
 
 
 class ChannelsLastData:

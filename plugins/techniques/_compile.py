@@ -1,4 +1,4 @@
-"""The torch-dependent part of :mod:`plugins.techniques.compile` (imported when a cell builds or applies it)."""
+"""The torch-dependent part of :mod:`ampsuite.plugins.techniques.compile` (imported on first use)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from plugins.techniques.compile import CompileOptions
-from suite import SkipCell, TrainStep
+from ampsuite import SkipCell, TrainStep
+from ampsuite.plugins.techniques.compile import CompileOptions
 
 AUTOCAST_CACHE_NOTE = (
     "off: this torch's AOTAutograd cache key holds whether autocast is on, not its dtype "

@@ -1,4 +1,4 @@
-"""The torch-dependent part of :mod:`plugins.techniques.cuda_graphs` (imported when a cell builds or applies it)."""
+"""The torch-dependent part of :mod:`ampsuite.plugins.techniques.cuda_graphs` (imported on first use)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import torch
 
-from plugins.techniques.cuda_graphs import CUDAGRAPH_COMPILE_MODES, GraphOptions
-from suite import Batch, CaptureFailed, CheckContext, SkipCell, TrainStep
+from ampsuite import Batch, CaptureFailed, CheckContext, SkipCell, TrainStep
+from ampsuite.plugins.techniques.cuda_graphs import CUDAGRAPH_COMPILE_MODES, GraphOptions
 
 
 class _Snapshot:

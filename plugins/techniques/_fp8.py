@@ -1,4 +1,4 @@
-"""The torch-dependent part of :mod:`plugins.techniques.fp8` (imported when a cell applies it)."""
+"""The torch-dependent part of :mod:`ampsuite.plugins.techniques.fp8` (imported on first use)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plugins.techniques.fp8 import ALIGN, INSTALL_HINT, MIN_CAPABILITY, Fp8Options
-from suite import SkipCell, TrainStep
+from ampsuite import SkipCell, TrainStep
+from ampsuite.plugins.techniques.fp8 import ALIGN, INSTALL_HINT, MIN_CAPABILITY, Fp8Options
 
 
 class SelfAttention(nn.Module):

@@ -1,4 +1,4 @@
-"""The torch-dependent part of :mod:`plugins.techniques.grad_accumulation` (imported when a cell applies it)."""
+"""The torch-dependent part of :mod:`ampsuite.plugins.techniques.grad_accumulation` (imported on first use)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from plugins.techniques.grad_accumulation import AccumulationOptions
-from suite import Batch, SkipCell, TrainStep
+from ampsuite import Batch, SkipCell, TrainStep
+from ampsuite.plugins.techniques.grad_accumulation import AccumulationOptions
 
 
 class ScaledLoss(nn.Module):

@@ -1,4 +1,4 @@
-"""The torch-dependent part of :mod:`plugins.techniques.half_weights` (imported when a cell applies it)."""
+"""The torch-dependent part of :mod:`ampsuite.plugins.techniques.half_weights` (imported on first use)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from plugins.techniques.half_weights import HalfWeightsOptions
-from suite import Batch, SkipCell, TrainStep
+from ampsuite import Batch, SkipCell, TrainStep
+from ampsuite.plugins.techniques.half_weights import HalfWeightsOptions
 
 __all__ = ["DTYPES", "apply", "cast_inputs", "half_dtype"]
 

@@ -1,12 +1,12 @@
-"""The torch-dependent part of :mod:`plugins.techniques.inference` (imported when a cell applies it)."""
+"""The torch-dependent part of :mod:`ampsuite.plugins.techniques.inference` (imported on first use)."""
 
 from __future__ import annotations
 
 import torch
 
-from plugins.techniques._half_weights import cast_inputs, half_dtype
-from plugins.techniques.inference import InferenceOptions
-from suite import Batch, SkipCell, TrainStep
+from ampsuite import Batch, SkipCell, TrainStep
+from ampsuite.plugins.techniques._half_weights import cast_inputs, half_dtype
+from ampsuite.plugins.techniques.inference import InferenceOptions
 
 
 def apply(step: TrainStep, options: InferenceOptions) -> TrainStep:

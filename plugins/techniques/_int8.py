@@ -1,11 +1,11 @@
-"""The part of :mod:`plugins.techniques.int8` that imports torchao (imported when a cell applies it)."""
+"""The part of :mod:`ampsuite.plugins.techniques.int8` that imports torchao (imported on first use)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from plugins.techniques.int8 import INSTALL_HINT, Int8Options
-from suite import SkipCell, TrainStep
+from ampsuite import SkipCell, TrainStep
+from ampsuite.plugins.techniques.int8 import INSTALL_HINT, Int8Options
 
 
 def _config(mode: str) -> Any:

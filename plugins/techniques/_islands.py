@@ -1,4 +1,4 @@
-"""The torch-dependent part of :mod:`plugins.techniques.islands` (imported when a cell builds or applies it)."""
+"""The torch-dependent part of :mod:`ampsuite.plugins.techniques.islands` (imported on first use)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from plugins.techniques.islands import AMP_TECHNIQUES, IslandsOptions
-from suite import CheckContext, SkipCell, TrainStep
+from ampsuite import CheckContext, SkipCell, TrainStep
+from ampsuite.plugins.techniques.islands import AMP_TECHNIQUES, IslandsOptions
 
 _MARK = "_ampsuite_fp32_island"
 

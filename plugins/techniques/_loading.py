@@ -1,4 +1,4 @@
-"""The torch-dependent part of :mod:`plugins.techniques.loading` (imported when a cell builds or applies it)."""
+"""The torch-dependent part of :mod:`ampsuite.plugins.techniques.loading` (imported on first use)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from plugins.techniques.loading import LoadingOptions, PageableOptions
-from suite import Batch, CheckContext, SkipCell, TrainStep
+from ampsuite import Batch, CheckContext, SkipCell, TrainStep
+from ampsuite.plugins.techniques.loading import LoadingOptions, PageableOptions
 
 
 class EndlessSampler(Sampler[int]):

@@ -1,4 +1,4 @@
-"""The torch-dependent part of :mod:`plugins.techniques.patch_gemm` (imported when a cell applies it)."""
+"""The torch-dependent part of :mod:`ampsuite.plugins.techniques.patch_gemm` (imported on first use)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from suite import NoOptions, SkipCell, TrainStep
+from ampsuite import NoOptions, SkipCell, TrainStep
 
 
 class PatchGemm(nn.Module):

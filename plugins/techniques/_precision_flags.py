@@ -1,4 +1,4 @@
-"""The torch-dependent part of :mod:`plugins.techniques.precision_flags` (imported when a cell builds or applies it)."""
+"""The torch-dependent part of :mod:`ampsuite.plugins.techniques.precision_flags` (imported on first use)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from suite import NoOptions, SkipCell, TrainStep
+from ampsuite import NoOptions, SkipCell, TrainStep
 
 if TYPE_CHECKING:
-    from plugins.techniques.precision_flags import CudnnBenchmarkOptions
+    from ampsuite.plugins.techniques.precision_flags import CudnnBenchmarkOptions
 
 
 def tf32_state() -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""The torch-dependent part of :mod:`plugins.techniques.tensorrt` (imported when a cell applies it)."""
+"""The torch-dependent part of :mod:`ampsuite.plugins.techniques.tensorrt` (imported on first use)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 import torch
 
-from plugins.techniques.tensorrt import TensorRTOptions
-from suite import SkipCell, TrainStep
+from ampsuite import SkipCell, TrainStep
+from ampsuite.plugins.techniques.tensorrt import TensorRTOptions
 
 
 def apply(step: TrainStep, options: TensorRTOptions) -> TrainStep:

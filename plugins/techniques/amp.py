@@ -1,7 +1,7 @@
 """Automatic mixed precision: autocast to float16 (with loss scaling) or bfloat16.
 
 The techniques only set ``step.autocast_dtype`` and ``step.scaler``; the
-standard phases of :class:`suite.TrainStep` already run the forward pass under
+standard phases of :class:`ampsuite.TrainStep` already run the forward pass under
 autocast and route backward and the optimizer step through the scaler, and the
 core reads the scale after every numerics step (scale history, skipped steps).
 
@@ -13,12 +13,9 @@ exponent range, so it needs no scaler.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
-from types import ModuleType
-from typing import Any
 
-from suite import NoOptions, Technique, TrainStep, hookimpl
+from ampsuite import Technique, hookimpl, lazy
 
 
 @dataclass(frozen=True)
@@ -28,36 +25,14 @@ class Fp16Options:
     scaler: bool = field(
         default=True, metadata={"help": "scale the loss with a GradScaler (false: plain fp16 autocast)"}
     )
-    init_scale: float = field(default=65536.0, metadata={"help": "initial loss scale"})
-    growth_factor: float = field(default=2.0, metadata={"help": "scale multiplier after growth_interval clean steps"})
-    backoff_factor: float = field(
-        default=0.5, metadata={"help": "scale multiplier after a step with inf/NaN gradients"}
+    init_scale: float = field(default=65536.0, metadata={"help": "initial loss scale", "gt": 0})
+    growth_factor: float = field(
+        default=2.0, metadata={"help": "scale multiplier after growth_interval clean steps", "gt": 1}
     )
-    growth_interval: int = field(default=2000, metadata={"help": "clean steps before the scale grows"})
-
-    def __post_init__(self) -> None:
-        if not self.init_scale > 0:
-            raise ValueError(f"init_scale must be > 0, got {self.init_scale!r}")
-        if not self.growth_factor > 1:
-            raise ValueError(f"growth_factor must be > 1, got {self.growth_factor!r}")
-        if not 0 < self.backoff_factor < 1:
-            raise ValueError(f"backoff_factor must be in (0, 1), got {self.backoff_factor!r}")
-        if self.growth_interval < 1:
-            raise ValueError(f"growth_interval must be >= 1, got {self.growth_interval!r}")
-
-
-def _impl() -> ModuleType:
-    # The torch-dependent part lives in plugins.techniques._amp: registering this plugin (ampsuite list,
-    # --help, suite-file checks) must not import torch.
-    return importlib.import_module("plugins.techniques._amp")
-
-
-def apply_fp16(step: TrainStep, options: Fp16Options) -> TrainStep:
-    return _impl().apply_fp16(step, options)
-
-
-def apply_bf16(step: TrainStep, options: NoOptions) -> TrainStep:
-    return _impl().apply_bf16(step, options)
+    backoff_factor: float = field(
+        default=0.5, metadata={"help": "scale multiplier after a step with inf/NaN gradients", "gt": 0, "lt": 1}
+    )
+    growth_interval: int = field(default=2000, metadata={"help": "clean steps before the scale grows", "ge": 1})
 
 
 @hookimpl
@@ -66,7 +41,7 @@ def ampsuite_techniques() -> list[Technique]:
         Technique(
             name="amp-fp16",
             summary="autocast to float16 with GradScaler loss scaling (scaler=false to turn scaling off)",
-            apply=apply_fp16,
+            apply=lazy("ampsuite.plugins.techniques._amp:apply_fp16"),
             options=Fp16Options,
             order=30,
             conflicts=frozenset({"amp-bf16"}),
@@ -74,15 +49,8 @@ def ampsuite_techniques() -> list[Technique]:
         Technique(
             name="amp-bf16",
             summary="autocast to bfloat16; float32's exponent range, so no loss scaling",
-            apply=apply_bf16,
+            apply=lazy("ampsuite.plugins.techniques._amp:apply_bf16"),
             order=30,
             conflicts=frozenset({"amp-fp16"}),
         ),
     ]
-
-
-def __getattr__(name: str) -> Any:
-    """Everything else of the plugin (models, datasets) from its implementation module."""
-    if name.startswith(("__", "AMPSUITE_", "ampsuite_")):  # the manager's and pluggy's probes stay here
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(_impl(), name)

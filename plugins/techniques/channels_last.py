@@ -14,25 +14,7 @@ converted each time, as a user's loop would.
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
-from typing import Any
-
-from suite import CheckContext, NoOptions, Technique, TrainStep, hookimpl
-
-
-def _impl() -> ModuleType:
-    # The torch-dependent part lives in plugins.techniques._channels_last: registering this plugin (ampsuite list,
-    # --help, suite-file checks) must not import torch.
-    return importlib.import_module("plugins.techniques._channels_last")
-
-
-def check(ctx: CheckContext) -> str | None:
-    return _impl().check(ctx)
-
-
-def apply(step: TrainStep, options: NoOptions) -> TrainStep:
-    return _impl().apply(step, options)
+from ampsuite import Technique, hookimpl, lazy
 
 
 @hookimpl
@@ -41,15 +23,8 @@ def ampsuite_techniques() -> list[Technique]:
         Technique(
             name="channels-last",
             summary="NHWC (channels-last) layout for the model's 4-D weights and inputs",
-            apply=apply,
+            apply=lazy("ampsuite.plugins.techniques._channels_last:apply"),
             order=20,
-            check=check,
+            check=lazy("ampsuite.plugins.techniques._channels_last:check"),
         )
     ]
-
-
-def __getattr__(name: str) -> Any:
-    """Everything else of the plugin (models, datasets) from its implementation module."""
-    if name.startswith(("__", "AMPSUITE_", "ampsuite_")):  # the manager's and pluggy's probes stay here
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(_impl(), name)

@@ -37,8 +37,8 @@ entries on top; an entry can therefore also turn off something the mode sets
 (``"triton.cudagraphs" = false``). The table applies to the inductor backend only.
 
 Each entry is checked against this torch's ``torch._inductor.config`` when the
-options are built (:func:`suite.spec.options.build_options`, through the field's
-``entry_type`` hook, :func:`inductor_setting_type`): the name must be a setting
+options are built (:func:`ampsuite.spec.options.build_options`, through the field's
+``entry_type`` hook, ``_compile.setting_type``): the name must be a setting
 (else the closest one is named), and the value must have the setting's type
 (``bool``, ``int | None``, a ``Literal``...). Matrix expansion builds every cell's
 options before any cell runs, so a typo is one line naming the file and the key
@@ -98,22 +98,12 @@ off.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any
 
-from suite import Technique, TrainStep, hookimpl
+from ampsuite import Technique, hookimpl, lazy
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-
-
-def inductor_setting_type(name: str) -> Any:
-    """The type of ``torch._inductor.config`` setting ``name`` (the ``inductor`` table's ``entry_type`` hook).
-
-    :raises ValueError: ``name`` is not a setting of this torch's inductor, with the closest one.
-    """
-    return _impl().setting_type(name)
 
 
 @dataclass(frozen=True)
@@ -126,7 +116,7 @@ class CompileOptions:
         metadata={
             "help": "inductor settings on top of the mode's: [techniques.torch-compile.inductor] NAME = value, "
             "NAME a torch._inductor.config setting",
-            "entry_type": inductor_setting_type,
+            "entry_type": lazy("ampsuite.plugins.techniques._compile:setting_type"),
         },
     )
 
@@ -144,31 +134,14 @@ class CompileOptions:
             )
 
 
-def _impl() -> ModuleType:
-    # The torch-dependent part lives in plugins.techniques._compile: registering this plugin (ampsuite list,
-    # --help, suite-file checks) must not import torch.
-    return importlib.import_module("plugins.techniques._compile")
-
-
-def apply(step: TrainStep, options: CompileOptions) -> TrainStep:
-    return _impl().apply(step, options)
-
-
 @hookimpl
 def ampsuite_techniques() -> list[Technique]:
     return [
         Technique(
             name="torch-compile",
             summary="torch.compile the model (compile time is reported as first-step time, never step time)",
-            apply=apply,
+            apply=lazy("ampsuite.plugins.techniques._compile:apply"),
             options=CompileOptions,
             order=80,
         )
     ]
-
-
-def __getattr__(name: str) -> Any:
-    """Everything else of the plugin (models, datasets) from its implementation module."""
-    if name.startswith(("__", "AMPSUITE_", "ampsuite_")):  # the manager's and pluggy's probes stay here
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(_impl(), name)

@@ -31,12 +31,9 @@ cell's first training step.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
-from types import ModuleType
-from typing import Any
 
-from suite import CheckContext, Technique, TrainStep, hookimpl
+from ampsuite import Technique, hookimpl, lazy
 
 CUDAGRAPH_COMPILE_MODES = ("reduce-overhead", "max-autotune")
 """torch.compile modes that already capture CUDA graphs (cudagraph trees)."""
@@ -44,25 +41,7 @@ CUDAGRAPH_COMPILE_MODES = ("reduce-overhead", "max-autotune")
 
 @dataclass(frozen=True)
 class GraphOptions:
-    warmup_iters: int = field(default=3, metadata={"help": "eager iterations on a side stream before capture"})
-
-    def __post_init__(self) -> None:
-        if self.warmup_iters < 1:
-            raise ValueError(f"warmup_iters must be >= 1, got {self.warmup_iters!r}")
-
-
-def _impl() -> ModuleType:
-    # The torch-dependent part lives in plugins.techniques._cuda_graphs: registering this plugin (ampsuite list,
-    # --help, suite-file checks) must not import torch.
-    return importlib.import_module("plugins.techniques._cuda_graphs")
-
-
-def check(ctx: CheckContext) -> str | None:
-    return _impl().check(ctx)
-
-
-def apply(step: TrainStep, options: GraphOptions) -> TrainStep:
-    return _impl().apply(step, options)
+    warmup_iters: int = field(default=3, metadata={"help": "eager iterations on a side stream before capture", "ge": 1})
 
 
 @hookimpl
@@ -71,17 +50,10 @@ def ampsuite_techniques() -> list[Technique]:
         Technique(
             name="cuda-graphs",
             summary="capture the step in a CUDA graph and replay it (whole step, or forward/backward with a scaler)",
-            apply=apply,
+            apply=lazy("ampsuite.plugins.techniques._cuda_graphs:apply"),
             options=GraphOptions,
             order=90,
             requires=frozenset({"cuda"}),
-            check=check,
+            check=lazy("ampsuite.plugins.techniques._cuda_graphs:check"),
         )
     ]
-
-
-def __getattr__(name: str) -> Any:
-    """Everything else of the plugin (models, datasets) from its implementation module."""
-    if name.startswith(("__", "AMPSUITE_", "ampsuite_")):  # the manager's and pluggy's probes stay here
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(_impl(), name)

@@ -27,7 +27,7 @@ loss are not ``nn.Linear`` and run as before, under autocast.
 
 ``attention = true`` replaces each ``nn.MultiheadAttention`` used for
 self-attention (``batch_first``, one embedding size, no ``bias_k``/``bias_v``,
-no zero attention) by :class:`~plugins.techniques._fp8.SelfAttention`: the
+no zero attention) by :class:`~ampsuite.plugins.techniques._fp8.SelfAttention`: the
 same parameters (the very ``Parameter`` objects, so the optimizer is
 untouched), its input projection an ``nn.Linear`` over ``in_proj_weight``, the
 product ``scaled_dot_product_attention`` as in the module's own fast path.
@@ -69,14 +69,13 @@ import importlib.util
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any, Literal
 
-from suite import CheckContext, ReportSection, Status, Technique, TrainStep, hookimpl
+from ampsuite import CheckContext, ReportSection, Status, Technique, hookimpl, lazy
 
 AMPSUITE_PLUGIN_API = 1
 
-__all__ = ["RECIPES", "Fp8Options", "apply", "bf16_comparisons", "check", "linear_plan", "split_attention"]
+__all__ = ["RECIPES", "Fp8Options", "bf16_comparisons", "check"]
 
 RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
 ALIGN = 16
@@ -120,29 +119,6 @@ def check(ctx: CheckContext) -> str | None:
     if "model" not in ctx.workload.traits:
         return f"needs a workload with a model of nn.Linear layers; {ctx.workload.name!r} has none"
     return None
-
-
-def _impl() -> ModuleType:
-    # The torch-dependent part lives in plugins.techniques._fp8: registering this plugin (ampsuite list,
-    # --help, suite-file checks) must not import torch.
-    return importlib.import_module("plugins.techniques._fp8")
-
-
-def apply(step: TrainStep, options: Fp8Options) -> TrainStep:
-    return _impl().apply(step, options)
-
-
-def linear_plan(model: Any, keep_last: bool = True) -> tuple[list[str], list[str]]:
-    """The ``nn.Linear`` layers that become FP8 (by name) and those kept in high precision (``"name: why"``)."""
-    return _impl().linear_plan(model, keep_last)
-
-
-def split_attention(model: Any) -> tuple[list[str], list[str]]:
-    """Replace each self-attention ``nn.MultiheadAttention`` by one with ``nn.Linear`` projections.
-
-    Returns the replaced modules' names and those left alone (``"name: why"``).
-    """
-    return _impl().split_attention(model)
 
 
 # ---------------------------------------------------------------------------
@@ -297,7 +273,7 @@ def ampsuite_techniques() -> list[Technique]:
         Technique(
             name="fp8",
             summary="torchao float8 training: nn.Linear layers (dims multiple of 16) in FP8 via torch._scaled_mm",
-            apply=apply,
+            apply=lazy("ampsuite.plugins.techniques._fp8:apply"),
             options=Fp8Options,
             order=35,
             requires=frozenset({"amp-bf16"}),

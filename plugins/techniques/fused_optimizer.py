@@ -31,7 +31,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from suite import NoOptions, SkipCell, Technique, TrainStep, hookimpl
+from ampsuite import NoOptions, SkipCell, Technique, TrainStep, hookimpl
 
 __all__ = ["apply"]
 

@@ -25,29 +25,18 @@ as a naive loop would.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
-from types import ModuleType
-from typing import Any
 
-from suite import Batch, CheckContext, Technique, TrainStep, hookimpl
+from ampsuite import CheckContext, Technique, hookimpl, lazy
 
-__all__ = ["AccumulationOptions", "apply", "check", "micro_batches"]
+__all__ = ["AccumulationOptions", "check"]
 
 
 @dataclass(frozen=True)
 class AccumulationOptions:
-    steps: int = field(default=4, metadata={"help": "micro-batches per optimizer update (must divide the batch size)"})
-
-    def __post_init__(self) -> None:
-        if isinstance(self.steps, bool) or self.steps < 1:
-            raise ValueError(f"steps must be >= 1, got {self.steps!r}")
-
-
-def _impl() -> ModuleType:
-    # The torch-dependent part lives in plugins.techniques._grad_accumulation: registering this plugin
-    # (ampsuite list, --help, suite-file checks) must not import torch.
-    return importlib.import_module("plugins.techniques._grad_accumulation")
+    steps: int = field(
+        default=4, metadata={"help": "micro-batches per optimizer update (must divide the batch size)", "ge": 1}
+    )
 
 
 def check(ctx: CheckContext) -> str | None:
@@ -59,32 +48,15 @@ def check(ctx: CheckContext) -> str | None:
     return None
 
 
-def apply(step: TrainStep, options: AccumulationOptions) -> TrainStep:
-    return _impl().apply(step, options)
-
-
-def micro_batches(batch: Batch, steps: int) -> list[Batch]:
-    """``batch`` split into ``steps`` equal views along the first dimension (inputs and target)."""
-    result: list[Batch] = _impl().micro_batches(batch, steps)
-    return result
-
-
 @hookimpl
 def ampsuite_techniques() -> list[Technique]:
     return [
         Technique(
             name="grad-accumulation",
             summary="one optimizer update per `steps` micro-batches of batch/steps (loss / steps; scaler once)",
-            apply=apply,
+            apply=lazy("ampsuite.plugins.techniques._grad_accumulation:apply"),
             options=AccumulationOptions,
             order=45,
             check=check,
         )
     ]
-
-
-def __getattr__(name: str) -> Any:
-    """Everything else of the plugin (ScaledLoss, micro_batches) from its implementation module."""
-    if name.startswith(("__", "AMPSUITE_", "ampsuite_")):  # the manager's and pluggy's probes stay here
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(_impl(), name)

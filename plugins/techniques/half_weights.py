@@ -39,14 +39,12 @@ FP32 gradients and optimizer state, with half activations in both.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
-from types import ModuleType
-from typing import Any, Literal
+from typing import Literal
 
-from suite import CheckContext, Technique, TrainStep, hookimpl
+from ampsuite import CheckContext, Technique, hookimpl, lazy
 
-__all__ = ["DTYPE_NAMES", "HalfWeightsOptions", "apply", "check"]
+__all__ = ["DTYPE_NAMES", "HalfWeightsOptions", "check"]
 
 DTYPE_NAMES = ("float16", "bfloat16")
 AUTOCAST = ("amp-fp16", "amp-bf16")
@@ -64,12 +62,6 @@ class HalfWeightsOptions:
             raise ValueError(f"init_scale must be > 0, got {self.init_scale!r}")
 
 
-def _impl() -> ModuleType:
-    # The torch-dependent part lives in plugins.techniques._half_weights: registering this plugin
-    # (ampsuite list, --help, suite-file checks) must not import torch.
-    return importlib.import_module("plugins.techniques._half_weights")
-
-
 def check(ctx: CheckContext) -> str | None:
     if "model" not in ctx.workload.traits:
         return f"needs a workload with a model (trait 'model'); {ctx.workload.name!r} has its own phases"
@@ -82,26 +74,15 @@ def check(ctx: CheckContext) -> str | None:
     return None
 
 
-def apply(step: TrainStep, options: HalfWeightsOptions) -> TrainStep:
-    return _impl().apply(step, options)
-
-
 @hookimpl
 def ampsuite_techniques() -> list[Technique]:
     return [
         Technique(
             name="half-weights",
             summary="Apex O2 without Apex: the model in float16/bfloat16, FP32 master weights, batch norm in FP32",
-            apply=apply,
+            apply=lazy("ampsuite.plugins.techniques._half_weights:apply"),
             options=HalfWeightsOptions,
             order=30,
             check=check,
         )
     ]
-
-
-def __getattr__(name: str) -> Any:
-    """Everything else of the plugin (half_dtype, cast_inputs, DTYPES) from its implementation module."""
-    if name.startswith(("__", "AMPSUITE_", "ampsuite_")):  # the manager's and pluggy's probes stay here
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(_impl(), name)

@@ -27,13 +27,11 @@ per batch size are the step-time percentiles of the record
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
-from types import ModuleType
 
-from suite import CheckContext, Technique, TrainStep, hookimpl
+from ampsuite import CheckContext, Technique, TrainStep, hookimpl, lazy
 
-__all__ = ["InferenceOptions", "apply", "check", "is_inference"]
+__all__ = ["InferenceOptions", "check", "is_inference"]
 
 TRAINING_ONLY = {
     "fused-optimizer": "there is no optimizer step",
@@ -62,23 +60,13 @@ def check(ctx: CheckContext) -> str | None:
     return None
 
 
-def _impl() -> ModuleType:
-    # The torch-dependent part lives in plugins.techniques._inference: registering this plugin
-    # (ampsuite list, --help, suite-file checks) must not import torch.
-    return importlib.import_module("plugins.techniques._inference")
-
-
-def apply(step: TrainStep, options: InferenceOptions) -> TrainStep:
-    return _impl().apply(step, options)
-
-
 @hookimpl
 def ampsuite_techniques() -> list[Technique]:
     return [
         Technique(
             name="inference",
             summary="the forward pass alone under torch.inference_mode, eval mode; precision from the combination",
-            apply=apply,
+            apply=lazy("ampsuite.plugins.techniques._inference:apply"),
             options=InferenceOptions,
             order=60,
             check=check,

@@ -20,12 +20,11 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Literal
 
-from suite import CheckContext, Technique, TrainStep, hookimpl
+from ampsuite import CheckContext, Technique, hookimpl, lazy
 
-__all__ = ["INSTALL_HINT", "Int8Options", "apply", "check"]
+__all__ = ["INSTALL_HINT", "Int8Options", "check"]
 
 INSTALL_HINT = "int8 needs torchao: pip install 'ampsuite[int8]' (a torchao release built for the installed torch)"
 MODES = ("dynamic", "weight-only")
@@ -50,23 +49,13 @@ def check(ctx: CheckContext) -> str | None:
     return None
 
 
-def _impl() -> ModuleType:
-    # The torch-dependent part lives in plugins.techniques._int8: registering this plugin
-    # (ampsuite list, --help, suite-file checks) must not import torch.
-    return importlib.import_module("plugins.techniques._int8")
-
-
-def apply(step: TrainStep, options: Int8Options) -> TrainStep:
-    return _impl().apply(step, options)
-
-
 @hookimpl
 def ampsuite_techniques() -> list[Technique]:
     return [
         Technique(
             name="int8",
             summary="INT8 inference: torchao quantize_ of the linear layers (dynamic or weight-only; ampsuite[int8])",
-            apply=apply,
+            apply=lazy("ampsuite.plugins.techniques._int8:apply"),
             options=Int8Options,
             order=55,
             requires=frozenset({"inference"}),

@@ -20,12 +20,9 @@ is the price of the island and shows up in the memory figures.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
-from types import ModuleType
-from typing import Any
 
-from suite import CheckContext, Technique, TrainStep, hookimpl
+from ampsuite import Technique, hookimpl, lazy
 
 LAYER_NAMES = ("layernorm", "softmax", "batchnorm", "loss")
 """Layer kinds (the module types of each are ``_islands.ISLAND_TYPES``); ``"loss"`` means the step's ``loss_fn``."""
@@ -50,36 +47,15 @@ class IslandsOptions:
             raise ValueError(f"layers: unknown layer kind {unknown[0]!r}; choose from {', '.join(LAYER_NAMES)}")
 
 
-def _impl() -> ModuleType:
-    # The torch-dependent part lives in plugins.techniques._islands: registering this plugin (ampsuite list,
-    # --help, suite-file checks) must not import torch.
-    return importlib.import_module("plugins.techniques._islands")
-
-
-def check(ctx: CheckContext) -> str | None:
-    return _impl().check(ctx)
-
-
-def apply(step: TrainStep, options: IslandsOptions) -> TrainStep:
-    return _impl().apply(step, options)
-
-
 @hookimpl
 def ampsuite_techniques() -> list[Technique]:
     return [
         Technique(
             name="fp32-islands",
             summary="under autocast, keep layer norm, softmax, batch norm and the loss computing in float32",
-            apply=apply,
+            apply=lazy("ampsuite.plugins.techniques._islands:apply"),
             options=IslandsOptions,
             order=40,
-            check=check,
+            check=lazy("ampsuite.plugins.techniques._islands:check"),
         )
     ]
-
-
-def __getattr__(name: str) -> Any:
-    """Everything else of the plugin (models, datasets) from its implementation module."""
-    if name.startswith(("__", "AMPSUITE_", "ampsuite_")):  # the manager's and pluggy's probes stay here
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(_impl(), name)

@@ -29,12 +29,9 @@ CUDA context is safe for them.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
-from types import ModuleType
-from typing import Any
 
-from suite import CheckContext, Technique, TrainStep, hookimpl
+from ampsuite import Technique, hookimpl, lazy
 
 START_METHODS = ("", "fork", "spawn", "forkserver")
 
@@ -72,58 +69,25 @@ class PageableOptions:
         _validate(self.num_workers, self.prefetch_factor, self.start_method)
 
 
-def _impl() -> ModuleType:
-    # The torch-dependent part lives in plugins.techniques._loading: registering this plugin (ampsuite list,
-    # --help, suite-file checks) must not import torch.
-    return importlib.import_module("plugins.techniques._loading")
-
-
-def apply_pinned(step: TrainStep, options: LoadingOptions) -> TrainStep:
-    return _impl().apply_pinned(step, options)
-
-
-def apply_pageable(step: TrainStep, options: PageableOptions) -> TrainStep:
-    return _impl().apply_pageable(step, options)
-
-
-def check_pinned(ctx: CheckContext) -> str | None:
-    return _impl().check_pinned(ctx)
-
-
-def check_pageable(ctx: CheckContext) -> str | None:
-    return _impl().check_pageable(ctx)
-
-
-def _needs_data_path(ctx: CheckContext) -> str | None:
-    return _impl()._needs_data_path(ctx)
-
-
 @hookimpl
 def ampsuite_techniques() -> list[Technique]:
     return [
         Technique(
             name="pinned-loading",
             summary="feed the step from a DataLoader: workers, prefetching, pinned memory, non_blocking copies",
-            apply=apply_pinned,
+            apply=lazy("ampsuite.plugins.techniques._loading:apply_pinned"),
             options=LoadingOptions,
             order=10,
             conflicts=frozenset({"pageable-loading"}),
-            check=check_pinned,
+            check=lazy("ampsuite.plugins.techniques._loading:check_pinned"),
         ),
         Technique(
             name="pageable-loading",
             summary="feed the step from a DataLoader the naive way: pageable memory, synchronous copies",
-            apply=apply_pageable,
+            apply=lazy("ampsuite.plugins.techniques._loading:apply_pageable"),
             options=PageableOptions,
             order=10,
             conflicts=frozenset({"pinned-loading"}),
-            check=check_pageable,
+            check=lazy("ampsuite.plugins.techniques._loading:check_pageable"),
         ),
     ]
-
-
-def __getattr__(name: str) -> Any:
-    """Everything else of the plugin (models, datasets) from its implementation module."""
-    if name.startswith(("__", "AMPSUITE_", "ampsuite_")):  # the manager's and pluggy's probes stay here
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(_impl(), name)

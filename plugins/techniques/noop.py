@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from suite import Technique, TrainStep, hookimpl
+from ampsuite import Technique, TrainStep, hookimpl
 
 
 def apply(step: TrainStep, options: object) -> TrainStep:

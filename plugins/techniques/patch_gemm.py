@@ -14,7 +14,7 @@ went from 3,403 to 3,574 img/s (``tests/gpu/vit-kernels.toml``).
 
 Every ``nn.Conv2d`` (not a subclass, whose forward may differ) with
 ``kernel_size == stride``, no padding, no dilation and one group is replaced by
-:class:`~plugins.techniques._patch_gemm.PatchGemm`, which holds the very same
+:class:`~ampsuite.plugins.techniques._patch_gemm.PatchGemm`, which holds the very same
 ``Parameter`` objects (the optimizer is untouched) and computes what the
 convolution did, cropping an input whose size is not a multiple of the
 kernel as the convolution's floor does. Other convolutions are left alone. A
@@ -24,20 +24,11 @@ channels-last (20), which it accepts, before AMP (30) and torch-compile (80).
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
-
-from suite import CheckContext, NoOptions, Technique, TrainStep, hookimpl
+from ampsuite import CheckContext, Technique, hookimpl, lazy
 
 AMPSUITE_PLUGIN_API = 1
 
-__all__ = ["apply", "check"]
-
-
-def _impl() -> ModuleType:
-    # The torch-dependent part lives in plugins.techniques._patch_gemm: registering this plugin (ampsuite list,
-    # --help, suite-file checks) must not import torch.
-    return importlib.import_module("plugins.techniques._patch_gemm")
+__all__ = ["check"]
 
 
 def check(ctx: CheckContext) -> str | None:
@@ -46,17 +37,13 @@ def check(ctx: CheckContext) -> str | None:
     return None
 
 
-def apply(step: TrainStep, options: NoOptions) -> TrainStep:
-    return _impl().apply(step, options)
-
-
 @hookimpl
 def ampsuite_techniques() -> list[Technique]:
     return [
         Technique(
             name="patch-gemm",
             summary="a convolution whose kernel equals its stride (ViT patch embedding) as one GEMM over its patches",
-            apply=apply,
+            apply=lazy("ampsuite.plugins.techniques._patch_gemm:apply"),
             order=22,
             check=check,
         )

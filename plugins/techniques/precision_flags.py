@@ -14,12 +14,9 @@ the backends report afterwards is recorded, read through the new API.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
-from types import ModuleType
-from typing import Any
 
-from suite import NoOptions, Technique, TrainStep, hookimpl
+from ampsuite import Technique, hookimpl, lazy
 
 
 @dataclass(frozen=True)
@@ -37,43 +34,22 @@ class CudnnBenchmarkOptions:
             raise ValueError(f"limit must be an integer >= 0, got {self.limit!r}")
 
 
-def _impl() -> ModuleType:
-    # The torch-dependent part lives in plugins.techniques._precision_flags: registering this plugin (ampsuite list,
-    # --help, suite-file checks) must not import torch.
-    return importlib.import_module("plugins.techniques._precision_flags")
-
-
-def apply_tf32(step: TrainStep, options: NoOptions) -> TrainStep:
-    return _impl().apply_tf32(step, options)
-
-
-def apply_cudnn_benchmark(step: TrainStep, options: CudnnBenchmarkOptions) -> TrainStep:
-    return _impl().apply_cudnn_benchmark(step, options)
-
-
 @hookimpl
 def ampsuite_techniques() -> list[Technique]:
     return [
         Technique(
             name="tf32",
             summary="TensorFloat-32 math for float32 matmuls and cuDNN convolutions (Ampere and later)",
-            apply=apply_tf32,
+            apply=lazy("ampsuite.plugins.techniques._precision_flags:apply_tf32"),
             order=5,
             requires=frozenset({"cuda"}),
         ),
         Technique(
             name="cudnn-benchmark",
             summary="let cuDNN time its algorithms per shape and keep the fastest (first steps pay for it)",
-            apply=apply_cudnn_benchmark,
+            apply=lazy("ampsuite.plugins.techniques._precision_flags:apply_cudnn_benchmark"),
             options=CudnnBenchmarkOptions,
             order=5,
             requires=frozenset({"cuda"}),
         ),
     ]
-
-
-def __getattr__(name: str) -> Any:
-    """Everything else of the plugin (models, datasets) from its implementation module."""
-    if name.startswith(("__", "AMPSUITE_", "ampsuite_")):  # the manager's and pluggy's probes stay here
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(_impl(), name)

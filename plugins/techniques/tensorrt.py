@@ -19,12 +19,11 @@ import importlib
 import importlib.metadata
 import importlib.util
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Literal
 
-from suite import CheckContext, Technique, TrainStep, hookimpl
+from ampsuite import CheckContext, Technique, hookimpl, lazy
 
-__all__ = ["TensorRTOptions", "apply", "check", "mismatch"]
+__all__ = ["TensorRTOptions", "check", "mismatch"]
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 
@@ -76,23 +75,13 @@ def check(ctx: CheckContext) -> str | None:
     return mismatch(trt, _installed("torch") or "unknown")
 
 
-def _impl() -> ModuleType:
-    # The torch-dependent part lives in plugins.techniques._tensorrt: registering this plugin
-    # (ampsuite list, --help, suite-file checks) must not import torch.
-    return importlib.import_module("plugins.techniques._tensorrt")
-
-
-def apply(step: TrainStep, options: TensorRTOptions) -> TrainStep:
-    return _impl().apply(step, options)
-
-
 @hookimpl
 def ampsuite_techniques() -> list[Technique]:
     return [
         Technique(
             name="tensorrt",
             summary="TensorRT inference, torch.compile(backend='torch_tensorrt'); only with a matching torch-tensorrt",
-            apply=apply,
+            apply=lazy("ampsuite.plugins.techniques._tensorrt:apply"),
             options=TensorRTOptions,
             order=70,
             requires=frozenset({"cuda", "inference"}),

@@ -1,4 +1,4 @@
-"""The torch-dependent part of :mod:`plugins.workloads.cnn` (imported when a cell builds or applies it)."""
+"""The torch-dependent part of :mod:`ampsuite.plugins.workloads.cnn` (imported on first use)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from torch import nn
 from torch.utils.data import Dataset
 from torchvision.models import resnet as tv
 
-from plugins.workloads._data import (
+from ampsuite import Batch, BuildContext, TrainStep
+from ampsuite.plugins.workloads._data import (
     POOL_BATCHES,
     DiskImages,
     cycling,
@@ -19,9 +20,8 @@ from plugins.workloads._data import (
     prepare_disk_images,
     synthetic_images,
 )
-from plugins.workloads._optim import make_optimizer
-from plugins.workloads.cnn import DEPTHS, ResNetOptions
-from suite import Batch, BuildContext, TrainStep
+from ampsuite.plugins.workloads._optim import make_optimizer
+from ampsuite.plugins.workloads.cnn import DEPTHS, ResNetOptions
 
 BlockType = type[tv.BasicBlock] | type[tv.Bottleneck]
 BLOCKS: dict[str, BlockType] = {"BasicBlock": tv.BasicBlock, "Bottleneck": tv.Bottleneck}

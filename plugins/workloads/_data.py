@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
-from suite import Batch
+from ampsuite import Batch
 
 __all__ = [
     "POOL_BATCHES",

@@ -1,4 +1,4 @@
-"""The torch-dependent part of :mod:`plugins.workloads.gemm` (imported when a cell builds or applies it)."""
+"""The torch-dependent part of :mod:`ampsuite.plugins.workloads.gemm` (imported on first use)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from plugins.workloads.gemm import FP8_DTYPES, FP8_MIN_CAPABILITY, GemmOptions
-from suite import Batch, BuildContext, SkipCell, TrainStep
+from ampsuite import Batch, BuildContext, SkipCell, TrainStep
+from ampsuite.plugins.workloads.gemm import FP8_DTYPES, FP8_MIN_CAPABILITY, GemmOptions
 
 
 def _operand(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""The torch-dependent half of :mod:`plugins.workloads.optimizers`: the optimizers themselves.
+"""The torch-dependent half of :mod:`ampsuite.plugins.workloads.optimizers`: the optimizers themselves.
 
 SGD (momentum 0.9), AdamW, and LAMB from ``timm.optim.Lamb`` (``pip install 'ampsuite[lamb]'``),
 all non-fused, so that ``fused-optimizer`` has something to change.
@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 import torch
 
-from plugins.workloads.optimizers import (
+from ampsuite.plugins.workloads.optimizers import (
     LAMB_HINT,
     OPTIMIZER_HELP,
     OPTIMIZERS,

@@ -1,4 +1,4 @@
-"""The torch-dependent part of :mod:`plugins.workloads.toy` (imported when a cell builds or applies it)."""
+"""The torch-dependent part of :mod:`ampsuite.plugins.workloads.toy` (imported on first use)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import itertools
 import torch
 from torch import nn
 
-from plugins.workloads.toy import ToyOptions
-from suite import Batch, BuildContext, TrainStep
+from ampsuite import Batch, BuildContext, TrainStep
+from ampsuite.plugins.workloads.toy import ToyOptions
 
 
 class ToyDataset(torch.utils.data.Dataset[tuple[torch.Tensor, torch.Tensor]]):

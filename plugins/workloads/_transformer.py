@@ -1,4 +1,4 @@
-"""The torch-dependent part of :mod:`plugins.workloads.transformer` (imported when a cell builds or applies it)."""
+"""The torch-dependent part of :mod:`ampsuite.plugins.workloads.transformer` (imported on first use)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plugins.workloads._data import POOL_BATCHES, cycling, device_pool
-from plugins.workloads._optim import make_optimizer
-from plugins.workloads.transformer import BertOptions
-from suite import Batch, BuildContext, TrainStep
+from ampsuite import Batch, BuildContext, TrainStep
+from ampsuite.plugins.workloads._data import POOL_BATCHES, cycling, device_pool
+from ampsuite.plugins.workloads._optim import make_optimizer
+from ampsuite.plugins.workloads.transformer import BertOptions
 
 
 class SelfAttention(nn.Module):

@@ -1,4 +1,4 @@
-"""The torch-dependent part of :mod:`plugins.workloads.vit` (imported when a cell builds or applies it)."""
+"""The torch-dependent part of :mod:`ampsuite.plugins.workloads.vit` (imported on first use)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import torch
 from torch import nn
 from torchvision.models.vision_transformer import VisionTransformer
 
-from plugins.workloads._data import POOL_BATCHES, cycling, device_pool, image_collate, synthetic_images
-from plugins.workloads._optim import make_optimizer
-from plugins.workloads.vit import ViTOptions
-from suite import BuildContext, TrainStep
+from ampsuite import BuildContext, TrainStep
+from ampsuite.plugins.workloads._data import POOL_BATCHES, cycling, device_pool, image_collate, synthetic_images
+from ampsuite.plugins.workloads._optim import make_optimizer
+from ampsuite.plugins.workloads.vit import ViTOptions
 
 
 def make_model(options: ViTOptions) -> VisionTransformer:

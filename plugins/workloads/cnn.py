@@ -17,13 +17,11 @@ Two data sources:
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
-from types import ModuleType
-from typing import Any, Literal
+from typing import Literal
 
-from plugins.workloads.optimizers import OPTIMIZER_HELP, OptimizerName, check_optimizer, validate_optimizer
-from suite import BuildContext, TrainStep, Workload, hookimpl
+from ampsuite import Workload, hookimpl, lazy
+from ampsuite.plugins.workloads.optimizers import OPTIMIZER_HELP, OptimizerName, check_optimizer, validate_optimizer
 
 DEPTHS: dict[int, tuple[str, tuple[int, int, int, int]]] = {
     18: ("BasicBlock", (2, 2, 2, 2)),
@@ -65,38 +63,17 @@ class ResNetOptions:
             raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
 
 
-def _impl() -> ModuleType:
-    # The torch-dependent part lives in plugins.workloads._cnn: registering this plugin (ampsuite list,
-    # --help, suite-file checks) must not import torch.
-    return importlib.import_module("plugins.workloads._cnn")
-
-
-def build(options: ResNetOptions, ctx: BuildContext) -> TrainStep:
-    return _impl().build(options, ctx)
-
-
-def prepare(options: ResNetOptions, data_dir: str) -> str:
-    return _impl().prepare(options, data_dir)
-
-
 @hookimpl
 def ampsuite_workloads() -> list[Workload]:
     return [
         Workload(
             name="resnet",
             summary="torchvision ResNet (depth 18-152, ResNet-50 by default) on synthetic or on-disk images",
-            build=build,
+            build=lazy("ampsuite.plugins.workloads._cnn:build"),
             options=ResNetOptions,
             unit="images",
             traits=frozenset({"model", "conv", "data-path"}),
             check=check_optimizer,
-            prepare=prepare,
+            prepare=lazy("ampsuite.plugins.workloads._cnn:prepare"),
         )
     ]
-
-
-def __getattr__(name: str) -> Any:
-    """Everything else of the plugin (models, datasets) from its implementation module."""
-    if name.startswith(("__", "AMPSUITE_", "ampsuite_")):  # the manager's and pluggy's probes stay here
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(_impl(), name)

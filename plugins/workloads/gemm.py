@@ -33,12 +33,10 @@ TF32, float16/bfloat16, FP8; ``_gemm.TOLERANCES``).
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
-from types import ModuleType
-from typing import Any, Literal
+from typing import Literal
 
-from suite import BuildContext, TrainStep, Workload, hookimpl
+from ampsuite import Workload, hookimpl, lazy
 
 DTYPES = ("float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
 """Storage dtypes, by their torch attribute names (torch is imported only when a cell builds)."""
@@ -96,23 +94,13 @@ def check(options: GemmOptions, device_type: str) -> str | None:
     return None
 
 
-def _impl() -> ModuleType:
-    # The torch-dependent part lives in plugins.workloads._gemm: registering this plugin (ampsuite list,
-    # --help, suite-file checks) must not import torch.
-    return importlib.import_module("plugins.workloads._gemm")
-
-
-def build(options: GemmOptions, ctx: BuildContext) -> TrainStep:
-    return _impl().build(options, ctx)
-
-
 @hookimpl
 def ampsuite_workloads() -> list[Workload]:
     return [
         Workload(
             name="gemm",
             summary="raw (batched) matrix products in a chosen dtype; the device's own ceiling",
-            build=build,
+            build=lazy("ampsuite.plugins.workloads._gemm:build"),
             options=GemmOptions,
             unit="products",
             # The dtype option is precision: its bfloat16 cells are compared with its float32 cell.
@@ -120,10 +108,3 @@ def ampsuite_workloads() -> list[Workload]:
             check=check,
         )
     ]
-
-
-def __getattr__(name: str) -> Any:
-    """Everything else of the plugin (models, datasets) from its implementation module."""
-    if name.startswith(("__", "AMPSUITE_", "ampsuite_")):  # the manager's and pluggy's probes stay here
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(_impl(), name)

@@ -9,7 +9,7 @@ where timm is missing is skipped at expansion with that hint
 importing it), so a dry run says so.
 
 This module holds what the registration modules (cnn, transformer, vit) need
-and imports no torch; :mod:`plugins.workloads._optim` builds the optimizers.
+and imports no torch; :mod:`ampsuite.plugins.workloads._optim` builds the optimizers.
 It registers nothing.
 """
 

@@ -24,14 +24,11 @@ Choices, and why:
 
 from __future__ import annotations
 
-import importlib
 import math
 from dataclasses import dataclass, field
-from types import ModuleType
-from typing import Any
 
-from plugins.workloads.optimizers import OPTIMIZER_HELP, OptimizerName, check_optimizer, validate_optimizer
-from suite import BuildContext, TrainStep, Workload, hookimpl
+from ampsuite import Workload, hookimpl, lazy
+from ampsuite.plugins.workloads.optimizers import OPTIMIZER_HELP, OptimizerName, check_optimizer, validate_optimizer
 
 
 @dataclass(frozen=True)
@@ -78,33 +75,16 @@ class BertOptions:
         return math.ceil(self.vocab / self.pad_vocab_to) * self.pad_vocab_to
 
 
-def _impl() -> ModuleType:
-    # The torch-dependent part lives in plugins.workloads._transformer: registering this plugin (ampsuite list,
-    # --help, suite-file checks) must not import torch.
-    return importlib.import_module("plugins.workloads._transformer")
-
-
-def build(options: BertOptions, ctx: BuildContext) -> TrainStep:
-    return _impl().build(options, ctx)
-
-
 @hookimpl
 def ampsuite_workloads() -> list[Workload]:
     return [
         Workload(
             name="bert",
             summary="BERT-base-style encoder with a tied masked-LM head on random tokens; AdamW",
-            build=build,
+            build=lazy("ampsuite.plugins.workloads._transformer:build"),
             options=BertOptions,
             unit="sequences",
             traits=frozenset({"model", "data-path"}),
             check=check_optimizer,
         )
     ]
-
-
-def __getattr__(name: str) -> Any:
-    """Everything else of the plugin (models, datasets) from its implementation module."""
-    if name.startswith(("__", "AMPSUITE_", "ampsuite_")):  # the manager's and pluggy's probes stay here
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(_impl(), name)

@@ -8,13 +8,10 @@ of host dataset as the ResNet's synthetic source, so loading techniques apply.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
-from types import ModuleType
-from typing import Any
 
-from plugins.workloads.optimizers import OPTIMIZER_HELP, OptimizerName, check_optimizer, validate_optimizer
-from suite import BuildContext, TrainStep, Workload, hookimpl
+from ampsuite import Workload, hookimpl, lazy
+from ampsuite.plugins.workloads.optimizers import OPTIMIZER_HELP, OptimizerName, check_optimizer, validate_optimizer
 
 
 @dataclass(frozen=True)
@@ -48,33 +45,16 @@ class ViTOptions:
             raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
 
 
-def _impl() -> ModuleType:
-    # The torch-dependent part lives in plugins.workloads._vit: registering this plugin (ampsuite list,
-    # --help, suite-file checks) must not import torch.
-    return importlib.import_module("plugins.workloads._vit")
-
-
-def build(options: ViTOptions, ctx: BuildContext) -> TrainStep:
-    return _impl().build(options, ctx)
-
-
 @hookimpl
 def ampsuite_workloads() -> list[Workload]:
     return [
         Workload(
             name="vit",
             summary="torchvision VisionTransformer (ViT-B/16 by default) on synthetic images; AdamW",
-            build=build,
+            build=lazy("ampsuite.plugins.workloads._vit:build"),
             options=ViTOptions,
             unit="images",
             traits=frozenset({"model", "data-path"}),
             check=check_optimizer,
         )
     ]
-
-
-def __getattr__(name: str) -> Any:
-    """Everything else of the plugin (models, datasets) from its implementation module."""
-    if name.startswith(("__", "AMPSUITE_", "ampsuite_")):  # the manager's and pluggy's probes stay here
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(_impl(), name)

@@ -1,6 +1,6 @@
 """Reading records: the figures one cell holds, and what makes two cells comparable.
 
-Records follow :class:`suite.contract.wire.Record`. The results loader
+Records follow :class:`ampsuite.contract.wire.Record`. The results loader
 validates them, so the types are trusted here; what stays is the None-handling
 the format itself allows (a cell that did not pass has empty metrics and null
 numerics; ``throughput`` may be null).
@@ -23,7 +23,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from suite.contract.wire import FAILURES, ORDER, Document, Record, Status
+from ampsuite.contract.wire import FAILURES, ORDER, Document, Record, Status
 
 __all__ = [
     "DEFAULT_NOISE_TARGET",
@@ -61,7 +61,7 @@ __all__ = [
 ]
 
 AnyDocument = Document | Mapping[str, Any]
-"""A results document. The loader still returns plain dicts; :class:`~suite.contract.wire.Document` is their shape."""
+"""A results document: the loader returns plain dicts, and :class:`~ampsuite.contract.wire.Document` is their shape."""
 
 STATUSES: tuple[Status, ...] = ORDER
 """Every status, in the order reports list them."""
@@ -130,7 +130,7 @@ def throughput(record: Record) -> float | None:
 
 def throughput_per_gpu(record: Record) -> float | None:
     """Samples per second per process of a passed cell: ``metrics.throughput_per_gpu`` of a
-    data-parallel cell (total / world size, recorded by :mod:`suite.run.distributed`), the
+    data-parallel cell (total / world size, recorded by :mod:`ampsuite.run.distributed`), the
     throughput itself of a one-process cell."""
     if world_size(record) == 1:
         return throughput(record)

@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from suite.analysis.access import AnyDocument, is_inference, throughput, workload_id
-from suite.analysis.derived import Derived, derive, output_check
-from suite.contract.wire import Record, Status
+from ampsuite.analysis.access import AnyDocument, is_inference, throughput, workload_id
+from ampsuite.analysis.derived import Derived, derive, output_check
+from ampsuite.contract.wire import Record, Status
 
 __all__ = [
     "NO_GAIN",

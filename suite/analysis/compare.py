@@ -12,7 +12,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from suite.analysis.access import (
+from ampsuite.analysis.access import (
     FAILURE_STATUSES,
     AnyDocument,
     canonical,
@@ -25,7 +25,7 @@ from suite.analysis.access import (
     workload_id,
     world_size,
 )
-from suite.contract.wire import Record, Status
+from ampsuite.contract.wire import Record, Status
 
 __all__ = ["MIN_RELATIVE_CHANGE", "CompareVerdict", "Comparison", "compare"]
 

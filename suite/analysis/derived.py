@@ -5,7 +5,7 @@ docs/architecture.md ("Results file (version 1)"). The report, the Markdown
 summary, the CSV export and the terminal table all take their figures from
 here, so that a number means the same thing wherever it is shown.
 
-References (within one comparable configuration, :func:`suite.analysis.group_key`)
+References (within one comparable configuration, :func:`ampsuite.analysis.group_key`)
     The *FP32* cell is the tuned one a practitioner would run: the one whose
     techniques are exactly the suite's ``base_techniques`` (``cudnn-benchmark``
     in the default CUDA suite), failing that the one without techniques; the
@@ -22,7 +22,7 @@ References (within one comparable configuration, :func:`suite.analysis.group_key
     product of the same shape. Speedups are ratios of median step times
     (reference / cell), so 2.0 means "twice as fast".
 
-Inference cells (records with ``notes.inference``, :func:`suite.analysis.is_inference`)
+Inference cells (records with ``notes.inference``, :func:`ampsuite.analysis.is_inference`)
     form groups of their own: training and inference cells are never
     compared. In an inference group the technique that made the cells
     inference cells (``notes.inference.technique``) does not count, so the
@@ -60,7 +60,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from suite.analysis.access import (
+from ampsuite.analysis.access import (
     REFERENCE_PRECISION,
     AnyDocument,
     GroupKey,
@@ -80,7 +80,7 @@ from suite.analysis.access import (
     throughput,
     world_size,
 )
-from suite.contract.wire import Record
+from ampsuite.contract.wire import Record
 
 __all__ = ["Derived", "Verdict", "derive", "is_nonfinite", "output_check"]
 

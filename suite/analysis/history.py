@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from suite.analysis.access import AnyDocument, as_mapping, finite, noise, throughput
-from suite.analysis.machines import machine_name
+from ampsuite.analysis.access import AnyDocument, as_mapping, finite, noise, throughput
+from ampsuite.analysis.machines import machine_name
 
 __all__ = ["HistoryPoint", "HistorySource", "history"]
 
@@ -175,7 +175,7 @@ def history(sources: HistorySource | Iterable[HistorySource]) -> dict[str, list[
     (n/a) are left out.
 
     Keys are cell ids. When the points come from more than one machine (the
-    asv machine name; for results files :func:`suite.analysis.machine_name`,
+    asv machine name; for results files :func:`ampsuite.analysis.machine_name`,
     the GPU's name, else the CPU's, and the host), each key is suffixed with
     ``" @ <machine>"`` so that no line mixes hardware: two hosts with the same
     GPU are two lines.

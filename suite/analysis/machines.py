@@ -2,9 +2,9 @@
 
 A *machine* is what a results document's ``environment`` names: the device
 (the GPU's name, else the CPU's model) and the host name. Documents of one
-machine are that machine's history (:func:`suite.analysis.history`); documents
+machine are that machine's history (:func:`ampsuite.analysis.history`); documents
 of different machines are compared here, one document per machine: the last
-one given for it. Figures come from :func:`suite.analysis.derive`, so a speedup
+one given for it. Figures come from :func:`ampsuite.analysis.derive`, so a speedup
 means what it means everywhere else (against the cell's own run's baseline).
 """
 
@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
 
-from suite.analysis.access import AnyDocument, as_mapping, throughput, workload_id
-from suite.analysis.derived import Derived, derive
-from suite.contract.wire import Record
+from ampsuite.analysis.access import AnyDocument, as_mapping, throughput, workload_id
+from ampsuite.analysis.derived import Derived, derive
+from ampsuite.contract.wire import Record
 
 __all__ = [
     "Across",

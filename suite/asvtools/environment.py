@@ -23,7 +23,7 @@ environment instead:
   series in ``asv publish`` and ``asv compare`` instead of extending the old one.
 
 The GPU, driver and CUDA version are facts of the machine and go into asv's
-machine file (:mod:`suite.asvtools.machine`).
+machine file (:mod:`ampsuite.asvtools.machine`).
 
 ``asv.conf.json`` may still set ``build_command``, ``install_command`` or
 ``uninstall_command``; only where it does not do the defaults below apply.

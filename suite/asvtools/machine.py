@@ -29,7 +29,7 @@ GPU_KEYS = ("gpu", "num_gpu", "gpu_memory", "nvidia_driver", "cuda")
 
 def gpu_facts(environment: dict[str, Any]) -> dict[str, str]:
     """The GPU keys of a machine entry, from ampsuite's environment facts
-    (:func:`suite.host.environment.collect` for the ``cuda`` device).
+    (:func:`ampsuite.host.environment.collect` for the ``cuda`` device).
 
     ``cuda`` is the CUDA version the driver supports (NVML); torch's own CUDA
     build is part of its version string, which the ``ampsuite-venv``
@@ -55,7 +55,7 @@ def machine_info(machine: str | None = None) -> dict[str, str]:
     """asv's default machine entry plus :func:`gpu_facts`; ``machine`` renames it."""
     from asv.machine import Machine
 
-    from suite.host import environment
+    from ampsuite.host import environment
 
     info: dict[str, str] = {k: str(v) for k, v in Machine.get_defaults().items()}
     if machine is not None:

@@ -8,7 +8,7 @@ points the page at them. An asv whose page asks for a file that is not in
 :data:`ASSETS` is an error that names the URL, never a half-offline site.
 
 This module does not import asv: the asv publisher plugin
-(:mod:`suite.asvtools.publisher`) and any post-processing of an existing site
+(:mod:`ampsuite.asvtools.publisher`) and any post-processing of an existing site
 share it.
 """
 
@@ -137,7 +137,7 @@ class OfflineError(RuntimeError):
 
 def vendored_file(asset: Asset) -> Path:
     """The packaged copy of ``asset``, after checking its digest."""
-    path = Path(str(resources.files("suite.asvtools") / VENDOR_DIR / asset.file))
+    path = Path(str(resources.files("ampsuite.asvtools") / VENDOR_DIR / asset.file))
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     if digest != asset.sha256:
         raise OfflineError(f"vendored {asset.file} has sha256 {digest}, expected {asset.sha256} ({asset.package})")
@@ -184,7 +184,7 @@ def make_offline(html_dir: str | Path) -> list[Path]:
     target.mkdir(exist_ok=True)
     for asset in ASSETS:
         shutil.copyfile(vendored_file(asset), target / asset.file)
-    shutil.copyfile(Path(str(resources.files("suite.asvtools") / VENDOR_DIR / LICENSES)), target / LICENSES)
+    shutil.copyfile(Path(str(resources.files("ampsuite.asvtools") / VENDOR_DIR / LICENSES)), target / LICENSES)
     changed = []
     for page in sorted(root.glob("*.html")):
         text = page.read_text(encoding="utf-8")

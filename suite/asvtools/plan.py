@@ -1,6 +1,6 @@
 """What the asv benchmarks are made of: a suite file expanded into cell ids, as JSON.
 
-``python -m suite.asvtools.plan [--suite FILE] [--device cpu|cuda]`` prints one
+``python -m ampsuite.asvtools.plan [--suite FILE] [--device cpu|cuda]`` prints one
 JSON object:
 
     {"suite": absolute path, "sha256": of the file's bytes, "device": "cpu"|"cuda",
@@ -34,7 +34,7 @@ def axes(cell_id: str, combination: str, world_size: int, batch_size: int) -> tu
     The workload keeps its option axes (``resnet[depth=50]``) and the combination
     its world size (``amp-bf16/x2``), so every cell has its own triple.
     """
-    from suite.spec import parallel
+    from ampsuite.spec import parallel
 
     combo = combination + parallel.id_part(world_size)
     tail = f"/{combo}/bs{batch_size}"
@@ -45,8 +45,8 @@ def axes(cell_id: str, combination: str, world_size: int, batch_size: int) -> tu
 
 def describe(suite: str | Path | None, device: str | None) -> dict[str, Any]:
     """Expand ``suite`` (the default suite for the device when None) for ``device`` (detected when None)."""
-    from suite.host import environment, session
-    from suite.spec import suitefile
+    from ampsuite.host import environment, session
+    from ampsuite.spec import suitefile
 
     dev = device or environment.detect_device()
     path = Path(suite) if suite is not None else suitefile.default_suite_path(dev)
@@ -63,9 +63,9 @@ def describe(suite: str | Path | None, device: str | None) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from suite.contract.errors import AmpsuiteError
+    from ampsuite.contract.errors import AmpsuiteError
 
-    parser = argparse.ArgumentParser(prog="python -m suite.asvtools.plan", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ampsuite.asvtools.plan", description=__doc__.splitlines()[0])
     parser.add_argument("--suite", help="suite file (default: the default suite for the device)")
     parser.add_argument("--device", choices=("cpu", "cuda"), help="device (default: cuda when torch sees one)")
     args = parser.parse_args(argv)

@@ -2,9 +2,9 @@
 
 asv runs each subclass of ``asv.publishing.OutputPublisher`` after it has
 copied its page template into ``html_dir`` (sorted by ``order``); this one runs
-last and hands the site to :func:`suite.asvtools.offline.make_offline`. It is
+last and hands the site to :func:`ampsuite.asvtools.offline.make_offline`. It is
 loaded through the ``plugins`` key of ``asv.conf.json`` (module
-:mod:`suite.asvtools.asv_plugin`), so plain ``asv publish`` is enough.
+:mod:`ampsuite.asvtools.asv_plugin`), so plain ``asv publish`` is enough.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 from asv.console import log
 from asv.publishing import OutputPublisher
 
-from suite.asvtools.offline import make_offline
+from ampsuite.asvtools.offline import make_offline
 
 __all__ = ["OfflineAssets"]
 

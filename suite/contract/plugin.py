@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import torch
 
-    from suite.contract.step import TrainStep
-    from suite.contract.wire import Cell, Status
+    from ampsuite.contract.step import TrainStep
+    from ampsuite.contract.wire import Cell, Status
 
 __all__ = [
     "BuildContext",
@@ -113,7 +113,7 @@ class Technique:
         name: unique across all plugins; what suite files refer to.
         summary: one line for ``ampsuite list`` and the report.
         apply: ``apply(step, options) -> TrainStep``; runs in the worker, may
-            raise :class:`suite.SkipCell` with a reason.
+            raise :class:`ampsuite.SkipCell` with a reason.
         options: a dataclass type, as for workloads.
         order: techniques of a combination apply in ascending order (ties by name).
         requires: names of techniques that must be in the same combination,
@@ -140,7 +140,7 @@ class ProbeContext:
     Attributes:
         step: the cell's step after every technique was applied.
         run: the composed step function that is timed.
-        cell: the cell being measured (the same :class:`~suite.contract.wire.Cell` ``ampsuite_modify_cells`` saw).
+        cell: the cell being measured (the same :class:`~ampsuite.contract.wire.Cell` ``ampsuite_modify_cells`` saw).
         metrics: numbers for the record (JSON values; floats, never NaN).
         diagnostics: structured evidence (tables of shapes, dtype per op, ...).
         warnings: one-line warnings for the record and the report.

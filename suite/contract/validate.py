@@ -1,6 +1,6 @@
 """Validation of JSON values against the wire format's types (``TypedDict``, unions, lists, ``StrEnum``).
 
-Generic over the types of :mod:`suite.contract.wire`, which re-exports :func:`check`,
+Generic over the types of :mod:`ampsuite.contract.wire`, which re-exports :func:`check`,
 :func:`json_problem`, :class:`WireError` and the bounds: written here rather than taken
 from a schema library because the types themselves are the schema (no second copy to
 keep in step), and the rules ampsuite needs beyond types (finite numbers, 64-bit

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, NotRequired, TypedDict
 
-from suite.contract.validate import MAX_DEPTH, MAX_INT, WireError, check, json_problem
+from ampsuite.contract.validate import MAX_DEPTH, MAX_INT, WireError, check, json_problem
 
 __all__ = [
     "FAILURES",

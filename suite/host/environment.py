@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import suite
+import ampsuite
 
 __all__ = ["collect", "detect_device", "git_commit"]
 
@@ -145,8 +145,8 @@ def collect(device: str) -> dict[str, Any]:
         "cpu": _cpu_name(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
-        "ampsuite_version": suite.__version__,
-        "ampsuite_commit": git_commit(Path(suite.__file__).parent, toplevel=Path(suite.__file__).parent.parent),
+        "ampsuite_version": ampsuite.__version__,
+        "ampsuite_commit": git_commit(Path(ampsuite.__file__).parent, toplevel=Path(ampsuite.__file__).parent.parent),
         "workdir_commit": git_commit(Path.cwd()),
         "peaks": None,
     }

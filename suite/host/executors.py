@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from suite.contract.errors import SuiteFileError, UsageError
-from suite.contract.plugin import Executor
-from suite.spec.options import OptionError, build_options
-from suite.spec.suitefile import SuiteSpec
+from ampsuite.contract.errors import SuiteFileError, UsageError
+from ampsuite.contract.plugin import Executor
+from ampsuite.spec.options import OptionError, build_options
+from ampsuite.spec.suitefile import SuiteSpec
 
 __all__ = ["DEFAULT", "Chosen", "parse_option", "resolve"]
 

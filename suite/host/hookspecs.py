@@ -1,7 +1,7 @@
 """The hook specifications of ampsuite: the whole contract between core and plugins.
 
 A plugin is a module (or any object) with functions decorated by
-``suite.hookimpl`` whose names are among the hooks below. Hooks are called by
+``ampsuite.hookimpl`` whose names are among the hooks below. Hooks are called by
 the core; a plugin never calls another plugin. Every hook states where it runs:
 *parent* is the ``ampsuite`` process, *worker* the spawned process of one cell
 (the worker loads the same plugins as the parent).
@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from suite.contract.plugin import Executor, Probe, ReportSection, Technique, Workload
-    from suite.contract.wire import Cell
+    from ampsuite.contract.plugin import Executor, Probe, ReportSection, Technique, Workload
+    from ampsuite.contract.wire import Cell
 
 hookspec = pluggy.HookspecMarker("ampsuite")
 
@@ -84,7 +84,7 @@ def ampsuite_modify_cells(suite: Mapping[str, Any], cells: list[Cell]) -> None:
     """Filter or reorder the expanded cells in place.
 
     :param suite: the validated suite as plain data (``SuiteSpec.as_dict()``).
-    :param cells: the expanded cells (frozen :class:`suite.Cell` objects); mutate
+    :param cells: the expanded cells (frozen :class:`ampsuite.Cell` objects); mutate
         the list (remove, reorder, replace). Removing a cell drops it from the
         run entirely (it gets no record); to keep a record, replace it by
         ``cell.skipped("why")`` instead.

@@ -1,7 +1,8 @@
 """Plugin loading: built-ins, entry points, ``-p``, blocking; and the registry of records.
 
-Built-in plugins are registered exactly like third-party ones, from the one
-list in ``plugins.BUILTIN_PLUGINS``. Every failure becomes a :class:`PluginError`
+Built-in plugins are registered exactly like third-party ones: they are the
+``ampsuite`` entry points of the ampsuite distribution itself, loaded first and
+whether or not autoloading is on. Every failure becomes a :class:`PluginError`
 whose one-line message names the plugin.
 """
 
@@ -20,10 +21,11 @@ from typing import Any, TypeVar
 
 import pluggy
 
-from suite import PLUGIN_API, __version__
-from suite.contract.errors import PluginError
-from suite.contract.plugin import Executor, NoOptions, Probe, Technique, Workload
-from suite.host import hookspecs
+from ampsuite import PLUGIN_API, __version__
+from ampsuite.contract.errors import PluginError
+from ampsuite.contract.lazy import Lazy
+from ampsuite.contract.plugin import Executor, NoOptions, Probe, Technique, Workload
+from ampsuite.host import hookspecs
 
 ENTRY_POINT_GROUP = "ampsuite"
 AUTOLOAD_ENV = "AMPSUITE_DISABLE_PLUGIN_AUTOLOAD"
@@ -104,6 +106,19 @@ class Registry:
     def hook(self) -> Any:
         return self.manager.hook
 
+    def own_modules(self) -> list[str]:
+        """ampsuite's own loaded plugin modules and the implementations their records name with
+        :func:`ampsuite.lazy`, in load order: what the fork server preloads (third-party code is
+        imported in the worker, where its errors are that cell's)."""
+        found = [p.module for p in self.plugins if _is_own(p.module)]
+        for records in (self.workloads, self.techniques, self.probes, self.executors):
+            for record in records.values():
+                for f in dataclasses.fields(record):
+                    value = getattr(record, f.name)
+                    if isinstance(value, Lazy) and _is_own(value.module):
+                        found.append(value.module)
+        return list(dict.fromkeys(found))
+
     def plugin_of(self, kind: str, name: str) -> PluginInfo:
         owner = self.owner[(kind, name)]
         return next(p for p in self.plugins if p.name == owner)
@@ -149,8 +164,21 @@ def _register(pm: pluggy.PluginManager, plugin: object, name: str) -> None:
         raise PluginError(name, _one_line(str(exc))) from exc
 
 
+DISTRIBUTION = "ampsuite"
+
+
+def _is_own(module: str) -> bool:
+    return module.split(".", 1)[0] == DISTRIBUTION
+
+
+def _is_builtin(ep: importlib.metadata.EntryPoint) -> bool:
+    return ep.dist is not None and ep.dist.name.lower() == DISTRIBUTION
+
+
 def _entry_points() -> list[importlib.metadata.EntryPoint]:
-    return sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
+    """The group's entry points, ampsuite's own (the built-ins) first, each part by name."""
+    eps = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    return sorted(eps, key=lambda ep: (not _is_builtin(ep), ep.name))
 
 
 def load_registry(settings: PluginSettings | None = None, objects: Sequence[tuple[str, object]] = ()) -> Registry:
@@ -161,8 +189,6 @@ def load_registry(settings: PluginSettings | None = None, objects: Sequence[tupl
 
     :raises PluginError: for the first broken plugin, naming it.
     """
-    from plugins import BUILTIN_PLUGINS
-
     settings = settings or PluginSettings()
     pm = _Manager("ampsuite")
     pm.add_hookspecs(hookspecs)
@@ -181,22 +207,30 @@ def load_registry(settings: PluginSettings | None = None, objects: Sequence[tupl
         _register(pm, plugin, name)
         registry.plugins.append(PluginInfo(name, module, version or _module_version(module, plugin), source))
 
-    for module in BUILTIN_PLUGINS:
-        add(module.rsplit(".", 1)[-1], module, "builtin", __version__)
-    if settings.autoload:
-        for ep in _entry_points():
-            dist = ep.dist.name if ep.dist else "?"
-            version = ep.dist.version if ep.dist else "?"
-            if pm.is_blocked(ep.name) or pm.has_plugin(ep.name):
-                continue
-            try:
-                plugin = ep.load()
-            except Exception as exc:
-                raise PluginError(
-                    ep.name, f"cannot load entry point {ep.value!r}: {type(exc).__name__}: {_one_line(str(exc))}"
-                ) from exc
-            _register(pm, plugin, ep.name)
-            registry.plugins.append(PluginInfo(ep.name, ep.value, version, f"entry point ({dist})"))
+    builtins = 0
+    for ep in _entry_points():
+        builtin = _is_builtin(ep)
+        builtins += builtin
+        if not (builtin or settings.autoload) or pm.is_blocked(ep.name) or pm.has_plugin(ep.name):
+            continue
+        dist = ep.dist.name if ep.dist else "?"
+        version = ep.dist.version if ep.dist else "?"
+        try:
+            plugin = ep.load()
+        except Exception as exc:
+            raise PluginError(
+                ep.name, f"cannot load entry point {ep.value!r}: {type(exc).__name__}: {_one_line(str(exc))}"
+            ) from exc
+        _register(pm, plugin, ep.name)
+        source = "builtin" if builtin else f"entry point ({dist})"
+        registry.plugins.append(PluginInfo(ep.name, ep.value, version, source))
+    if not builtins:
+        raise PluginError(
+            DISTRIBUTION,
+            f"the {DISTRIBUTION} distribution declares no {ENTRY_POINT_GROUP!r} entry points: its metadata is "
+            f"missing or stale (a {DISTRIBUTION}.egg-info left in the current folder shadows the installed one); "
+            "reinstall ampsuite",
+        )
     for module in settings.extra:
         add(module, module, "-p")
     for name, obj in objects:
@@ -279,9 +313,10 @@ def _collect(
         for record in _as_list(plugin, hook.name, returned, record_type):
             if not isinstance(record, record_type):
                 raise PluginError(
-                    plugin, f"hook {hook.name} returned {type(record).__name__}, expected suite.{record_type.__name__}"
+                    plugin,
+                    f"hook {hook.name} returned {type(record).__name__}, expected ampsuite.{record_type.__name__}",
                 )
-            _check_record(plugin, kind, record)
+            record = _check_record(plugin, kind, record)
             if record.name in into:
                 other = registry.owner[(kind, record.name)]
                 raise PluginError(
@@ -297,7 +332,7 @@ def _as_list(plugin: str, hook_name: str, returned: object, record_type: type) -
     """A registration hook's result as a list; a single record or a non-list is a clear contract error."""
     if returned is None:
         return []
-    expected = f"hook {hook_name} must return a list of suite.{record_type.__name__}"
+    expected = f"hook {hook_name} must return a list of ampsuite.{record_type.__name__}"
     if isinstance(returned, Workload | Technique | Probe | Executor):
         raise PluginError(plugin, f"{expected}, got a single {type(returned).__name__}")
     if isinstance(returned, str | bytes | Mapping) or not isinstance(returned, Iterable):
@@ -308,7 +343,8 @@ def _as_list(plugin: str, hook_name: str, returned: object, record_type: type) -
         raise PluginError(plugin, f"hook {hook_name} raised {type(exc).__name__}: {_one_line(str(exc))}") from exc
 
 
-def _check_record(plugin: str, kind: str, record: Any) -> None:
+def _check_record(plugin: str, kind: str, record: _R) -> _R:
+    """The record with its :func:`ampsuite.lazy` callables bound to ``plugin``; PluginError if it is invalid."""
     from dataclasses import is_dataclass
 
     if not record.name or not isinstance(record.name, str) or any(c.isspace() or c in "/[]," for c in record.name):
@@ -325,3 +361,11 @@ def _check_record(plugin: str, kind: str, record: Any) -> None:
         fn: Callable[..., Any] | None = getattr(record, attr, None)
         if attr in type(record).__dataclass_fields__ and not callable(fn):
             raise PluginError(plugin, f"{kind} {record.name!r}: {attr} must be callable, got {fn!r}")
+    bound: dict[str, Any] = {}
+    for f in dataclasses.fields(record):
+        value = getattr(record, f.name)
+        if isinstance(value, Lazy):
+            if not value.exists():
+                raise PluginError(plugin, f"{kind} {record.name!r}: {f.name} = {value!r}: no module {value.module!r}")
+            bound[f.name] = Lazy(value.target, plugin)
+    return dataclasses.replace(record, **bound) if bound else record

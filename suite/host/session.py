@@ -6,13 +6,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from suite.contract.errors import UsageError
-from suite.contract.wire import Cell
-from suite.host import environment, executors
-from suite.host.manager import PluginSettings, Registry, load_registry
-from suite.spec import limits, matrix, suitefile
-from suite.spec.keyword import select
-from suite.spec.suitefile import SuiteSpec
+from ampsuite.contract.errors import UsageError
+from ampsuite.contract.wire import Cell
+from ampsuite.host import environment, executors
+from ampsuite.host.manager import PluginSettings, Registry, load_registry
+from ampsuite.spec import limits, matrix, suitefile
+from ampsuite.spec.keyword import select
+from ampsuite.spec.suitefile import SuiteSpec
 
 __all__ = ["Plan", "plan"]
 

@@ -16,7 +16,7 @@ from html import escape
 
 from markupsafe import Markup
 
-from suite.report.fmt import exact, num
+from ampsuite.report.fmt import exact, num
 
 __all__ = [
     "PALETTE",

@@ -1,6 +1,6 @@
 """The compare page: each reported run against a reference run, cell by cell.
 
-The verdicts come from :func:`suite.analysis.compare` (noise-aware, and
+The verdicts come from :func:`ampsuite.analysis.compare` (noise-aware, and
 "not comparable" when the configuration differs); this module only orders
 and formats them. Regressions come first because they are what a reader
 of a comparison is looking for.
@@ -12,13 +12,13 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from suite import analysis
-from suite.analysis import AnyDocument as Doc
-from suite.analysis import Comparison
-from suite.contract.wire import Status
-from suite.report import charts
-from suite.report.fmt import DASH, num, pct, signed_pct
-from suite.report.views import Run, cell_anchor, run_label, workload_page_name
+from ampsuite import analysis
+from ampsuite.analysis import AnyDocument as Doc
+from ampsuite.analysis import Comparison
+from ampsuite.contract.wire import Status
+from ampsuite.report import charts
+from ampsuite.report.fmt import DASH, num, pct, signed_pct
+from ampsuite.report.views import Run, cell_anchor, run_label, workload_page_name
 
 __all__ = ["VERDICT_ORDER", "compare_context", "comparison_rows", "summary"]
 

@@ -3,7 +3,7 @@
 ``batch_size`` is per process; ``world_size`` is the processes (GPUs) a cell
 ran data-parallel on (1 for a one-process cell), ``throughput`` the total over
 them, and ``scaling_efficiency`` (empty unless world size > 1) the total /
-(world size x the one-process cell's throughput), as in :mod:`suite.analysis`.
+(world size x the one-process cell's throughput), as in :mod:`ampsuite.analysis`.
 
 Numbers are written exactly (``repr``), empty when absent; text is written
 as it is (the CSV module quotes it), except that a text cell beginning with
@@ -18,11 +18,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePath
 from typing import Any
 
-from suite import analysis
-from suite.analysis import Across, as_mapping
-from suite.analysis import AnyDocument as Doc
-from suite.contract.wire import Status
-from suite.report.views import techniques_text
+from ampsuite import analysis
+from ampsuite.analysis import Across, as_mapping
+from ampsuite.analysis import AnyDocument as Doc
+from ampsuite.contract.wire import Status
+from ampsuite.report.views import techniques_text
 
 __all__ = ["COLUMNS", "MACHINE_COLUMNS", "csv_rows", "machine_csv_rows", "write_csv", "write_machines_csv"]
 

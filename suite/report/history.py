@@ -1,6 +1,6 @@
 """The history page: each cell's throughput across commits (from asv or several results files).
 
-The points come from :func:`suite.analysis.history`; this module charts them
+The points come from :func:`ampsuite.analysis.history`; this module charts them
 (one line per cell, commits evenly spaced in commit order) and tabulates the
 exact values with their noise.
 """
@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from suite.analysis import HistoryPoint
-from suite.report import charts
-from suite.report.fmt import num, pct
+from ampsuite.analysis import HistoryPoint
+from ampsuite.report import charts
+from ampsuite.report.fmt import num, pct
 
 __all__ = ["git_commit_order", "history_context", "in_commit_order"]
 

@@ -1,7 +1,7 @@
 """The machines page: the same cells on several machines, side by side.
 
 Which document belongs to which machine, and every figure, come from
-:func:`suite.analysis.across_machines`; this module formats them, charts the
+:func:`ampsuite.analysis.across_machines`; this module formats them, charts the
 throughput of each cell per machine (one chart per workload: units differ
 between workloads) and gives the rows the CSV export writes.
 """
@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from pathlib import PurePath
 from typing import Any
 
-from suite import analysis
-from suite.analysis import Across, AnyDocument, CellAcross, Machine, MachineCell
-from suite.contract.wire import Status
-from suite.report import charts
-from suite.report.fmt import DASH, bytes_, num, pct, ratio
-from suite.report.views import cell_anchor, evidence_view, run_label, workload_page_name
+from ampsuite import analysis
+from ampsuite.analysis import Across, AnyDocument, CellAcross, Machine, MachineCell
+from ampsuite.contract.wire import Status
+from ampsuite.report import charts
+from ampsuite.report.fmt import DASH, bytes_, num, pct, ratio
+from ampsuite.report.views import cell_anchor, evidence_view, run_label, workload_page_name
 
 __all__ = ["MACHINES_NOTE", "machines_context", "reason"]
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from suite import ReportSection, analysis
-from suite.analysis import AnyDocument as Doc
-from suite.report.fmt import DASH, num, pct, ratio, signed_pct
-from suite.report.views import run_label
+from ampsuite import ReportSection, analysis
+from ampsuite.analysis import AnyDocument as Doc
+from ampsuite.report.fmt import DASH, num, pct, ratio, signed_pct
+from ampsuite.report.views import run_label
 
 __all__ = ["escape_md", "markdown_summary"]
 

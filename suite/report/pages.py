@@ -1,7 +1,7 @@
 """Page contexts of the overview and the workload pages.
 
 Each function returns the plain data one template lays out. Charts are built
-here (inline SVG from :mod:`suite.report.charts`) because they need the raw
+here (inline SVG from :mod:`ampsuite.report.charts`) because they need the raw
 numbers, not the formatted ones.
 """
 
@@ -14,12 +14,12 @@ from typing import Any
 
 from markupsafe import Markup
 
-from suite import analysis
-from suite.analysis import as_mapping
-from suite.contract.wire import Record, Status
-from suite.report import charts
-from suite.report.fmt import DASH, bytes_, num, pct
-from suite.report.views import CellView, Run, cell_view, setup_label, techniques_text, workload_page_name
+from ampsuite import analysis
+from ampsuite.analysis import as_mapping
+from ampsuite.contract.wire import Record, Status
+from ampsuite.report import charts
+from ampsuite.report.fmt import DASH, bytes_, num, pct
+from ampsuite.report.views import CellView, Run, cell_view, setup_label, techniques_text, workload_page_name
 
 __all__ = ["RATIO_NOTE", "Chart", "index_context", "speedup_summary", "workload_contexts"]
 

@@ -22,18 +22,18 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from suite import ReportSection, __version__, analysis
-from suite.analysis import AnyDocument as Doc
-from suite.analysis import HistoryPoint
-from suite.report import fmt
-from suite.report.compare import compare_context
-from suite.report.compare import summary as compare_summary
-from suite.report.csv_export import write_csv, write_machines_csv
-from suite.report.history import history_context
-from suite.report.machines import machines_context
-from suite.report.markdown import markdown_summary
-from suite.report.pages import index_context, speedup_summary, workload_contexts
-from suite.report.views import load_runs, run_label
+from ampsuite import ReportSection, __version__, analysis
+from ampsuite.analysis import AnyDocument as Doc
+from ampsuite.analysis import HistoryPoint
+from ampsuite.report import fmt
+from ampsuite.report.compare import compare_context
+from ampsuite.report.compare import summary as compare_summary
+from ampsuite.report.csv_export import write_csv, write_machines_csv
+from ampsuite.report.history import history_context
+from ampsuite.report.machines import machines_context
+from ampsuite.report.markdown import markdown_summary
+from ampsuite.report.pages import index_context, speedup_summary, workload_contexts
+from ampsuite.report.views import load_runs, run_label
 
 __all__ = ["CSV_NAME", "JSON_NAME", "MACHINES_CSV_NAME", "MARKDOWN_NAME", "environment", "render_site"]
 
@@ -47,7 +47,7 @@ STATIC_DIR = "static"
 def environment() -> jinja2.Environment:
     """The Jinja2 environment of the report: package templates, autoescape, StrictUndefined."""
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("suite.report", "templates"),
+        loader=jinja2.PackageLoader("ampsuite.report", "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
@@ -62,7 +62,7 @@ def environment() -> jinja2.Environment:
 def _copy_static(out_dir: Path) -> None:
     target = out_dir / STATIC_DIR
     target.mkdir(parents=True, exist_ok=True)
-    source = importlib.resources.files("suite.report") / STATIC_DIR
+    source = importlib.resources.files("ampsuite.report") / STATIC_DIR
     for item in source.iterdir():
         if item.is_file():
             with importlib.resources.as_file(item) as path:
@@ -125,7 +125,7 @@ def render_site(
     """Write the report site for ``docs`` (loaded results documents) into ``out_dir``.
 
     :param compare_with: a reference run; adds compare.html (each doc against it).
-    :param history: :func:`suite.analysis.history` output; adds history.html.
+    :param history: :func:`ampsuite.analysis.history` output; adds history.html.
     :param results_files: the files ``docs`` were loaded from, copied into the site as
         results.json (results-2.json, ...) and linked from every page; their names tell
         machines apart on machines.html where GPU and host do not.
@@ -135,7 +135,7 @@ def render_site(
 
     Files written: index.html, one workload-*.html per workload id, history.html
     and compare.html when asked, machines.html and machines.csv when ``docs`` come from
-    more than one machine (:func:`suite.analysis.group_machines`: GPU, else CPU, and
+    more than one machine (:func:`ampsuite.analysis.group_machines`: GPU, else CPU, and
     host), results.json (one per run), results.csv, summary.md and static/style.css.
     Other files in ``out_dir`` are left alone.
     """

@@ -1,7 +1,7 @@
 """The page of an ``ampsuite tune`` run: each workload's winner, its ablation as a chart and a table, the search.
 
 It takes the tune summary as plain data (``run.tune`` of the tune results file),
-so the report layer needs nothing from :mod:`suite.tune`.
+so the report layer needs nothing from :mod:`ampsuite.tune`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from suite.report import fmt
-from suite.report.charts import Bar, bar_chart
-from suite.report.render import STATIC_DIR, environment
+from ampsuite.report import fmt
+from ampsuite.report.charts import Bar, bar_chart
+from ampsuite.report.render import STATIC_DIR, environment
 
 __all__ = ["PAGE", "render_tune_page", "tune_context"]
 
@@ -68,7 +68,7 @@ def render_tune_page(summary: Mapping[str, Any], out_dir: str | Path) -> Path:
     path.write_text(html, encoding="utf-8")
     target = out / STATIC_DIR
     target.mkdir(exist_ok=True)
-    source = importlib.resources.files("suite.report") / STATIC_DIR
+    source = importlib.resources.files("ampsuite.report") / STATIC_DIR
     for item in source.iterdir():
         if item.is_file():
             with importlib.resources.as_file(item) as file:

@@ -2,7 +2,7 @@
 
 Templates only lay out what this module prepared (StrictUndefined makes a
 missing key an error), so every figure is formatted once, here, with the
-helpers of :mod:`suite.report.fmt`. Text stays raw: Jinja2's autoescape
+helpers of :mod:`ampsuite.report.fmt`. Text stays raw: Jinja2's autoescape
 escapes it when the page is written.
 """
 
@@ -17,12 +17,12 @@ from typing import Any
 
 from markupsafe import Markup
 
-from suite import analysis
-from suite.analysis import AnyDocument as Doc
-from suite.analysis import Derived, as_mapping
-from suite.contract.wire import Record, Status
-from suite.report import charts
-from suite.report.fmt import DASH, bytes_, num, pct, ratio, secs
+from ampsuite import analysis
+from ampsuite.analysis import AnyDocument as Doc
+from ampsuite.analysis import Derived, as_mapping
+from ampsuite.contract.wire import Record, Status
+from ampsuite.report import charts
+from ampsuite.report.fmt import DASH, bytes_, num, pct, ratio, secs
 
 __all__ = ["CellView", "Run", "cell_anchor", "cell_view", "load_runs", "setup_label", "workload_page_name"]
 

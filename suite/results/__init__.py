@@ -4,9 +4,9 @@ locked for the whole run.
 The public names are re-exported here; the modules behind them are private.
 """
 
-from suite.results import lock as _lock
-from suite.results import store as _store
-from suite.results.lock import *  # noqa: F403
-from suite.results.store import *  # noqa: F403
+from ampsuite.results import lock as _lock
+from ampsuite.results import store as _store
+from ampsuite.results.lock import *  # noqa: F403
+from ampsuite.results.store import *  # noqa: F403
 
 __all__ = [*_store.__all__, *_lock.__all__]

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from suite.contract.errors import OutputError, ResultsLockedError
+from ampsuite.contract.errors import OutputError, ResultsLockedError
 
 __all__ = ["lock_path", "locked"]
 

@@ -14,9 +14,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from suite.contract import wire
-from suite.contract.errors import OutputError, ResultsFileError
-from suite.results.atomic import write_json_atomic
+from ampsuite.contract import wire
+from ampsuite.contract.errors import OutputError, ResultsFileError
+from ampsuite.results.atomic import write_json_atomic
 
 __all__ = [
     "FORMAT",
@@ -73,7 +73,7 @@ file is no results file, and refusing it before reading keeps ``show`` and ``rep
 
 
 def load(path: str | Path) -> dict[str, Any]:
-    """Read and check a results file against the whole documented schema (:class:`suite.contract.wire.Document`).
+    """Read and check a results file against the whole documented schema (:class:`ampsuite.contract.wire.Document`).
 
     Every reader after this one may trust the types: numbers finite and within 64 bits,
     nesting within ``wire.MAX_DEPTH``, every required key present.

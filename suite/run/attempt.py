@@ -2,7 +2,7 @@
 
 The parent never measures anything itself. It starts a worker in its own
 process group, waits for one result, and turns whatever ends the attempt into
-an :class:`~suite.contract.wire.Outcome`: the worker's checked result, a
+an :class:`~ampsuite.contract.wire.Outcome`: the worker's checked result, a
 timeout (with the worker's thread stacks at that moment), or a crash (with
 its exit code or signal and the end of its log).
 """
@@ -20,14 +20,14 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from suite.contract.wire import Cell, Outcome, Status, WorkerPayload, outcome
-from suite.host.manager import Registry
-from suite.run import procs
-from suite.run.resultcheck import malformed, refused
-from suite.spec.suitefile import SuiteSpec
+from ampsuite.contract.wire import Cell, Outcome, Status, WorkerPayload, outcome
+from ampsuite.host.manager import Registry
+from ampsuite.run import procs
+from ampsuite.run.resultcheck import malformed, refused
+from ampsuite.spec.suitefile import SuiteSpec
 
 if TYPE_CHECKING:
-    from suite.run.runner import RunConfig
+    from ampsuite.run.runner import RunConfig
 
 __all__ = [
     "KILL_GRACE_SECONDS",
@@ -186,7 +186,7 @@ def ended(exitcode: int | None) -> str:
 
 def measure_once(job: CellJob) -> Outcome:
     """One process's measurement of the cell (a fresh worker, or this process when ``job.ctx`` is None)."""
-    from suite.run import worker
+    from ampsuite.run import worker
 
     data = payload(job)
     if job.ctx is None:

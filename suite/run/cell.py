@@ -18,15 +18,15 @@ from typing import Any
 
 import torch
 
-from suite.contract.errors import PluginContractError, SkipCell
-from suite.contract.plugin import BuildContext, ProbeContext
-from suite.contract.step import TrainStep
-from suite.contract.wire import Cell, Outcome, Status, outcome
-from suite.host.manager import PluginSettings, Registry, load_registry
-from suite.run.measure import rates, summarize, time_steps, timing_warnings
-from suite.run.numerics import finite, run_numerics, scale_collapsed, sync
-from suite.spec.options import build_options
-from suite.spec.suitefile import MeasureSpec
+from ampsuite.contract.errors import PluginContractError, SkipCell
+from ampsuite.contract.plugin import BuildContext, ProbeContext
+from ampsuite.contract.step import TrainStep
+from ampsuite.contract.wire import Cell, Outcome, Status, outcome
+from ampsuite.host.manager import PluginSettings, Registry, load_registry
+from ampsuite.run.measure import rates, summarize, time_steps, timing_warnings
+from ampsuite.run.numerics import finite, run_numerics, scale_collapsed, sync
+from ampsuite.spec.options import build_options
+from ampsuite.spec.suitefile import MeasureSpec
 
 __all__ = [
     "build_step",
@@ -116,7 +116,7 @@ def measure_cell(
 
     :param prepare: applied to the step after its techniques and before it is composed
         (a rank wraps the model in DistributedDataParallel here).
-    :param timer: times the steps (:func:`suite.run.measure.time_steps`'s signature); ranks
+    :param timer: times the steps (:func:`ampsuite.run.measure.time_steps`'s signature); ranks
         pass one whose stopping rule every rank agrees on.
     """
     state = state if state is not None else {}

@@ -16,9 +16,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from suite.contract.wire import Cell
-from suite.host.manager import Registry
-from suite.spec.options import OptionError, build_options, options_as_dict
+from ampsuite.contract.wire import Cell
+from ampsuite.host.manager import Registry
+from ampsuite.spec.options import OptionError, build_options, options_as_dict
 
 
 def _normal(value: Any) -> Any:

@@ -17,12 +17,12 @@ Every process the launcher starts has ``NCCL_NVLS_ENABLE=0``,
 environment (NVLink multicast off: the shared GPU hosts require it); each
 rank reports its values, which the record keeps in ``notes.distributed.ranks``.
 
-What each rank does (:mod:`suite.run.rank`), and why in this order:
+What each rank does (:mod:`ampsuite.run.rank`), and why in this order:
 
 1. joins the process group: NCCL on CUDA with its device = ``LOCAL_RANK``
    (``cuda:LOCAL_RANK`` is the cell's device in that rank), gloo on a CPU;
 2. builds the step exactly like a single-process cell
-   (:func:`suite.run.cell.build_step`: same seed on every rank, so the replicas
+   (:func:`ampsuite.run.cell.build_step`: same seed on every rank, so the replicas
    start equal -- DDP broadcasts rank 0's weights anyway) and applies the
    techniques in their usual order;
 3. *then* wraps ``step.model`` in ``DistributedDataParallel``. After the
@@ -37,7 +37,7 @@ What each rank does (:mod:`suite.run.rank`), and why in this order:
    workload's own phases, such as GEMM's, or a technique's) would bypass
    DDP's gradient all-reduce: that rank raises SkipCell, so the cell is
    skipped with the reason;
-4. measures like a single-process cell (:func:`suite.run.cell.measure_cell`:
+4. measures like a single-process cell (:func:`ampsuite.run.cell.measure_cell`:
    numerics, probes, warm-up, timed steps), with one difference: the
    stopping rule is agreed (below).
 
@@ -50,11 +50,11 @@ refused rather than measured wrongly.
 
 Step agreement. DDP needs every rank to run the same number of steps, or one
 rank waits forever in an all-reduce. The one-process stopping rule of
-:mod:`suite.run.measure` is kept, and decided together: before each chunk the
+:mod:`ampsuite.run.measure` is kept, and decided together: before each chunk the
 ranks exchange (stop?, elapsed seconds); timing ends when *every* rank's rule
 says stop (so the figure of the slowest, noisiest rank is also settled), and
 the next chunk's size is the one-process rule's, from rank 0's elapsed time.
-Each chunk is timed by :func:`suite.run.measure.time_steps` with exactly that
+Each chunk is timed by :func:`ampsuite.run.measure.time_steps` with exactly that
 many steps; the exchange happens outside the timed steps.
 
 Data. Every rank trains on the same seeded batches (the workload's own
@@ -71,13 +71,13 @@ fast as its slowest rank: ``metrics.step_time`` is that rank's,
 rank's median, noise, steps and its own throughput (per-rank samples / its
 median). ``flops_per_step``, ``tflops`` (and so MFU) stay per GPU;
 ``peak_memory_bytes`` is the largest of any rank. The scaling efficiency
-against the one-process cell is derived in :mod:`suite.analysis`.
+against the one-process cell is derived in :mod:`ampsuite.analysis`.
 
 ``[measure] processes`` does not apply here: a data-parallel cell runs once
 (one launch of its ranks), whatever it says; pooling several launches would
 have to recombine every rank's figures, and is not done.
 
-Failure. A rank that raises writes its evidence (``suite.run.cell.classify``:
+Failure. A rank that raises writes its evidence (``ampsuite.run.cell.classify``:
 type, message, traceback tail, phase; oom recognised) before it dies; the
 launcher stops the other ranks and raises ``ChildFailedError``. The cell then
 ends with the evidence of the rank that raised *first* (others often fail
@@ -93,7 +93,7 @@ failed, oom); ``crashed`` stays the runner's word for the worker itself.
 Several nodes. A workload's ``nodes = M`` (with ``gpus = N`` per node: torchrun's
 ``--nnodes M --nproc-per-node N``) makes cells of world size M x N, id
 ``WORKLOAD/COMBINATION/nMxN/bsB``. Each node is one call of :func:`run_node`
--- from a node process of this machine (:mod:`suite.run.nodes`, the built-in
+-- from a node process of this machine (:mod:`ampsuite.run.nodes`, the built-in
 stand-in) or from a cluster executor's task on each host -- which calls
 ``elastic_launch`` with ``min_nodes = max_nodes = M``, ``nproc_per_node = N``
 and a c10d rendezvous at the endpoint node 0 hosts (not standalone), so that
@@ -101,7 +101,7 @@ torch's rendezvous joins the nodes and numbers the ranks. The ranks run as
 above, with one addition: the launcher of a node sees only its own ranks'
 return values, and the nodes need not share a filesystem, so every rank's
 result is gathered to rank 0 through torch.distributed
-(:func:`suite.run.rank.gather_results`) before the process group ends. The
+(:func:`ampsuite.run.rank.gather_results`) before the process group ends. The
 node that holds rank 0 combines them (:func:`combine`, plus
 ``notes.distributed``'s ``nodes``, ``nproc_per_node`` and ``rendezvous``);
 the other nodes return ``{"node_done": {"node_rank", "pid", "ranks"}}``. A
@@ -129,9 +129,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from suite.contract.wire import Status
-from suite.run import measure, procs
-from suite.run.rank import NVLS_ENV, START_METHOD, rank_main
+from ampsuite.contract.wire import Status
+from ampsuite.run import measure, procs
+from ampsuite.run.rank import NVLS_ENV, START_METHOD, rank_main
 
 __all__ = ["MONITOR_INTERVAL", "NVLS_ENV", "SHUTDOWN_SECONDS", "alive", "combine", "run_cell", "run_node"]
 
@@ -376,7 +376,7 @@ def run_node(
     node), ``endpoint`` and ``run_id``, and its own ``node_rank`` (0 ..
     ``nnodes`` - 1); see "Several nodes" in the module docstring.
 
-    :param payload: the worker payload (:func:`suite.run.attempt.payload`); its ``log_path``
+    :param payload: the worker payload (:func:`ampsuite.run.attempt.payload`); its ``log_path``
         and the ranks' files are this node's own (no shared filesystem is assumed).
     :param state: filled as the node progresses (``phase``), for evidence.
     :param node_rank: this node's label; node 0 hosts the rendezvous store.

@@ -42,12 +42,12 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
-from suite import results
-from suite.contract.errors import UsageError
-from suite.contract.wire import Cell, Status
-from suite.host.manager import PluginSettings, Registry
-from suite.host.session import Plan
-from suite.run.runner import (
+from ampsuite import results
+from ampsuite.contract.errors import UsageError
+from ampsuite.contract.wire import Cell, Status
+from ampsuite.host.manager import PluginSettings, Registry
+from ampsuite.host.session import Plan
+from ampsuite.run.runner import (
     CellJob,
     RunConfig,
     base_record,
@@ -57,7 +57,7 @@ from suite.run.runner import (
     sigterm_interrupts,
     worker_context,
 )
-from suite.spec.suitefile import MeasureSpec, SuiteSpec
+from ampsuite.spec.suitefile import MeasureSpec, SuiteSpec
 
 __all__ = ["QUANTUM", "RESOLUTION", "SearchConfig", "attempt_measure", "midpoint", "search"]
 
@@ -133,7 +133,7 @@ class _Search:
             measure_peaks=False,
             argv=config.argv,
         )
-        self.ctx: BaseContext = worker_context()
+        self.ctx: BaseContext = worker_context(plan.registry)
         self.timeout = config.timeout or plan.spec.timeout
         self.attempt_spec = dataclasses.replace(plan.spec, measure=attempt_measure(plan.spec.measure))
         self.logdir = Path(tempfile.mkdtemp(prefix="ampsuite-maxbatch-"))

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-    from suite.contract.step import Batch
-    from suite.spec.suitefile import MeasureSpec
+    from ampsuite.contract.step import Batch
+    from ampsuite.spec.suitefile import MeasureSpec
 
 __all__ = [
     "UNSTABLE_REL_IQR",

@@ -3,7 +3,7 @@
 A cell with ``nodes = M`` (suite file) is run by M *node processes*, each
 started like a worker (its own session and process group, dying with the
 runner, writing into the cell's log) and each running
-:func:`suite.run.launcher.run_node` -- the same entry a cluster executor calls
+:func:`ampsuite.run.launcher.run_node` -- the same entry a cluster executor calls
 once per host -- against a c10d rendezvous on 127.0.0.1. torch's own
 rendezvous joins them; nothing here knows which node will hold which ranks.
 
@@ -50,10 +50,10 @@ from dataclasses import dataclass, field
 from multiprocessing.context import BaseContext
 from typing import Any
 
-from suite.contract.wire import Outcome, Status, outcome
-from suite.run import procs
-from suite.run.attempt import CellJob, checked, ended, kill_group, payload, stacks
-from suite.run.launcher import alive as launcher_alive
+from ampsuite.contract.wire import Outcome, Status, outcome
+from ampsuite.run import procs
+from ampsuite.run.attempt import CellJob, checked, ended, kill_group, payload, stacks
+from ampsuite.run.launcher import alive as launcher_alive
 
 __all__ = ["GRACE_SECONDS", "LOCAL_HOST", "measure_node", "measure_nodes", "visible_devices"]
 
@@ -93,7 +93,7 @@ def visible_devices(node_rank: int, per_node: int) -> str:
 
 
 def _start(ctx: BaseContext, data: dict[str, Any], node: dict[str, Any]) -> _Node:
-    from suite.run import worker
+    from ampsuite.run import worker
 
     receiver, sender = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=worker.node_main, args=(data, node, sender), daemon=False)  # type: ignore[attr-defined]

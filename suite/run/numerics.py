@@ -2,7 +2,7 @@
 
 It is also where a step's phases first run, so it checks what they return: a
 phase that gives no loss tensor is the plugin's fault, named as such
-(:class:`suite.contract.errors.PluginContractError`), not an AttributeError deep in here.
+(:class:`ampsuite.contract.errors.PluginContractError`), not an AttributeError deep in here.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from suite.contract.errors import PluginContractError
-from suite.contract.step import TrainStep
+from ampsuite.contract.errors import PluginContractError
+from ampsuite.contract.step import TrainStep
 
 __all__ = ["SCALE_COLLAPSE_FACTOR", "SCALE_FLOOR", "finite", "run_numerics", "scale_collapsed", "sync"]
 

@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from suite.results.atomic import write_json_atomic
+from ampsuite.results.atomic import write_json_atomic
 
 __all__ = ["CACHE_ENV", "CACHE_FORMAT", "cache_dir", "device_name", "measure_peaks", "mfu"]
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from suite.contract.wire import Cell, Outcome, Status
-from suite.run import attempt, measure, nodes
-from suite.run.attempt import CellJob
-from suite.spec.suitefile import SuiteSpec
+from ampsuite.contract.wire import Cell, Outcome, Status
+from ampsuite.run import attempt, measure, nodes
+from ampsuite.run.attempt import CellJob
+from ampsuite.spec.suitefile import SuiteSpec
 
 __all__ = ["measure_processes", "pool_outcomes", "process_count"]
 
@@ -21,8 +21,8 @@ __all__ = ["measure_processes", "pool_outcomes", "process_count"]
 def process_count(spec: SuiteSpec, cell: Cell) -> int:
     """How many processes measure ``cell``: ``[measure] processes``, or 1 for a data-parallel cell.
 
-    A data-parallel cell's record combines its ranks (:mod:`suite.run.launcher`; a multi-node
-    cell's node processes are run by :mod:`suite.run.nodes`);
+    A data-parallel cell's record combines its ranks (:mod:`ampsuite.run.launcher`; a multi-node
+    cell's node processes are run by :mod:`ampsuite.run.nodes`);
     pooling several such runs is not done, so ``processes`` does not apply to it.
     """
     return spec.measure.processes if cell.world_size <= 1 else 1
@@ -36,7 +36,7 @@ def measure_processes(job: CellJob) -> Outcome:
     samples are pooled by :func:`pool_outcomes`.
     """
     if job.cell.nodes > 1:
-        return nodes.measure_nodes(job)  # one run of every node process (suite.run.nodes)
+        return nodes.measure_nodes(job)  # one run of every node process (ampsuite.run.nodes)
     n = process_count(job.spec, job.cell)
     if n == 1:
         return attempt.measure_once(job)
@@ -60,11 +60,11 @@ def pool_outcomes(outcomes: Sequence[Outcome], noise_target: float) -> Outcome:
     """One outcome from the passed outcomes of several processes measuring the same cell.
 
     The first outcome, with ``metrics.step_time`` recomputed from every
-    process's samples pooled in order (:func:`suite.run.measure.pool`: its ``noise``
+    process's samples pooled in order (:func:`ampsuite.run.measure.pool`: its ``noise``
     is the larger of the pooled noise and the between-process noise of the
     medians), ``metrics.step_time.processes`` listing each process's median,
     noise and steps, ``throughput`` and ``tflops`` from the pooled median, and
-    the timing warnings (:func:`suite.run.measure.timing_warnings`) rewritten for the
+    the timing warnings (:func:`ampsuite.run.measure.timing_warnings`) rewritten for the
     pooled figures; the first outcome's other warnings are kept.
     """
     first = outcomes[0]

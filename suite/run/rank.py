@@ -1,7 +1,7 @@
-"""What runs in one rank of a data-parallel cell (see :mod:`suite.run.launcher` for the whole design).
+"""What runs in one rank of a data-parallel cell (see :mod:`ampsuite.run.launcher` for the whole design).
 
 A rank joins the process group, builds and measures its step like a
-single-process cell (:func:`suite.run.cell.measure_cell`), with the model
+single-process cell (:func:`ampsuite.run.cell.measure_cell`), with the model
 wrapped in DistributedDataParallel after the techniques (:func:`wrap_ddp`) and
 a stopping rule every rank agrees on (:func:`agreed_time_steps`). A rank that
 raises writes its evidence for the launcher before it dies.
@@ -23,11 +23,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from suite.contract.errors import SkipCell
-from suite.results.atomic import write_json_atomic
-from suite.run import procs
-from suite.run.cell import classify, limit_memory, measure_cell
-from suite.spec.parallel import UNSUPPORTED_TECHNIQUES
+from ampsuite.contract.errors import SkipCell
+from ampsuite.results.atomic import write_json_atomic
+from ampsuite.run import procs
+from ampsuite.run.cell import classify, limit_memory, measure_cell
+from ampsuite.spec.parallel import UNSUPPORTED_TECHNIQUES
 
 __all__ = ["NVLS_ENV", "START_METHOD", "agreed_time_steps", "exchange", "gather_results", "rank_main", "wrap_ddp"]
 
@@ -61,8 +61,8 @@ def gather_results(value: Any) -> list[Any] | None:
 
 
 def agreed_time_steps(run: Callable[..., Any], data: Callable[[], Any], device: Any, spec: Any) -> list[float]:
-    """:func:`suite.run.measure.time_steps` in chunks that every rank agrees on (see the module docstring)."""
-    from suite.run.measure import _next_chunk, _should_stop, time_steps
+    """:func:`ampsuite.run.measure.time_steps` in chunks that every rank agrees on (see the module docstring)."""
+    from ampsuite.run.measure import _next_chunk, _should_stop, time_steps
 
     samples: list[float] = []
     start = time.perf_counter()

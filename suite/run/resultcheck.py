@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from suite.contract.wire import ORDER, WORKER_STATUSES, Outcome, Status, WireError, check, json_problem, outcome
+from ampsuite.contract.wire import ORDER, WORKER_STATUSES, Outcome, Status, WireError, check, json_problem, outcome
 
 __all__ = ["FIELDS", "malformed", "refused"]
 

@@ -1,17 +1,17 @@
 """Isolation: one worker process per cell, a timeout, and exactly one record per cell.
 
 With ``[measure] processes = N`` a single-process cell is measured by N fresh
-workers one after another (:mod:`suite.run.pool`).
+workers one after another (:mod:`ampsuite.run.pool`).
 
 The parent never measures anything itself: it starts a worker, waits for its
-result or its death, classifies the outcome (:mod:`suite.run.attempt`), writes
+result or its death, classifies the outcome (:mod:`ampsuite.run.attempt`), writes
 the record atomically and moves on. A worker runs in its own process group, so
 a timed-out or interrupted cell is killed together with its DataLoader workers.
 This module holds the loop over the cells, the run's signal handling and the
 results file.
 
 Where a cell's :func:`run_record` happens is the executor's choice (a plugin
-record, :class:`suite.Executor`): ``local`` calls each :class:`Task` here, one
+record, :class:`ampsuite.Executor`): ``local`` calls each :class:`Task` here, one
 after another; ``slurm`` submits them as jobs. Whatever the executor, this
 module writes every record into the one results file the moment the executor
 yields it, records skipped cells, keeps finished ones under ``--resume``, and
@@ -37,18 +37,18 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any, Protocol
 
-from suite import results
-from suite.contract import wire
-from suite.contract.errors import AmpsuiteError, PluginError
-from suite.contract.plugin import REMEMBER_BYTES, ExecutorContext
-from suite.contract.wire import Cell, Outcome, Status
-from suite.host import environment, executors
-from suite.host.manager import PluginSettings, Registry, load_registry
-from suite.host.session import Plan
-from suite.run import attempt, definition
-from suite.run.attempt import CellJob, in_worker
-from suite.run.pool import measure_processes, pool_outcomes, process_count
-from suite.spec.suitefile import SuiteSpec
+from ampsuite import results
+from ampsuite.contract import wire
+from ampsuite.contract.errors import AmpsuiteError, PluginError
+from ampsuite.contract.plugin import REMEMBER_BYTES, ExecutorContext
+from ampsuite.contract.wire import Cell, Outcome, Status
+from ampsuite.host import environment, executors
+from ampsuite.host.manager import PluginSettings, Registry, load_registry
+from ampsuite.host.session import Plan
+from ampsuite.run import attempt, definition
+from ampsuite.run.attempt import CellJob, in_worker
+from ampsuite.run.pool import measure_processes, pool_outcomes, process_count
+from ampsuite.spec.suitefile import SuiteSpec
 
 __all__ = [
     "CellJob",
@@ -104,19 +104,18 @@ def now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
-def worker_context() -> BaseContext:
+def worker_context(registry: Registry) -> BaseContext:
     """The multiprocessing context cells run in: a fork server with torch preloaded on Linux, spawn elsewhere.
 
     :raises PluginError: when a built-in module the fork server preloads cannot be imported (the fork server
         would die, and with it every cell).
     """
     if sys.platform.startswith("linux"):
-        from plugins import BUILTIN_IMPLEMENTATIONS, BUILTIN_PLUGINS
-
         ctx = mp.get_context("forkserver")
-        # The fork server imports torch and the built-ins once; each worker is
-        # a fork of it, and no CUDA context exists before the fork.
-        preload = ["suite.run.worker", *BUILTIN_PLUGINS, *BUILTIN_IMPLEMENTATIONS]
+        # The fork server imports torch and the built-ins' implementations once; each worker is a fork of it
+        # (a cell's memory limit is room above them), and no CUDA context exists before the fork. The first
+        # registry of a process decides: CPython starts one fork server per process.
+        preload = ["ampsuite.run.worker", *registry.own_modules()]
         ctx.set_forkserver_preload(preload)
         _check_fork_server(ctx, preload)
         return ctx
@@ -303,7 +302,7 @@ def open_results(
     document (an existing file is renamed to :func:`backup_path`, never overwritten).
 
     Resuming keeps the finished records of ``ids``; of those among ``cells``, only the ones that measured
-    the same definition (:func:`suite.run.definition.difference`): the others run again, and the file as it
+    the same definition (:func:`ampsuite.run.definition.difference`): the others run again, and the file as it
     was is copied to :func:`backup_path` first, so nothing measured is lost. Records of cells outside
     ``ids`` (a run narrowed by ``-k``) are kept as they are.
     """
@@ -344,7 +343,7 @@ def open_results(
 def _measure_peaks(
     ctx: BaseContext, device: str, refresh: bool, log: Path, observer: Observer
 ) -> dict[str, Any] | None:
-    from suite.run import worker
+    from ampsuite.run import worker
 
     kind, value = in_worker(ctx, worker.peaks_main, (device, refresh, str(log)), PEAKS_TIMEOUT[device], log)
     if kind == "result" and "peaks" in value:
@@ -399,7 +398,7 @@ def _not_run(cell: Cell, registry: Registry, status: Status, reason: str) -> dic
 
 @dataclass
 class Task:
-    """One cell handed to an executor (:class:`suite.CellTask`): call it where the cell should run.
+    """One cell handed to an executor (:class:`ampsuite.CellTask`): call it where the cell should run.
 
     In the parent it runs the cell with the run's worker context and plugins.
     Pickled (an executor sending it to another process or node), it leaves
@@ -437,7 +436,7 @@ class Task:
             return
         with sigterm_interrupts():
             registry = load_registry(self.config.plugins)
-            ctx = None if self.config.in_process else worker_context()
+            ctx = None if self.config.in_process else worker_context(registry)
             logdir = Path(tempfile.mkdtemp(prefix="ampsuite-logs-"))
             try:
                 yield registry, ctx, logdir / "cell.log"
@@ -464,8 +463,8 @@ class Task:
         local_addr: str | None = None,
         share_gpus: bool = False,
     ) -> dict[str, Any]:
-        """Run one node of this multi-node cell here (a cluster job's task); see :meth:`suite.CellTask.node`."""
-        from suite.run import nodes
+        """Run one node of this multi-node cell here (a cluster job's task); see :meth:`ampsuite.CellTask.node`."""
+        from ampsuite.run import nodes
 
         with self._place() as place:
             job = self._job(*place)
@@ -496,7 +495,7 @@ class Task:
 
 
 class _Memory:
-    """``run.executor``: what the run's executor remembered per cell (:class:`suite.ExecutorContext`'s
+    """``run.executor``: what the run's executor remembered per cell (:class:`ampsuite.ExecutorContext`'s
     ``remember``), kept in the results file until the cell's record is written.
 
     Under ``--resume`` the data of the killed run's executor is given back to the same executor
@@ -590,7 +589,7 @@ def run_cells(
     writer = open_results(spec, config, device, registry, {c.id for c in cells}, cells, observer.message)
     kept = {r["id"]: r for r in writer.doc["cells"]}
     local = chosen.executor.name == executors.DEFAULT
-    ctx = None if config.in_process else worker_context()
+    ctx = None if config.in_process else worker_context(registry)
     timeout = config.timeout or spec.timeout
     interrupted = False
     failure: AmpsuiteError | None = None
@@ -759,6 +758,6 @@ def _notify(registry: Registry, record: dict[str, Any]) -> list[str]:
 
 
 def run_plan(p: Plan, config: RunConfig, observer: Observer) -> tuple[dict[str, Any], bool]:
-    """Run a plan's cells (:func:`suite.host.session.plan`); returns (results document, interrupted)."""
+    """Run a plan's cells (:func:`ampsuite.host.session.plan`); returns (results document, interrupted)."""
     config.plugins = p.settings
     return run_cells(p.spec, p.cells, p.registry, p.device, config, observer)

@@ -1,7 +1,7 @@
 """Fidelity: the harness against a plain hand-written training loop, in the same process.
 
 For each check, one step object is built through the plugins exactly as a
-cell would be. The harness times it with :func:`suite.run.measure.time_steps`
+cell would be. The harness times it with :func:`ampsuite.run.measure.time_steps`
 (what every cell uses); the plain loop drives the same model, optimizer, loss
 and batches with the few lines a user would write, timed as users time it
 (one synchronisation, wall clock over N steps). Rounds alternate so drift in
@@ -35,13 +35,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from suite.contract.step import Batch, TrainStep
-from suite.contract.wire import Status, screened_cell
-from suite.host.manager import PluginSettings, load_registry
-from suite.run.measure import summarize, time_steps
-from suite.run.worker import build_step
-from suite.spec.options import build_options, options_as_dict
-from suite.spec.suitefile import MeasureSpec
+from ampsuite.contract.step import Batch, TrainStep
+from ampsuite.contract.wire import Status, screened_cell
+from ampsuite.host.manager import PluginSettings, load_registry
+from ampsuite.run.measure import summarize, time_steps
+from ampsuite.run.worker import build_step
+from ampsuite.spec.options import build_options, options_as_dict
+from ampsuite.spec.suitefile import MeasureSpec
 
 __all__ = [
     "CHECKS",

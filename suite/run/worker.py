@@ -2,9 +2,9 @@
 
 :func:`main` measures one cell (:func:`run_cell`: in this process, or its
 ranks launched from here), checks its own result and sends exactly one
-outcome. What runs inside lives in :mod:`suite.run.cell`; its names are
+outcome. What runs inside lives in :mod:`ampsuite.run.cell`; its names are
 re-exported here for the callers that know the worker. The module imports torch (through
-:mod:`suite.run.cell`) at import time on purpose: the runner preloads it in
+:mod:`ampsuite.run.cell`) at import time on purpose: the runner preloads it in
 the fork server, so workers start without paying for the import.
 """
 
@@ -15,11 +15,11 @@ import sys
 import traceback
 from typing import Any
 
-from suite.contract.wire import Outcome, Status, json_problem, outcome
-from suite.host.manager import Registry
-from suite.run import launcher, procs
-from suite.run.cell import build_step, classify, limit_memory, mapped_bytes, measure_cell, traceback_tail
-from suite.run.resultcheck import refused
+from ampsuite.contract.wire import Outcome, Status, json_problem, outcome
+from ampsuite.host.manager import Registry
+from ampsuite.run import launcher, procs
+from ampsuite.run.cell import build_step, classify, limit_memory, mapped_bytes, measure_cell, traceback_tail
+from ampsuite.run.resultcheck import refused
 
 __all__ = [
     "build_step",
@@ -41,7 +41,7 @@ def run_cell(
     """Measure one cell; returns the record parts (status ``passed``).
 
     A cell of world size > 1 (suite-file ``gpus``) is handed to
-    :func:`suite.run.launcher.run_cell`, which launches its ranks from here; each
+    :func:`ampsuite.run.launcher.run_cell`, which launches its ranks from here; each
     rank loads its own plugins, so ``registry`` does not reach them.
 
     :param state: filled as the cell progresses (phase, partial metrics), so that
@@ -82,7 +82,7 @@ def _send(conn: Any, result: Any, log_path: str) -> None:
 def main(payload: dict[str, Any], conn: Any) -> None:
     """Entry point of the worker process: measure, send one result, exit."""
     procs.start_child(payload["log_path"])
-    # A data-parallel cell's ranks set their own limit (suite.run.rank): a
+    # A data-parallel cell's ranks set their own limit (ampsuite.run.rank): a
     # limit set here would be inherited by ranks that map more than this process.
     single = int(payload["cell"].get("world_size", 1)) <= 1
     if payload.get("memory_limit_bytes") and payload["cell"]["device"] == "cpu" and single:
@@ -100,9 +100,9 @@ def main(payload: dict[str, Any], conn: Any) -> None:
 
 
 def node_main(payload: dict[str, Any], node: dict[str, Any], conn: Any) -> None:
-    """Entry point of one node process of a multi-node cell run on this machine (:mod:`suite.run.nodes`).
+    """Entry point of one node process of a multi-node cell run on this machine (:mod:`ampsuite.run.nodes`).
 
-    ``node`` holds :func:`suite.run.launcher.run_node`'s keywords (``node_rank``,
+    ``node`` holds :func:`ampsuite.run.launcher.run_node`'s keywords (``node_rank``,
     ``nnodes``, ``endpoint``, ``run_id``) and ``env``, variables set before the
     ranks start (the stand-in's ``CUDA_VISIBLE_DEVICES`` share). Sends node 0's
     rendezvous endpoint as ``("endpoint", "host:port")`` as soon as it listens, then
@@ -147,7 +147,7 @@ def peaks_main(device_type: str, refresh: bool, log_path: str, conn: Any) -> Non
     """Entry point of the process that measures the device's peaks before the cells."""
     procs.start_child(log_path)
     try:
-        from suite.run.peaks import measure_peaks
+        from ampsuite.run.peaks import measure_peaks
 
         conn.send({"peaks": measure_peaks(device_type, refresh=refresh)})
     except BaseException as exc:

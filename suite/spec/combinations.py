@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from suite.contract.errors import SuiteFileError
+from ampsuite.contract.errors import SuiteFileError
 
 __all__ = ["parse_combinations", "show_value"]
 

@@ -5,8 +5,9 @@ readable: ``WORKLOAD[axis=value,...]/COMBINATION/bsN``, where only options
 that are axes in the suite file appear in brackets; a data-parallel cell
 (suite-file ``gpus`` > 1) reads ``WORKLOAD/COMBINATION/xN/bsN`` (N processes,
 batch size per process), one spanning M > 1 nodes (suite-file ``nodes``)
-``WORKLOAD/COMBINATION/nMxN/bsN`` (:func:`suite.spec.parallel.id_part`), so ids of single-process cells never change and
-``ampsuite max-batch`` still finds the batch size last.
+``WORKLOAD/COMBINATION/nMxN/bsN`` (:func:`ampsuite.spec.parallel.id_part`), so ids of
+single-process cells never change and ``ampsuite max-batch`` still finds the batch
+size last.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from suite.contract.errors import SuiteFileError
-from suite.contract.plugin import CheckContext, Technique, Workload
-from suite.contract.wire import Cell
-from suite.spec import limits, parallel
-from suite.spec.options import (
+from ampsuite.contract.errors import SuiteFileError
+from ampsuite.contract.plugin import CheckContext, Technique, Workload
+from ampsuite.contract.wire import Cell
+from ampsuite.spec import limits, parallel
+from ampsuite.spec.options import (
     OptionError,
     UnknownOption,
     build_options,
@@ -30,13 +31,13 @@ from suite.spec.options import (
     merge_values,
     options_as_dict,
 )
-from suite.spec.suitefile import Rule, SuiteSpec, WorkloadEntry
+from ampsuite.spec.suitefile import Rule, SuiteSpec, WorkloadEntry
 
 __all__ = ["Catalog", "Cell", "check_size", "expand", "matrix_size"]
 
 
 class Catalog(Protocol):
-    """The plugins' records by name: what expansion needs of the plugin registry (``suite.host.manager.Registry``)."""
+    """The plugins' records by name: what expansion needs of the registry (``ampsuite.host.manager.Registry``)."""
 
     @property
     def workloads(self) -> Mapping[str, Workload]: ...

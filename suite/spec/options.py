@@ -12,6 +12,13 @@ a name ``fn`` refuses is read as dotted names (``triton.tile_reductions = true``
 unquoted, is the entry ``"triton.tile_reductions"``). Errors name the entry's key,
 ``inductor."triton.tile_reductionz"``. Where a later table goes on top of an
 earlier one (:func:`merge_values`), a table option's entries merge one by one.
+
+A number's bounds are declared once, in the field's metadata, with the names
+annotated-types and pydantic use: ``ge``/``gt`` (at least / above) and
+``le``/``lt`` (at most / below), e.g. ``field(default=2.0, metadata={"help": ...,
+"gt": 1})``. :func:`build_options` checks them with the option's key, and
+``ampsuite list`` shows them; ``__post_init__`` is left for rules that tie
+options together.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args, get_origin
 
-from suite.spec.tomltext import toml_key
+from ampsuite.spec.tomltext import toml_key
 
 __all__ = [
     "OptionError",
@@ -86,6 +93,29 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
+BOUNDS: dict[str, tuple[str, typing.Callable[[Any, Any], bool]]] = {
+    "ge": (">=", lambda value, bound: value >= bound),
+    "gt": (">", lambda value, bound: value > bound),
+    "le": ("<=", lambda value, bound: value <= bound),
+    "lt": ("<", lambda value, bound: value < bound),
+}
+"""Field-metadata bound names: the comparison as written in messages, and the test."""
+
+
+def bounds_text(metadata: Mapping[str, Any]) -> str:
+    """A field's declared bounds as messages write them (``>= 1 and < 8``), or ``""``."""
+    return " and ".join(f"{op} {metadata[name]!r}" for name, (op, _) in BOUNDS.items() if name in metadata)
+
+
+def _check_bounds(metadata: Mapping[str, Any], value: Any, key: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return
+    for name, (_, ok) in BOUNDS.items():
+        if name in metadata and not ok(value, metadata[name]):
+            kind = "an integer" if isinstance(value, int) else "a number"
+            raise OptionError(key, f"expected {kind} {bounds_text(metadata)}, got {value!r}")
+
+
 def describe(options_type: type) -> list[OptionSpec]:
     """The options of a plugin, in declaration order."""
     hints = _hints(options_type)
@@ -97,7 +127,9 @@ def describe(options_type: type) -> list[OptionSpec]:
             default = f.default_factory()
         else:
             default = None
-        specs.append(OptionSpec(f.name, _type_name(hints[f.name]), default, str(f.metadata.get("help", ""))))
+        bounds = bounds_text(f.metadata) if hints[f.name] is not bool else ""
+        type_name = f"{_type_name(hints[f.name])} {bounds}" if bounds else _type_name(hints[f.name])
+        specs.append(OptionSpec(f.name, type_name, default, str(f.metadata.get("help", ""))))
     return specs
 
 
@@ -236,8 +268,8 @@ def _nonfinite(value: Any) -> float | None:
 def build_options(options_type: type, values: Mapping[str, Any]) -> Any:
     """Build an options instance from plain values, checking names and types.
 
-    :raises OptionError: unknown name (with "did you mean"), wrong type, or a
-        ValueError from the dataclass's own ``__post_init__``.
+    :raises OptionError: unknown name (with "did you mean"), wrong type, a value outside the field's declared
+        bounds, or a ValueError from the dataclass's own ``__post_init__``.
     """
     hints = _hints(options_type)
     fields = {f.name: f for f in dataclasses.fields(options_type)}
@@ -253,6 +285,7 @@ def build_options(options_type: type, values: Mapping[str, Any]) -> Any:
             )
             raise UnknownOption(key, f"unknown option{hint}")
         kwargs[key] = _coerce(hints[key], value, key)
+        _check_bounds(fields[key].metadata, kwargs[key], key)
         entry_type = fields[key].metadata.get("entry_type")
         if entry_type is not None and isinstance(kwargs[key], Mapping):
             kwargs[key] = _entries(entry_type, kwargs[key], key)

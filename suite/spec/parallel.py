@@ -39,7 +39,7 @@ def skip_reason(
     """Why a cell of ``world_size`` processes on ``nodes`` nodes cannot run on ``device`` with ``techniques``.
 
     None: it can. The built-in executor runs every node of a multi-node cell on
-    this machine (:mod:`suite.run.nodes`), so a CUDA cell needs all of its
+    this machine (:mod:`ampsuite.run.nodes`), so a CUDA cell needs all of its
     ``world_size`` GPUs here.
     """
     if world_size <= 1:

@@ -1,7 +1,7 @@
 """The suite file: TOML in, a validated :class:`SuiteSpec` out.
 
 Structure is checked here, completely, before any work starts; plugin names
-and plugin options are checked against the registry by :func:`suite.spec.matrix.expand`
+and plugin options are checked against the registry by :func:`ampsuite.spec.matrix.expand`
 (which also runs before any cell). Every error is a :class:`SuiteFileError`
 naming the file, the key path and what was expected.
 
@@ -26,7 +26,7 @@ Keys of ``[measure]`` whose meaning is not obvious from the README's example:
     (clocks, memory placement, allocator state): with N > 1 the record pools
     the N processes' samples, and its noise is the larger of the pooled noise
     and the scatter of the per-process medians (see
-    :func:`suite.run.runner.pool_outcomes`). Data-parallel cells (``gpus`` > 1)
+    :func:`ampsuite.run.runner.pool_outcomes`). Data-parallel cells (``gpus`` > 1)
     ignore it and run once.
 
 Keys of a ``[workloads.ID]`` table that are not workload options:
@@ -37,17 +37,17 @@ Keys of a ``[workloads.ID]`` table that are not workload options:
     how many processes run each cell data-parallel (DistributedDataParallel): one
     per GPU on CUDA, gloo processes on a CPU; an integer >= 1 or a list of them (an
     axis); default 1. With ``nodes`` it is the processes *per node* (torchrun's
-    ``--nproc-per-node``). See :mod:`suite.run.launcher`.
+    ``--nproc-per-node``). See :mod:`ampsuite.run.launcher`.
 ``nodes``
     how many nodes (hosts) each data-parallel cell spans (torchrun's ``--nnodes``):
     the world size is ``nodes x gpus``; an integer >= 1 or a list of them (an axis);
     default 1. The built-in executor runs every node on this machine
-    (:mod:`suite.run.nodes`, a stand-in for a cluster). See :mod:`suite.run.launcher`.
+    (:mod:`ampsuite.run.nodes`, a stand-in for a cluster). See :mod:`ampsuite.run.launcher`.
 
 The ``[executor]`` table says where the cells run (docs/cluster.md): ``name``
 picks the executor (default ``local``); every other key is an option of that
 executor, checked against its options dataclass when the suite is planned
-(:mod:`suite.host.executors`). ``ampsuite run --executor NAME`` and
+(:mod:`ampsuite.host.executors`). ``ampsuite run --executor NAME`` and
 ``--executor-option KEY=VALUE`` override it.
 
 A ``[tune.TECHNIQUE]`` table declares option values ``ampsuite tune`` tries for
@@ -79,10 +79,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from suite.contract.errors import SuiteFileError
-from suite.spec import limits, names
-from suite.spec.combinations import parse_combinations
-from suite.spec.combinations import show_value as _show
+from ampsuite.contract.errors import SuiteFileError
+from ampsuite.spec import limits, names
+from ampsuite.spec.combinations import parse_combinations
+from ampsuite.spec.combinations import show_value as _show
 
 __all__ = [
     "EXECUTOR_KEYS",
@@ -148,7 +148,7 @@ class MeasureSpec:
     numerics_steps: int = 5
     processes: int = 1
     """Fresh worker processes each single-process cell is measured in, one after another, samples pooled
-    (see :func:`suite.run.runner.pool_outcomes`); data-parallel cells (``gpus`` > 1) run once whatever it says."""
+    (see :func:`ampsuite.run.runner.pool_outcomes`); data-parallel cells (``gpus`` > 1) run once whatever it says."""
 
 
 MEASURE_KEYS = tuple(MeasureSpec.__dataclass_fields__)
@@ -571,4 +571,4 @@ def load(path: str | Path) -> SuiteSpec:
 
 def default_suite_path(device: str) -> Path:
     """The suite shipped for ``device`` (``cpu`` or ``cuda``)."""
-    return Path(str(resources.files("suite") / "defaults" / f"{device}.toml"))
+    return Path(str(resources.files("ampsuite") / "defaults" / f"{device}.toml"))

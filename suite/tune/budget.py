@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from suite.tune.space import AMP
+from ampsuite.tune.space import AMP
 
 __all__ = ["STARTUP_SECONDS", "Budget"]
 

@@ -1,6 +1,6 @@
 """What a tune run hands back: the recipe as a suite-file snippet, and the summary as Markdown.
 
-Both are pure functions of the summary :func:`suite.tune.search.tune` returns (also
+Both are pure functions of the summary :func:`ampsuite.tune.search.tune` returns (also
 stored in the results file's ``run.tune``), so they can be rewritten from a
 results file without measuring again.
 """
@@ -11,9 +11,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from suite.analysis.best import NO_GAIN
-from suite.contract.wire import Status
-from suite.spec.tomltext import toml_key, toml_value
+from ampsuite.analysis.best import NO_GAIN
+from ampsuite.contract.wire import Status
+from ampsuite.spec.tomltext import toml_key, toml_value
 
 __all__ = ["combination_name", "recipe_toml", "tune_markdown"]
 

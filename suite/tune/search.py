@@ -28,7 +28,7 @@ Per workload configuration (see docs/tune.md):
    winner without each of its techniques and without each option value step 5
    chose, measured in full.
 
-Each measurement is one cell through :func:`suite.run.runner.run_record`
+Each measurement is one cell through :func:`ampsuite.run.runner.run_record`
 (``Tuner.measure``), written to the tune results file before the next starts.
 """
 
@@ -38,15 +38,15 @@ import dataclasses
 from collections.abc import Mapping, Sequence, Set
 from typing import Any
 
-from suite import analysis
-from suite.contract.wire import SCREEN_SUFFIX, Status
-from suite.host.session import Plan
-from suite.run import runner
-from suite.spec.options import is_table_option, merge_values
-from suite.tune import space
-from suite.tune.space import AMP, TF32, Candidate, WorkloadConfig
-from suite.tune.trust import as_record, untrusted_reason
-from suite.tune.tuner import FULL, SCREEN, SCREENED_STEPS, Measure, Progress, TuneConfig, Tuner
+from ampsuite import analysis
+from ampsuite.contract.wire import SCREEN_SUFFIX, Status
+from ampsuite.host.session import Plan
+from ampsuite.run import runner
+from ampsuite.spec.options import is_table_option, merge_values
+from ampsuite.tune import space
+from ampsuite.tune.space import AMP, TF32, Candidate, WorkloadConfig
+from ampsuite.tune.trust import as_record, untrusted_reason
+from ampsuite.tune.tuner import FULL, SCREEN, SCREENED_STEPS, Measure, Progress, TuneConfig, Tuner
 
 __all__ = ["MIN_GAIN", "Measure", "TuneConfig", "Tuner", "tune"]
 

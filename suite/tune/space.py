@@ -3,7 +3,7 @@
 A candidate is a set of techniques with their options at one batch size for one
 workload configuration. It becomes a cell by expanding a *derived* suite (the
 workload entry at that batch size, the combinations ``fp32`` and the
-candidate's own) with :func:`suite.spec.matrix.expand`, so that option
+candidate's own) with :func:`ampsuite.spec.matrix.expand`, so that option
 validation, conflicts, requirements and every technique's ``check`` prune it
 exactly as they prune a suite's own cells, before anything runs.
 """
@@ -17,10 +17,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from suite.contract.wire import Cell
-from suite.spec import matrix
-from suite.spec.options import OptionError, build_options, merge_values
-from suite.spec.suitefile import MeasureSpec, SuiteSpec, WorkloadEntry
+from ampsuite.contract.wire import Cell
+from ampsuite.spec import matrix
+from ampsuite.spec.options import OptionError, build_options, merge_values
+from ampsuite.spec.suitefile import MeasureSpec, SuiteSpec, WorkloadEntry
 
 __all__ = [
     "AMP",
@@ -176,7 +176,7 @@ def technique_values(
     spec: SuiteSpec, catalog: matrix.Catalog, technique: str, overrides: Mapping[str, Any]
 ) -> dict[str, Any]:
     """``technique``'s suite-file values (``[techniques.NAME]``) with a candidate's ``overrides`` on top: each
-    ``OPTION.ENTRY`` override goes into that table option's entries (:func:`suite.spec.options.merge_values`)."""
+    ``OPTION.ENTRY`` override goes into that table option's entries (:func:`ampsuite.spec.options.merge_values`)."""
     return merge_values(catalog.techniques[technique].options, spec.technique_options.get(technique, {}), overrides)
 
 

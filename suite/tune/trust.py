@@ -1,6 +1,6 @@
 """Whether a measured candidate may be chosen: passed, numerics healthy against FP32, noise within target.
 
-The numerics rules are :func:`suite.analysis.numerics_reason`, the report's. Tune differs from
+The numerics rules are :func:`ampsuite.analysis.numerics_reason`, the report's. Tune differs from
 the report's "best" in two deliberate ways: it requires the FP32 reference (it measured it),
 and it does not require the report's wider "unstable" flag (an interquartile range over 10% of
 the median), since on a shared CPU nearly every cell carries it and the noise of the median,
@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
-from suite import analysis
-from suite.contract import wire
+from ampsuite import analysis
+from ampsuite.contract import wire
 
 __all__ = ["as_record", "disturbed_reason", "numerics_reason", "untrusted_reason"]
 
@@ -36,7 +36,7 @@ def _derived(record: Record, doc: Doc) -> analysis.Derived | None:
 def numerics_reason(record: Record, doc: Doc) -> str | None:
     """Why ``record``'s training cannot be trusted (None when it can), judged against its FP32 cell in ``doc``.
 
-    :func:`suite.analysis.numerics_reason` (not passed, non-finite, collapsed scale, drift),
+    :func:`ampsuite.analysis.numerics_reason` (not passed, non-finite, collapsed scale, drift),
     and one rule of tune's own: a candidate must have a passed FP32 cell to be held against
     (tune measures FP32 first, so "no reference" means that cell failed, not that the
     suite has none, which the report tolerates).

@@ -1,8 +1,8 @@
 """One tune run's machinery: every candidate measured as an ordinary cell, within the budget, written at once.
 
 :class:`Tuner.run` is the only place a candidate becomes a measurement: the
-cell from :meth:`suite.tune.space.Candidate.cell`, measured by
-:func:`suite.run.runner.run_record` in its own worker (or a test's stand-in),
+cell from :meth:`ampsuite.tune.space.Candidate.cell`, measured by
+:func:`ampsuite.run.runner.run_record` in its own worker (or a test's stand-in),
 its record added to the tune results file before anything else happens.
 """
 
@@ -18,16 +18,16 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
-from suite import analysis, results
-from suite.contract.wire import Cell, Status, screen_id, screened_cell
-from suite.host.manager import PluginSettings
-from suite.host.session import Plan
-from suite.run import definition, runner
-from suite.spec.suitefile import SuiteSpec
-from suite.tune import space
-from suite.tune.budget import Budget
-from suite.tune.space import Candidate, WorkloadConfig
-from suite.tune.trust import as_record, disturbed_reason, numerics_reason, untrusted_reason
+from ampsuite import analysis, results
+from ampsuite.contract.wire import Cell, Status, screen_id, screened_cell
+from ampsuite.host.manager import PluginSettings
+from ampsuite.host.session import Plan
+from ampsuite.run import definition, runner
+from ampsuite.spec.suitefile import SuiteSpec
+from ampsuite.tune import space
+from ampsuite.tune.budget import Budget
+from ampsuite.tune.space import Candidate, WorkloadConfig
+from ampsuite.tune.trust import as_record, disturbed_reason, numerics_reason, untrusted_reason
 
 __all__ = ["FULL", "SCREEN", "SCREENED_STEPS", "Measure", "Progress", "TuneConfig", "Tuner"]
 
@@ -36,7 +36,7 @@ SCREENED_STEPS = ("start", "greedy")
 """Steps of the search log whose measurement is a screening one."""
 
 Measure = Callable[[Cell, SuiteSpec, float], dict[str, Any]]
-"""Runs one cell with a timeout and returns its record: :func:`suite.run.runner.run_record` in a worker."""
+"""Runs one cell with a timeout and returns its record: :func:`ampsuite.run.runner.run_record` in a worker."""
 Progress = Callable[[str], None]
 
 
@@ -162,7 +162,7 @@ class Tuner:
 
     def _run_record(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
         if self._ctx is None:
-            self._ctx = runner.worker_context()
+            self._ctx = runner.worker_context(self.plan.registry)
         log = self.logdir / f"cell-{self.started}.log"
         return runner.run_record(
             runner.CellJob(self._ctx, spec, cell, self.run_config, log, timeout, self.plan.registry)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from suite import Batch, BuildContext, NoOptions, TrainStep
+from ampsuite import Batch, BuildContext, NoOptions, TrainStep
 
 
 def build(options: NoOptions, ctx: BuildContext) -> TrainStep:

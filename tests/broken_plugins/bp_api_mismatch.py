@@ -1,6 +1,6 @@
 """Broken on purpose: written for a plugin API that this ampsuite does not provide."""
 
-from suite import Technique, hookimpl
+from ampsuite import Technique, hookimpl
 
 AMPSUITE_PLUGIN_API = 99
 

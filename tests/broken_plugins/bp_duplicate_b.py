@@ -2,7 +2,7 @@
 
 from _bp_common import build
 
-from suite import Workload, hookimpl
+from ampsuite import Workload, hookimpl
 
 
 @hookimpl

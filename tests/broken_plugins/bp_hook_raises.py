@@ -1,6 +1,6 @@
 """Broken on purpose: the registration hook raises."""
 
-from suite import Technique, hookimpl
+from ampsuite import Technique, hookimpl
 
 
 @hookimpl

@@ -1,6 +1,6 @@
 """Broken on purpose: the hook name lacks its final "s" (ampsuite_workload)."""
 
-from suite import Workload, hookimpl
+from ampsuite import Workload, hookimpl
 
 
 @hookimpl

@@ -1,6 +1,6 @@
 """Broken on purpose: the hook takes an argument that the hook spec does not have."""
 
-from suite import Workload, hookimpl
+from ampsuite import Workload, hookimpl
 
 
 @hookimpl

@@ -1,8 +1,8 @@
-"""Broken on purpose: the hook returns plain dicts instead of suite.Workload records."""
+"""Broken on purpose: the hook returns plain dicts instead of ampsuite.Workload records."""
 
 from typing import Any
 
-from suite import hookimpl
+from ampsuite import hookimpl
 
 
 @hookimpl

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from suite import Batch, BuildContext, TrainStep, Workload, hookimpl
+from ampsuite import Batch, BuildContext, TrainStep, Workload, hookimpl
 from torch import nn
 
-from ampsuite_extras import checkpointing, lstm
+from ampsuite_extras import _checkpointing, _lstm, checkpointing, lstm
 
 PLUGINS = [lstm, checkpointing]
 LSTM = {"plugin": "lstm-lm", "batch_size": 4, "vocab": 32, "hidden": 16, "layers": 3, "seq_len": 8}
@@ -125,13 +125,13 @@ def test_a_workload_without_a_model_is_skipped_before_any_worker(ampsuite_plugin
 
 
 def test_the_backward_pass_recomputes_each_checkpointed_block():
-    step = lstm.build(
+    step = _lstm.build(
         lstm.LstmOptions(vocab=16, hidden=8, layers=2, seq_len=4), BuildContext(torch.device("cpu"), 2, 0, "")
     )
-    step = checkpointing.apply(step, checkpointing.CheckpointOptions(every=2))
+    step = _checkpointing.apply(step, checkpointing.CheckpointOptions(every=2))
     calls = {0: 0, 1: 0}
     for index, block in enumerate(step.model.blocks):
-        inner = block.block if isinstance(block, checkpointing.Checkpointed) else block
+        inner = block.block if isinstance(block, _checkpointing.Checkpointed) else block
         # A pre-hook: recomputation stops as soon as backward has what it needs,
         # so a block's forward may not return the second time.
         inner.register_forward_pre_hook(lambda module, args, index=index: calls.__setitem__(index, calls[index] + 1))
@@ -140,11 +140,11 @@ def test_the_backward_pass_recomputes_each_checkpointed_block():
 
 
 def test_parameters_stay_the_same_objects_for_the_optimizer():
-    step = lstm.build(
+    step = _lstm.build(
         lstm.LstmOptions(vocab=16, hidden=8, layers=2, seq_len=4), BuildContext(torch.device("cpu"), 2, 0, "")
     )
     before = {id(p) for p in step.model.parameters()}
-    checkpointing.apply(step, checkpointing.CheckpointOptions())
+    _checkpointing.apply(step, checkpointing.CheckpointOptions())
     assert {id(p) for p in step.model.parameters()} == before
     assert {id(p) for group in step.optimizer.param_groups for p in group["params"]} == before
 

@@ -6,10 +6,10 @@ import math
 
 import pytest
 import torch
-from suite import BuildContext
-from suite.testing import SuiteFileError
+from ampsuite import BuildContext
+from ampsuite.testing import SuiteFileError
 
-from ampsuite_extras import lstm
+from ampsuite_extras import _lstm, lstm
 
 SMALL = {"vocab": 32, "hidden": 16, "layers": 2, "seq_len": 12}
 
@@ -41,7 +41,7 @@ def test_fp32_and_bf16_cells_pass_and_count_tokens(ampsuite_run):
 
 def test_the_synthetic_stream_is_learnable():
     options = lstm.LstmOptions(vocab=16, hidden=32, layers=1, seq_len=16, lr=1e-2)
-    step = lstm.build(options, BuildContext(torch.device("cpu"), batch_size=8, seed=0, data_dir=""))
+    step = _lstm.build(options, BuildContext(torch.device("cpu"), batch_size=8, seed=0, data_dir=""))
     run = step.compose()
     first = float(run(step.data()))
     for _ in range(60):
@@ -52,7 +52,7 @@ def test_the_synthetic_stream_is_learnable():
 
 def test_the_host_dataset_matches_the_device_batches():
     options = lstm.LstmOptions(**SMALL)
-    step = lstm.build(options, BuildContext(torch.device("cpu"), batch_size=4, seed=3, data_dir=""))
+    step = _lstm.build(options, BuildContext(torch.device("cpu"), batch_size=4, seed=3, data_dir=""))
     assert step.dataset is not None and step.collate is not None
     inputs, target = step.dataset[0]
     assert torch.equal(inputs[1:], target[:-1])  # targets are the inputs shifted by one token

@@ -7,8 +7,8 @@ import functools
 from typing import Any
 
 import torch
-from suite import Batch, BuildContext, Technique, TrainStep
-from suite.testing import load_plugins
+from ampsuite import Batch, BuildContext, Technique, TrainStep
+from ampsuite.testing import load_plugins
 from torch import nn
 
 CPU = torch.device("cpu")
@@ -16,7 +16,7 @@ CPU = torch.device("cpu")
 
 @functools.cache
 def registry() -> Any:
-    """The registry of ampsuite's built-ins (:func:`suite.testing.load_plugins`); this package's techniques are not
+    """The registry of ampsuite's built-ins (:func:`ampsuite.testing.load_plugins`); this package's techniques are not
     in it: its tests import their modules."""
     return load_plugins()
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import torch
-from suite import CheckContext, SkipCell, Workload
+from ampsuite import CheckContext, SkipCell, Workload
 from torch import nn
 
 from ampsuite_resnet_kernels import _cudnn_batch_norm as impl

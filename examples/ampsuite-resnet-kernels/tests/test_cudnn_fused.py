@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torchvision
-from suite import SkipCell
+from ampsuite import SkipCell
 from torch import nn
 
 from ampsuite_resnet_kernels import _cudnn_api as api

@@ -25,7 +25,7 @@ def _python(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ampsuite_list_shows_each_technique_with_the_package_as_its_source() -> None:
-    out = _python("-m", "suite", "list").stdout
+    out = _python("-m", "ampsuite", "list").stdout
     for technique, plugin in PLUGINS.items():
         assert f"technique {technique} (plugin {plugin}) [order " in out, technique
         (row,) = [line for line in out.splitlines() if f" {plugin} " in line]
@@ -38,7 +38,7 @@ def test_registering_the_package_imports_no_torch() -> None:
     its top costs each of them seconds."""
     code = (
         "import sys\n"
-        "from suite.testing import load_plugins\n"
+        "from ampsuite.testing import load_plugins\n"
         "registry = load_plugins(autoload=True)\n"
         f"assert {sorted(PLUGINS)!r} == sorted(t for t in registry.techniques if t in {sorted(PLUGINS)!r})\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'torchvision', 'triton', 'numpy')))\n"

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from suite import CheckContext, SkipCell, Workload
+from ampsuite import CheckContext, SkipCell, Workload
 from torch import nn
 
 from ampsuite_resnet_kernels import _maxpool_offsets as impl

@@ -17,7 +17,7 @@ import textwrap
 import pytest
 import torch
 import torchvision
-from suite import CheckContext, SkipCell, Workload
+from ampsuite import CheckContext, SkipCell, Workload
 from torch import nn
 
 from ampsuite_resnet_kernels import _persistent_batch_norm as impl

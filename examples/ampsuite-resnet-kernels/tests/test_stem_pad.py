@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from suite import CheckContext, NoOptions, SkipCell, TrainStep, Workload
+from ampsuite import CheckContext, NoOptions, SkipCell, TrainStep, Workload
 from torch import nn
 
 from ampsuite_resnet_kernels import _stem_pad as impl

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from suite.spec import matrix, suitefile
-from suite.testing import load_plugins
+from ampsuite.spec import matrix, suitefile
+from ampsuite.testing import load_plugins
 
 from ampsuite_resnet_kernels import cudnn_batch_norm, maxpool_offsets, persistent_batch_norm, stem_pad
 

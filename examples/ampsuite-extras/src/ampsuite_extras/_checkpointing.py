@@ -6,7 +6,7 @@ import functools
 from typing import Any
 
 import torch
-from suite import SkipCell, TrainStep
+from ampsuite import SkipCell, TrainStep
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 

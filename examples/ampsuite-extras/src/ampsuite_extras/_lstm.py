@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from suite import Batch, BuildContext, TrainStep
+from ampsuite import Batch, BuildContext, TrainStep
 from torch import nn
 from torch.nn import functional as F
 
@@ -75,7 +75,7 @@ class TokenDataset(torch.utils.data.Dataset[tuple[torch.Tensor, torch.Tensor]]):
 
 
 def collate(item: tuple[torch.Tensor, torch.Tensor]) -> Batch:
-    """A DataLoader batch (inputs, targets) as a CPU :class:`suite.Batch`."""
+    """A DataLoader batch (inputs, targets) as a CPU :class:`ampsuite.Batch`."""
     inputs, target = item
     return Batch((inputs,), target)
 

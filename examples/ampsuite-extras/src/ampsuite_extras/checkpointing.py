@@ -12,7 +12,7 @@ Which modules are "blocks": the ``nn.ModuleList`` or ``nn.Sequential`` found at
 ``model.<attribute>`` (``blocks`` by default, as in timm's ViT and in
 ``lstm-lm``; ``encoder.layer`` for Hugging Face BERT). A model without one
 makes the cell *skipped* with the reason, from inside the worker
-(:class:`suite.SkipCell`); a workload that has no model at all (it builds
+(:class:`ampsuite.SkipCell`); a workload that has no model at all (it builds
 its own step) is skipped earlier, when the matrix is expanded, by ``check``.
 
 How: each chosen block is replaced in its container by a :class:`Checkpointed`
@@ -28,13 +28,11 @@ workload built keeps working.
 from __future__ import annotations
 
 import html
-import importlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any
 
-from suite import CheckContext, ReportSection, Technique, TrainStep, hookimpl
+from ampsuite import CheckContext, ReportSection, Technique, hookimpl, lazy
 
 AMPSUITE_PLUGIN_API = 1
 """The ampsuite plugin API this module was written for (checked when it is loaded)."""
@@ -150,23 +148,13 @@ HEADER = [
 ]
 
 
-def _impl() -> ModuleType:
-    # The torch-dependent part lives in ampsuite_extras._checkpointing: registering this plugin (ampsuite list,
-    # --help, suite-file checks) must not import torch.
-    return importlib.import_module("ampsuite_extras._checkpointing")
-
-
-def apply(step: TrainStep, options: CheckpointOptions) -> TrainStep:
-    return _impl().apply(step, options)
-
-
 @hookimpl
 def ampsuite_techniques() -> list[Technique]:
     return [
         Technique(
             name=NAME,
             summary="recompute each block's activations in backward (torch.utils.checkpoint): less memory, more time",
-            apply=apply,
+            apply=lazy("ampsuite_extras._checkpointing:apply"),
             options=CheckpointOptions,
             order=ORDER,
             check=check,
@@ -197,8 +185,3 @@ def ampsuite_report_sections(results: Sequence[Mapping[str, Any]]) -> Iterable[R
             anchor=NAME,
         )
     ]
-
-
-def __getattr__(name: str) -> Any:
-    """Everything else of the plugin (models, datasets) from its implementation module."""
-    return getattr(_impl(), name)

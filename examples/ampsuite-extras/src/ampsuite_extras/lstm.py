@@ -17,12 +17,9 @@ convention the ``activation-checkpointing`` technique looks for.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
-from types import ModuleType
-from typing import Any
 
-from suite import BuildContext, TrainStep, Workload, hookimpl
+from ampsuite import Workload, hookimpl, lazy
 
 AMPSUITE_PLUGIN_API = 1
 """The ampsuite plugin API this module was written for (checked when it is loaded)."""
@@ -62,30 +59,15 @@ class LstmOptions:
             raise ValueError(f"lr must be > 0, got {self.lr!r}")
 
 
-def _impl() -> ModuleType:
-    # The torch-dependent part lives in ampsuite_extras._lstm: registering this plugin (ampsuite list,
-    # --help, suite-file checks) must not import torch.
-    return importlib.import_module("ampsuite_extras._lstm")
-
-
-def build(options: LstmOptions, ctx: BuildContext) -> TrainStep:
-    return _impl().build(options, ctx)
-
-
 @hookimpl
 def ampsuite_workloads() -> list[Workload]:
     return [
         Workload(
             name=NAME,
             summary="stacked-LSTM language model on a learnable synthetic token stream (blocks in model.blocks)",
-            build=build,
+            build=lazy("ampsuite_extras._lstm:build"),
             options=LstmOptions,
             unit="tokens",
             traits=frozenset({"model", "data-path", "recurrent"}),
         )
     ]
-
-
-def __getattr__(name: str) -> Any:
-    """Everything else of the plugin (models, datasets) from its implementation module."""
-    return getattr(_impl(), name)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
-from suite import SkipCell, TrainStep
+from ampsuite import SkipCell, TrainStep
 from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm
 

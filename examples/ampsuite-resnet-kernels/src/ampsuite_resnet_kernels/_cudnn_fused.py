@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from suite import SkipCell, TrainStep
+from ampsuite import SkipCell, TrainStep
 from torch import Tensor, fx, nn
 
 from ampsuite_resnet_kernels import _cudnn_api as api

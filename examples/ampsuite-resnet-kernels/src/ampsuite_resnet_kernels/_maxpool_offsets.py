@@ -7,7 +7,7 @@ from typing import Any, get_args
 
 import torch
 import torch.nn.functional as F
-from suite import SkipCell, TrainStep
+from ampsuite import SkipCell, TrainStep
 from torch import nn
 
 from ampsuite_resnet_kernels._layout import kept_layout

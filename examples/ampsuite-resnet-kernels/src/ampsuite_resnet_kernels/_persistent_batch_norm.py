@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
-from suite import SkipCell, TrainStep
+from ampsuite import SkipCell, TrainStep
 from torch import Tensor, fx, nn
 
 from ampsuite_resnet_kernels._fx_patterns import AdoptedBatchNorm2d, is_relu, only_user, trace

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from suite import Batch, SkipCell, TrainStep
+from ampsuite import Batch, SkipCell, TrainStep
 from torch import nn
 
 from ampsuite_resnet_kernels.stem_pad import StemPadOptions

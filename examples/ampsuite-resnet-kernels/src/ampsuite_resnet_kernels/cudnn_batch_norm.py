@@ -23,7 +23,7 @@ the module structure and parameter names stay, so probes, checkpoints and other
 techniques see the same model. Evaluation mode, modules without running
 statistics or affine parameters, and ``SyncBatchNorm`` keep their own forward.
 Measured on an NVIDIA H200 (torch 2.11.0+cu130, cuDNN 9.19; 2026-11-30,
-``ampsuite run tests/gpu/cudnn-bn.toml -p plugins.probes.kernels --no-peaks``,
+``ampsuite run tests/gpu/cudnn-bn.toml -p ampsuite.plugins.probes.kernels --no-peaks``,
 now this package's suites/resnet50-cudnn-bn.toml), it loses: compiled
 ResNet-50 batch 256 in fp16 + channels-last took 37.1 ms of GPU time a step
 with it against 34.6 ms without (element-wise kernels 6.2 ms against 3.3: the
@@ -75,10 +75,8 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from types import ModuleType
-from typing import Any
 
-from suite import CheckContext, Technique, TrainStep, hookimpl
+from ampsuite import CheckContext, Technique, TrainStep, hookimpl
 
 AMPSUITE_PLUGIN_API = 1
 
@@ -94,12 +92,6 @@ class CudnnBatchNormOptions:
     )
 
 
-def _impl() -> ModuleType:
-    # The torch-dependent part lives in ampsuite_resnet_kernels._cudnn_batch_norm: registering this plugin
-    # (ampsuite list, --help, suite-file checks) must not import torch.
-    return importlib.import_module("ampsuite_resnet_kernels._cudnn_batch_norm")
-
-
 def check(ctx: CheckContext) -> str | None:
     if "model" not in ctx.workload.traits:
         return f"needs a workload with a model (trait 'model'); {ctx.workload.name!r} has none"
@@ -110,7 +102,7 @@ def apply(step: TrainStep, options: CudnnBatchNormOptions) -> TrainStep:
     if options.fuse:
         # Its own module, which builds on the plain operator's (layout, bounds): one direction of import.
         return importlib.import_module("ampsuite_resnet_kernels._cudnn_fused").apply(step)
-    return _impl().apply(step, options)
+    return importlib.import_module("ampsuite_resnet_kernels._cudnn_batch_norm").apply(step, options)
 
 
 @hookimpl
@@ -128,10 +120,3 @@ def ampsuite_techniques() -> list[Technique]:
             check=check,
         )
     ]
-
-
-def __getattr__(name: str) -> Any:
-    """Everything else of the plugin (the operator, its helpers) from its implementation module."""
-    if name.startswith(("__", "AMPSUITE_", "ampsuite_")):  # the manager's and pluggy's probes stay here
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(_impl(), name)

@@ -3,7 +3,7 @@
 ResNet-50's stem max pool (3x3, stride 2, on 256x64x112x112 at batch 256) had
 the most expensive single kernel of the compiled fp16 recipe on one NVIDIA H200
 (torch 2.11.0+cu130, 2026-12-01, the kernels probe of ``ampsuite run ... -p
-plugins.probes.kernels``):
+ampsuite.plugins.probes.kernels``):
 ``triton_poi_fused_add_max_pool2d_with_indices_max_pool2d_with_indices_backward``,
 1.31 ms of a 33.5 ms step. AOTAutograd's partitioner does not save the
 pool's indices (int64, as large as the input's quarter) but recomputes them in
@@ -30,7 +30,7 @@ compiled alone, 2.27 -> 1.29 ms forward + backward; ResNet-50's stem with the
 pool's two consumers 6.87 -> 6.29 ms a step. In the whole compiled fp16 model
 the gather written as tensor ops did not pay: 7,585 img/s against the recipe's
 7,651 (on another H200 earlier that day; ``ampsuite run
-tests/gpu/resnet50-pool.toml -p plugins.probes.kernels``), as inductor folded
+tests/gpu/resnet50-pool.toml -p ampsuite.plugins.probes.kernels``), as inductor folded
 it into the batch norm backward's kernels
 (element-wise time -1.23 ms a step, batch norm +1.06 ms). Hence the option
 ``backward``: ``"kernel"`` (the default) runs the gather as one Triton kernel
@@ -40,7 +40,7 @@ run and gathers inline, and its notes say so. Tune measures both like any
 technique of its space.
 
 With the kernel (one H200, torch 2.11.0+cu130, 2026-12-01; ``ampsuite run
-tests/gpu/resnet50-stem.toml -p plugins.probes.kernels``, the cells now in
+tests/gpu/resnet50-stem.toml -p ampsuite.plugins.probes.kernels``, the cells now in
 suites/resnet50-stack.toml): the backward alone 0.499 ms at the stem pool's
 shape against ATen's 2.009; the recipe 7,625-7,638 -> 7,741 img/s (33.07 ms a
 step, element-wise -1.41 ms, batch norm +0.40 ms), and with ``stem-pad`` too
@@ -57,16 +57,14 @@ plain max pool is a skip with the reason. Order 22: a model rewrite, before AMP
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Literal
 
-from suite import CheckContext, Technique, TrainStep, hookimpl
+from ampsuite import CheckContext, Technique, hookimpl, lazy
 
 AMPSUITE_PLUGIN_API = 1
 
-__all__ = ["Backward", "MaxPoolOffsetsOptions", "apply", "check"]
+__all__ = ["Backward", "MaxPoolOffsetsOptions", "check"]
 
 Backward = Literal["kernel", "inline"]
 """How the backward gathers: one Triton kernel, or tensor ops."""
@@ -83,20 +81,10 @@ class MaxPoolOffsetsOptions:
     )
 
 
-def _impl() -> ModuleType:
-    # The torch-dependent part lives in ampsuite_resnet_kernels._maxpool_offsets: registering this plugin
-    # (ampsuite list, --help, suite-file checks) must not import torch.
-    return importlib.import_module("ampsuite_resnet_kernels._maxpool_offsets")
-
-
 def check(ctx: CheckContext) -> str | None:
     if "model" not in ctx.workload.traits:
         return f"needs a workload with a model; {ctx.workload.name!r} has none"
     return None
-
-
-def apply(step: TrainStep, options: MaxPoolOffsetsOptions) -> TrainStep:
-    return _impl().apply(step, options)
 
 
 @hookimpl
@@ -105,7 +93,7 @@ def ampsuite_techniques() -> list[Technique]:
         Technique(
             name="maxpool-offsets",
             summary="max pooling by compares that saves int8 window offsets for a gather backward (for torch.compile)",
-            apply=apply,
+            apply=lazy("ampsuite_resnet_kernels._maxpool_offsets:apply"),
             options=MaxPoolOffsetsOptions,
             order=22,
             requires=frozenset({"torch-compile"}),

@@ -37,15 +37,13 @@ forward. Order 42, with cudnn-batch-norm: a model rewrite after AMP (30) and bef
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
-from types import ModuleType
 
-from suite import CheckContext, Technique, TrainStep, hookimpl
+from ampsuite import CheckContext, Technique, hookimpl, lazy
 
 AMPSUITE_PLUGIN_API = 1
 
-__all__ = ["PersistentBatchNormOptions", "apply", "check"]
+__all__ = ["PersistentBatchNormOptions", "check"]
 
 
 @dataclass(frozen=True)
@@ -73,20 +71,10 @@ class PersistentBatchNormOptions:
             raise ValueError(f"num_warps must be 4 or 8, got {self.num_warps}")
 
 
-def _impl() -> ModuleType:
-    # The torch-dependent part lives in ampsuite_resnet_kernels._persistent_batch_norm: registering this plugin
-    # (ampsuite list, --help, suite-file checks) must not import torch.
-    return importlib.import_module("ampsuite_resnet_kernels._persistent_batch_norm")
-
-
 def check(ctx: CheckContext) -> str | None:
     if "model" not in ctx.workload.traits:
         return f"needs a workload with a model (trait 'model'); {ctx.workload.name!r} has none"
     return None
-
-
-def apply(step: TrainStep, options: PersistentBatchNormOptions) -> TrainStep:
-    return _impl().apply(step, options)
 
 
 @hookimpl
@@ -95,7 +83,7 @@ def ampsuite_techniques() -> list[Technique]:
         Technique(
             name="persistent-batch-norm",
             summary="batch norm + ReLU as one persistent Triton kernel a pass (statistics, grid barrier, apply)",
-            apply=apply,
+            apply=lazy("ampsuite_resnet_kernels._persistent_batch_norm:apply"),
             options=PersistentBatchNormOptions,
             order=42,
             requires=frozenset({"cuda", "channels-last"}),

@@ -34,7 +34,7 @@ and before AMP (30) and torch-compile (80).
 
 Measured in ResNet-50's compiled recipe (fp16 + channels-last + compile +
 fused SGD, batch 256, one H200, torch 2.11.0+cu130, 2026-12-01,
-``ampsuite run tests/gpu/resnet50-stem.toml -p plugins.probes.kernels``, the
+``ampsuite run tests/gpu/resnet50-stem.toml -p ampsuite.plugins.probes.kernels``, the
 cells now in this package's suites/resnet50-stack.toml): 7,625-7,638 ->
 7,657-7,704 img/s (33.23-33.43 ms a step; cuDNN's padding kernel, 0.25 ms,
 gone), and with ``maxpool-offsets`` too 7,741 -> 7,820.
@@ -42,15 +42,13 @@ gone), and with ``maxpool-offsets`` too 7,741 -> 7,820.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
-from types import ModuleType
 
-from suite import CheckContext, Technique, TrainStep, hookimpl
+from ampsuite import CheckContext, Technique, hookimpl, lazy
 
 AMPSUITE_PLUGIN_API = 1
 
-__all__ = ["StemPadOptions", "apply", "check"]
+__all__ = ["StemPadOptions", "check"]
 
 
 @dataclass(frozen=True)
@@ -64,20 +62,10 @@ class StemPadOptions:
             raise ValueError(f"channels must be between 2 and 64, got {self.channels}")
 
 
-def _impl() -> ModuleType:
-    # The torch-dependent part lives in ampsuite_resnet_kernels._stem_pad: registering this plugin (ampsuite list,
-    # --help, suite-file checks) must not import torch.
-    return importlib.import_module("ampsuite_resnet_kernels._stem_pad")
-
-
 def check(ctx: CheckContext) -> str | None:
     if "conv" not in ctx.workload.traits or "model" not in ctx.workload.traits:
         return f"needs a convolutional workload with a model (traits 'conv', 'model'); {ctx.workload.name!r} lacks one"
     return None
-
-
-def apply(step: TrainStep, options: StemPadOptions) -> TrainStep:
-    return _impl().apply(step, options)
 
 
 @hookimpl
@@ -86,7 +74,7 @@ def ampsuite_techniques() -> list[Technique]:
         Technique(
             name="stem-pad",
             summary="images and the first convolution padded with zero channels (3 -> 4), as MLPerf's loaders do",
-            apply=apply,
+            apply=lazy("ampsuite_resnet_kernels._stem_pad:apply"),
             options=StemPadOptions,
             order=15,
             check=check,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from suite import Batch, BuildContext, Technique, TrainStep, Workload, hookimpl
+from ampsuite import Batch, BuildContext, Technique, TrainStep, Workload, hookimpl
 
 __version__ = "1.2.3"
 AMPSUITE_PLUGIN_API = 1

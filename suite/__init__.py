@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pluggy
 
+from ampsuite.contract.cell import Cell
 from ampsuite.contract.errors import CaptureFailed, ExitCode, PluginError, SkipCell, SuiteFileError
 from ampsuite.contract.lazy import lazy
 from ampsuite.contract.plugin import (
@@ -23,7 +24,7 @@ from ampsuite.contract.plugin import (
     Workload,
 )
 from ampsuite.contract.step import Batch, StepFn, TrainStep, Wrapper
-from ampsuite.contract.wire import Cell, Status
+from ampsuite.contract.wire import Status
 
 __version__ = "0.1.0"
 

@@ -11,7 +11,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from ampsuite.contract.wire import Cell, Record, Status
+from ampsuite.contract.cell import Cell
+from ampsuite.contract.wire import Record, Status
 
 __all__ = ["Display", "format_bytes", "line_for", "print_summary", "results_table", "untrusted_note"]
 
@@ -131,7 +132,7 @@ class Display:
         self._task: Any = None
 
     def run_started(self, total: int, path: Path) -> None:
-        from ampsuite.run.runner import now
+        from ampsuite.results import now
 
         self.total = total
         self.started = now()

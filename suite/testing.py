@@ -52,7 +52,7 @@ from ampsuite.contract.wire import Status
 from ampsuite.spec.tomltext import toml_lines
 
 if TYPE_CHECKING:
-    from ampsuite.contract.wire import Cell
+    from ampsuite.contract.cell import Cell
     from ampsuite.host.manager import PluginSettings, Registry
     from ampsuite.spec.suitefile import SuiteSpec
 

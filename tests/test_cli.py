@@ -60,9 +60,9 @@ def test_list_shows_the_toy_workload_with_options_and_defaults(capsys, monkeypat
         in (out.splitlines())
     )
     for line in (
-        "    features (int, default 32): input features",
-        "    hidden (int, default 64): hidden width",
-        "    layers (int, default 2): hidden layers",
+        "    features (int >= 1, default 32): input features",
+        "    hidden (int >= 1, default 64): hidden width",
+        "    layers (int >= 1, default 2): hidden layers",
         "    lr (float, default 0.01): SGD learning rate",
     ):
         assert line in out.splitlines()

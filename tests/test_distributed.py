@@ -20,8 +20,8 @@ import pytest
 from conftest import FAST_MEASURE, QuietObserver
 
 from ampsuite import analysis
+from ampsuite.contract.cell import Cell
 from ampsuite.contract.errors import SuiteFileError
-from ampsuite.contract.wire import Cell
 from ampsuite.run import launcher, runner
 from ampsuite.spec import matrix, parallel, suitefile
 from ampsuite.spec.keyword import select

@@ -289,7 +289,7 @@ def test_a_remembered_job_that_was_cancelled_is_recorded_then_forgotten(
     cell = plan.cells[0].id
     # The file a killed parent leaves: no record yet, the cell's job remembered.
     config = runner.RunConfig(output=out, measure_peaks=False)
-    writer = runner.open_results(plan.spec, config, plan.device, plan.registry, {cell})
+    writer = results.open_results(plan.spec, config, plan.device, plan.registry, {cell})
     job = {"job_id": "4242", "folder": str(tmp_path / "jobs" / "4242"), "cluster": "local", "tasks": 1}
     writer.doc["run"]["executor"] = {"name": "slurm", "jobs": {cell: job}}
     writer.flush()
@@ -516,7 +516,7 @@ def test_remember_writes_at_once_and_the_record_forgets(tmp_path: Path, write_su
     _Remembering.out, _Remembering.seen = str(out), []
     # A killed slurm run's file: its jobs are not this executor's, so they are dropped, in one line.
     config = runner.RunConfig(output=out, in_process=True, measure_peaks=False, data_dir=tmp_path / "data")
-    writer = runner.open_results(plan.spec, config, plan.device, plan.registry, {"toy/fp32/bs8"})
+    writer = results.open_results(plan.spec, config, plan.device, plan.registry, {"toy/fp32/bs8"})
     writer.doc["run"]["executor"] = {"name": "slurm", "jobs": {"toy/fp32/bs8": {"job_id": "1"}}}
     writer.flush()
     config.resume = True

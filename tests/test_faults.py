@@ -22,7 +22,7 @@ import torch
 from ampsuite import BuildContext, SkipCell, cli, results
 from ampsuite.contract.errors import ExitCode, SuiteFileError
 from ampsuite.host import session
-from ampsuite.plugins import faults
+from ampsuite.plugins import _faults, faults
 from ampsuite.plugins.workloads import _toy, toy
 from ampsuite.run.resultcheck import malformed
 
@@ -320,7 +320,7 @@ def _toy_step(device: str = "cpu") -> Any:
 
 
 def test_leak_doubles_every_step_and_gives_up_at_its_limit() -> None:
-    leak = faults._Leak(torch.device("cpu"), limit_gb=0.5)
+    leak = _faults._Leak(torch.device("cpu"), limit_gb=0.5)
     for _ in range(3):
         leak.grow()
     assert [t.numel() for t in leak.kept] == [faults.LEAK_FIRST_BYTES * 2**i for i in range(3)]
@@ -329,7 +329,7 @@ def test_leak_doubles_every_step_and_gives_up_at_its_limit() -> None:
 
 
 def test_graph_capture_fault_is_inside_forward_backward_not_a_wrapper() -> None:
-    step = faults.apply(_toy_step("cuda"), faults.FaultOptions(kind="graph-capture", after_steps=1))
+    step = _faults.apply(_toy_step("cuda"), faults.FaultOptions(kind="graph-capture", after_steps=1))
     assert step.wrappers == []  # cuda-graphs captures forward_backward (or the composed step around it)
     assert step.forward_backward is not None
     run = step.compose()
@@ -339,14 +339,14 @@ def test_graph_capture_fault_is_inside_forward_backward_not_a_wrapper() -> None:
 
 def test_graph_capture_and_scale_collapse_skip_where_they_cannot_happen() -> None:
     with pytest.raises(SkipCell, match="needs a CUDA device"):
-        faults.apply(_toy_step(), faults.FaultOptions(kind="graph-capture"))
+        _faults.apply(_toy_step(), faults.FaultOptions(kind="graph-capture"))
     with pytest.raises(SkipCell, match="needs a GradScaler"):
-        faults.apply(_toy_step(), faults.FaultOptions(kind="scale-collapse"))
+        _faults.apply(_toy_step(), faults.FaultOptions(kind="scale-collapse"))
 
 
 def test_overflowing_loss_keeps_the_value_and_overflows_the_gradient() -> None:
     calls = iter([False, True])
-    loss_fn = faults._OverflowingLoss(torch.nn.MSELoss(), lambda: next(calls))
+    loss_fn = _faults._OverflowingLoss(torch.nn.MSELoss(), lambda: next(calls))
     x = torch.ones(3, requires_grad=True)
     healthy = loss_fn(x * 2, torch.zeros(3))
     healthy.backward()

@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from ampsuite import BuildContext, CheckContext, SkipCell, Technique, TrainStep, Workload, analysis
+from ampsuite import BuildContext, CheckContext, NoOptions, SkipCell, Technique, TrainStep, Workload, analysis
 from ampsuite.host import session
 from ampsuite.plugins.techniques import (
     _channels_last,
@@ -111,11 +111,10 @@ def test_inference_with_half_weights_runs_the_half_model(tmp_path: Any) -> None:
 
 
 def test_inference_composes_with_channels_last_batch_norm_in_eval(tmp_path: Any) -> None:
-    from ampsuite.plugins.techniques import channels_last
 
     opts = cnn.ResNetOptions(depth=18, width=8, image_size=32, classes=10)
     step = _cnn.build(opts, BuildContext(CPU, 2, 0, str(tmp_path)))
-    step = _channels_last.apply(step, channels_last.NoOptions())
+    step = _channels_last.apply(step, NoOptions())
     step = use(step, "inference")
     assert step.model is not None
     bn = next(m for m in step.model.modules() if isinstance(m, nn.BatchNorm2d))

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import ampsuite
-from ampsuite.contract import wire
+from ampsuite.contract import cell, wire
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -173,7 +173,7 @@ def test_plugins_use_the_public_api_only() -> None:
 def test_public_api_is_importable_and_complete() -> None:
     for name in ampsuite.__all__:
         assert hasattr(ampsuite, name), name
-    assert ampsuite.Cell is wire.Cell and ampsuite.Status is wire.Status
+    assert ampsuite.Cell is cell.Cell and ampsuite.Status is wire.Status
 
 
 @pytest.mark.parametrize("enabled", [False, True], ids=["default", "with -p ampsuite.plugins.faults"])

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from ampsuite import CheckContext, Technique, TrainStep, Workload, hookimpl
+from ampsuite.contract.cell import Cell
 from ampsuite.contract.errors import SuiteFileError, UsageError
-from ampsuite.contract.wire import Cell
 from ampsuite.host.manager import PluginSettings, load_registry
 from ampsuite.spec.keyword import KeywordExpression, select
 from ampsuite.spec.matrix import expand

@@ -18,8 +18,9 @@ import pytest
 from conftest import FAST_MEASURE
 
 from ampsuite import cli
+from ampsuite.contract.cell import Cell
 from ampsuite.contract.errors import ExitCode, SuiteFileError
-from ampsuite.contract.wire import Cell, Status, outcome
+from ampsuite.contract.wire import Status, outcome
 from ampsuite.run import launcher, nodes
 from ampsuite.spec import matrix, parallel, suitefile
 from ampsuite.spec.keyword import select

@@ -393,7 +393,7 @@ def example_run(venv: Venv) -> tuple[dict, Path, str]:
 @pytest.mark.slow
 def test_the_venv_imports_the_installed_copies(venv):
     out = venv.run(
-        "-c", "import suite, ampsuite_extras; print(ampsuite.__file__); print(ampsuite_extras.__file__)"
+        "-c", "import ampsuite, ampsuite_extras; print(ampsuite.__file__); print(ampsuite_extras.__file__)"
     ).stdout
     site = str(venv.root / "env")
     assert all(line.startswith(site) for line in out.split()), out

@@ -18,8 +18,11 @@ from ampsuite.plugins.workloads import _gemm, _transformer, cnn, gemm, transform
 CPU = torch.device("cpu")
 
 
-def make(module: Any, options: Any, batch_size: int = 2, autocast: torch.dtype | None = None) -> TrainStep:
-    step = module.build(options, BuildContext(CPU, batch_size, 0, "unused"))
+WORKLOADS = load_registry(PluginSettings(autoload=False)).workloads
+
+
+def make(workload: str, options: Any, batch_size: int = 2, autocast: torch.dtype | None = None) -> TrainStep:
+    step = WORKLOADS[workload].build(options, BuildContext(CPU, batch_size, 0, "unused"))
     step.autocast_dtype = autocast
     return step
 
@@ -51,8 +54,8 @@ def legacy_tf32(matmul: bool, conv: bool) -> Iterator[None]:
 
 def test_probes_are_registered() -> None:
     probes = load_registry(PluginSettings(autoload=False)).probes
-    assert probes["flops"].inspect is _flops.inspect
-    assert probes["tensor-cores"].inspect is _tensorcores.inspect
+    assert probes["flops"].inspect.resolve() is _flops.inspect  # type: ignore[attr-defined]
+    assert probes["tensor-cores"].inspect.resolve() is _tensorcores.inspect  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------------------
@@ -69,7 +72,7 @@ def tensor_cores(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_on_a_cpu_misalignment_is_recorded_without_warnings() -> None:
-    ctx = probe(make(gemm, gemm.GemmOptions(m=64, n=64, k=65, dtype="bfloat16")), _tensorcores.inspect)
+    ctx = probe(make("gemm", gemm.GemmOptions(m=64, n=64, k=65, dtype="bfloat16")), _tensorcores.inspect)
     assert ctx.warnings == []
     assert ctx.diagnostics["tensor_cores"]["misaligned"] == 1
     assert ctx.diagnostics["tensor_cores"]["ops"][0]["aligned"] is False
@@ -78,7 +81,7 @@ def test_on_a_cpu_misalignment_is_recorded_without_warnings() -> None:
 @pytest.mark.parametrize(("dims", "bad"), [((64, 64, 65), "K=65"), ((65, 64, 64), "M=65"), ((64, 65, 64), "N=65")])
 def test_misaligned_bf16_product_is_warned_about(dims: tuple[int, int, int], bad: str, tensor_cores: None) -> None:
     m, n, k = dims
-    ctx = probe(make(gemm, gemm.GemmOptions(m=m, n=n, k=k, dtype="bfloat16")), _tensorcores.inspect)
+    ctx = probe(make("gemm", gemm.GemmOptions(m=m, n=n, k=k, dtype="bfloat16")), _tensorcores.inspect)
     assert len(ctx.warnings) == 1
     assert "aten.mm" in ctx.warnings[0] and "bfloat16" in ctx.warnings[0] and bad in ctx.warnings[0]
     assert f"[[{m}, {k}], [{k}, {n}]]" in ctx.warnings[0]
@@ -98,14 +101,14 @@ def test_misaligned_bf16_product_is_warned_about(dims: tuple[int, int, int], bad
 
 
 def test_aligned_product_is_not_warned_about() -> None:
-    ctx = probe(make(gemm, gemm.GemmOptions(m=64, n=64, k=64, batch=2, dtype="bfloat16")), _tensorcores.inspect)
+    ctx = probe(make("gemm", gemm.GemmOptions(m=64, n=64, k=64, batch=2, dtype="bfloat16")), _tensorcores.inspect)
     assert ctx.warnings == []
     [row] = ctx.diagnostics["tensor_cores"]["ops"]
     assert (row["op"], row["aligned"], row["shapes"]) == ("aten.bmm", True, [[2, 64, 64], [2, 64, 64]])
 
 
 def test_float32_misalignment_is_recorded_but_not_warned() -> None:
-    ctx = probe(make(gemm, gemm.GemmOptions(m=64, n=64, k=65)), _tensorcores.inspect)
+    ctx = probe(make("gemm", gemm.GemmOptions(m=64, n=64, k=65)), _tensorcores.inspect)
     assert ctx.warnings == []
     [row] = ctx.diagnostics["tensor_cores"]["ops"]
     assert (row["dtype"], row["aligned"]) == ("float32", False)
@@ -113,23 +116,23 @@ def test_float32_misalignment_is_recorded_but_not_warned() -> None:
 
 
 def test_autocast_dtype_reaches_the_table(tensor_cores: None) -> None:
-    ctx = probe(make(gemm, gemm.GemmOptions(m=64, n=64, k=65), autocast=torch.bfloat16), _tensorcores.inspect)
+    ctx = probe(make("gemm", gemm.GemmOptions(m=64, n=64, k=65), autocast=torch.bfloat16), _tensorcores.inspect)
     assert [row["dtype"] for row in ctx.diagnostics["tensor_cores"]["ops"]] == ["bfloat16"]
     assert len(ctx.warnings) == 1
 
 
 def test_bert_unpadded_vocab_is_flagged_and_padding_fixes_it(tensor_cores: None) -> None:
-    odd = probe(make(transformer, tiny_bert(vocab=1001), autocast=torch.bfloat16), _tensorcores.inspect)
+    odd = probe(make("bert", tiny_bert(vocab=1001), autocast=torch.bfloat16), _tensorcores.inspect)
     assert len(odd.warnings) == 3  # the head's product forward, and both of its backward products
     assert all("1001" in w for w in odd.warnings)
     phases = {row["phase"] for row in odd.diagnostics["tensor_cores"]["ops"] if not row["aligned"]}
     assert phases == {"forward", "backward"}
-    padded = probe(make(transformer, tiny_bert(vocab=1001, pad_vocab_to=8), autocast=torch.bfloat16))
+    padded = probe(make("bert", tiny_bert(vocab=1001, pad_vocab_to=8), autocast=torch.bfloat16))
     assert padded.warnings == []
 
 
 def test_convolutions_are_recorded_in_both_phases_with_counts() -> None:
-    ctx = probe(make(cnn, tiny_resnet(), autocast=torch.bfloat16), _tensorcores.inspect)
+    ctx = probe(make("resnet", tiny_resnet(), autocast=torch.bfloat16), _tensorcores.inspect)
     ops = ctx.diagnostics["tensor_cores"]["ops"]
     convs = [row for row in ops if row["op"] == "aten.convolution"]
     backward = [row for row in ops if row["op"] == "aten.convolution_backward"]
@@ -142,7 +145,7 @@ def test_convolutions_are_recorded_in_both_phases_with_counts() -> None:
 
 
 def test_probe_drops_the_gradients_it_made() -> None:
-    step = make(transformer, tiny_bert(vocab=100))
+    step = make("bert", tiny_bert(vocab=100))
     probe(step)
     assert step.model is not None
     assert all(p.grad is None for p in step.model.parameters())
@@ -183,7 +186,7 @@ def autocast_layer_norm_dtype() -> str:
 
 
 def test_precision_ops_show_float32_in_the_fp32_baseline() -> None:
-    ctx = probe(make(transformer, tiny_bert(vocab=100, fused_attention=False)), _tensorcores.inspect)
+    ctx = probe(make("bert", tiny_bert(vocab=100, fused_attention=False)), _tensorcores.inspect)
     seen = families(ctx)
     assert seen == {
         "layer_norm": {"float32": 2 * 2 + 2},
@@ -195,7 +198,7 @@ def test_precision_ops_show_float32_in_the_fp32_baseline() -> None:
 
 
 def test_precision_ops_show_what_autocast_decides() -> None:
-    ctx = probe(make(transformer, tiny_bert(vocab=100), autocast=torch.bfloat16), _tensorcores.inspect)
+    ctx = probe(make("bert", tiny_bert(vocab=100), autocast=torch.bfloat16), _tensorcores.inspect)
     layer_norm = families(ctx)["layer_norm"]
     assert sum(layer_norm.values()) == 2 * 2 + 2
     # the embedding LayerNorm is fed float32 embeddings; the head's one a linear layer's output
@@ -204,7 +207,7 @@ def test_precision_ops_show_what_autocast_decides() -> None:
 
 
 def test_precision_ops_prove_a_float32_island() -> None:
-    step = make(transformer, tiny_bert(vocab=100), autocast=torch.bfloat16)
+    step = make("bert", tiny_bert(vocab=100), autocast=torch.bfloat16)
     assert isinstance(step.model, _transformer.BertForMaskedLM)
     norm = step.model.head_norm
     original = norm.forward
@@ -218,7 +221,7 @@ def test_precision_ops_prove_a_float32_island() -> None:
 
 
 def test_batch_norm_is_a_precision_op() -> None:
-    ctx = probe(make(cnn, tiny_resnet()), _tensorcores.inspect)
+    ctx = probe(make("resnet", tiny_resnet()), _tensorcores.inspect)
     assert families(ctx)["batch_norm"] == {"float32": 20}
 
 
@@ -228,16 +231,16 @@ def test_batch_norm_is_a_precision_op() -> None:
 
 
 def test_matmul_dtype_follows_the_precision_that_reaches_the_products() -> None:
-    assert probe(make(cnn, tiny_resnet()), _flops.inspect).metrics["matmul_dtype"] == "float32"
-    amp = probe(make(cnn, tiny_resnet(), autocast=torch.bfloat16), _flops.inspect)
+    assert probe(make("resnet", tiny_resnet()), _flops.inspect).metrics["matmul_dtype"] == "float32"
+    amp = probe(make("resnet", tiny_resnet(), autocast=torch.bfloat16), _flops.inspect)
     assert amp.metrics["matmul_dtype"] == "bfloat16"
     assert amp.diagnostics["flops"]["by_dtype"] == {"bfloat16": amp.metrics["flops_per_step"]}
-    stored = probe(make(gemm, gemm.GemmOptions(m=16, n=16, k=16, dtype="float16")), _flops.inspect)
+    stored = probe(make("gemm", gemm.GemmOptions(m=16, n=16, k=16, dtype="float16")), _flops.inspect)
     assert stored.metrics == {"flops_per_step": 2.0 * 16**3, "matmul_dtype": "float16"}
 
 
 def test_matmul_dtype_is_the_class_with_most_flops() -> None:
-    step = make(gemm, gemm.GemmOptions(m=64, n=64, k=64))
+    step = make("gemm", gemm.GemmOptions(m=64, n=64, k=64))
     small = torch.randn(8, 8, dtype=torch.bfloat16)
     forward_backward, _ = step.phases()
 

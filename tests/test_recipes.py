@@ -104,7 +104,9 @@ def test_bad_options_in_a_suite_file_are_one_line_errors(write_suite: Any, fast_
     path = write_suite(f'[suite]\nname = "r"\ndevice = "cpu"\n{fast_measure}\n{body}{options}')
     with pytest.raises(SuiteFileError) as info:
         session.plan(path, device="cpu")
-    assert "grad-accumulation.steps: expected an integer >= 1, got -2" in str(info.value) and "\n" not in str(info.value)
+    assert "grad-accumulation.steps: expected an integer >= 1, got -2" in str(info.value) and "\n" not in str(
+        info.value
+    )
 
 
 def test_an_unknown_optimizer_is_refused_in_one_line() -> None:

@@ -38,7 +38,7 @@ def _load(apply: Any) -> Technique:
 
 @pytest.mark.parametrize("target", ["os.path", "os.path:", ":join", "os path:join", "os.path:join.x"])
 def test_a_lazy_target_must_be_module_colon_function(target: str) -> None:
-    with pytest.raises(ValueError, match="lazy target must be 'package.module:function'"):
+    with pytest.raises(ValueError, match=r"lazy target must be 'package\.module:function'"):
         lazy(target)
 
 
@@ -58,7 +58,9 @@ def test_a_lazy_target_whose_module_is_missing_is_a_load_error_naming_the_plugin
 
 def test_a_lazy_target_without_the_function_fails_on_call_naming_the_plugin() -> None:
     technique = _load(lazy("os.path:no_such_function"))
-    with pytest.raises(PluginError, match=r"^plugin 'mine': 'os.path:no_such_function': module 'os.path' has no callable"):
+    with pytest.raises(
+        PluginError, match=r"^plugin 'mine': 'os.path:no_such_function': module 'os.path' has no callable"
+    ):
         technique.apply(None, None)  # type: ignore[arg-type]
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from ampsuite import results
 from ampsuite.host.manager import Registry
-from ampsuite.run import definition
+from ampsuite.results import definition
 from ampsuite.spec.matrix import expand
 from ampsuite.spec.suitefile import loads
 
@@ -63,7 +63,7 @@ def test_a_record_matches_its_own_cell_and_names_what_changed(tmp_path: Path, re
     path = tmp_path / "suite.toml"
     path.write_text(SUITE.format(steps=2))
     cell = _cells(path, registry)["toy/accumulated/bs8"]
-    from ampsuite.run.runner import base_record
+    from ampsuite.results import base_record
 
     record = results.sanitize(base_record(cell, registry))
     assert definition.difference(record, cell, registry) is None
@@ -80,7 +80,7 @@ def test_a_record_written_before_an_option_existed_matches_the_options_default(r
     path = tmp_path / "suite.toml"
     path.write_text(SUITE.format(steps=4))
     cell = _cells(path, registry)["toy/accumulated/bs8"]
-    from ampsuite.run.runner import base_record
+    from ampsuite.results import base_record
 
     record = results.sanitize(base_record(cell, registry))
     record["techniques"] = [{"name": t["name"], "options": {}} for t in record["techniques"]]  # steps = 4, default

@@ -14,13 +14,15 @@ import pytest
 from ampsuite import Technique, TrainStep, hookimpl, results
 from ampsuite import tune as tune_module
 from ampsuite.cli import main
+from ampsuite.contract.cell import Cell
 from ampsuite.contract.errors import ExitCode, SuiteFileError
-from ampsuite.contract.wire import Cell, Status, screen_id, screened_cell
+from ampsuite.contract.wire import Status
 from ampsuite.host import session
 from ampsuite.host.manager import PluginSettings
 from ampsuite.report.tune_page import render_tune_page, tune_context
-from ampsuite.run import runner, selfcheck
+from ampsuite.run import selfcheck
 from ampsuite.spec.matrix import expand
+from ampsuite.spec.screens import screen_id, screened_cell
 from ampsuite.spec.suitefile import SuiteSpec, loads
 from ampsuite.tune import TuneConfig, recipe_toml, search, tune, untrusted_reason
 from ampsuite.tune.search import BUDGET_ROW, HEAD_START, SCREENED_AGAIN, STOOD_IN
@@ -180,7 +182,7 @@ class FakeWorker:
 
     def __call__(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
         self.starts.append((self.now, timeout))
-        record = runner.base_record(cell, self.registry)
+        record = results.base_record(cell, self.registry)
         if self.cost > timeout:
             self.now += timeout
             record.update(status=Status.TIMEOUT, evidence={"timeout_seconds": timeout}, wall_seconds=timeout)

@@ -21,21 +21,20 @@ from ampsuite.plugins.workloads import _cnn, _data, _transformer, cnn, gemm, tra
 
 CPU = torch.device("cpu")
 
-TINY: dict[str, tuple[Any, Any]] = {
-    "resnet": (cnn, cnn.ResNetOptions(depth=18, width=16, image_size=32, classes=10)),
-    "bert": (
-        transformer,
-        transformer.BertOptions(layers=2, hidden=64, heads=4, intermediate=128, seq_len=32, vocab=1000),
-    ),
-    "vit": (vit, vit.ViTOptions(image_size=32, patch_size=8, layers=2, heads=4, hidden=64, mlp=128, classes=10)),
-    "gemm": (gemm, gemm.GemmOptions(m=64, n=64, k=64)),
+WORKLOADS = load_registry(PluginSettings(autoload=False)).workloads
+"""The built-ins as registered: a test builds through the record's lazy ``build``, as a worker does."""
+
+TINY: dict[str, Any] = {
+    "resnet": cnn.ResNetOptions(depth=18, width=16, image_size=32, classes=10),
+    "bert": transformer.BertOptions(layers=2, hidden=64, heads=4, intermediate=128, seq_len=32, vocab=1000),
+    "vit": vit.ViTOptions(image_size=32, patch_size=8, layers=2, heads=4, hidden=64, mlp=128, classes=10),
+    "gemm": gemm.GemmOptions(m=64, n=64, k=64),
 }
 MODELS = ("resnet", "bert", "vit")
 
 
 def build(name: str, options: Any = None, batch_size: int = 4, seed: int = 0, data_dir: str = "unused") -> TrainStep:
-    module, default = TINY[name]
-    return module.build(options or default, BuildContext(CPU, batch_size, seed, data_dir))
+    return WORKLOADS[name].build(options or TINY[name], BuildContext(CPU, batch_size, seed, data_dir))
 
 
 def first_loss(step: TrainStep) -> torch.Tensor:
@@ -191,7 +190,7 @@ def test_bert_flops_match_the_analytic_count(fused: bool) -> None:
 
 
 def test_vit_flops_match_the_analytic_count() -> None:
-    options = TINY["vit"][1]
+    options = TINY["vit"]
     assert counted_flops(build("vit", batch_size=2)) == pytest.approx(vit_flops(options, 2), rel=0.01)
 
 
@@ -437,8 +436,7 @@ def test_gemm_options_are_validated() -> None:
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_workload_steps_on_cuda_and_matches_cpu_data(name: str) -> None:
-    module, options = TINY[name]
-    gpu = module.build(options, BuildContext(torch.device("cuda"), 4, 0, "unused"))
+    gpu = WORKLOADS[name].build(TINY[name], BuildContext(torch.device("cuda"), 4, 0, "unused"))
     cpu = build(name)
     if gpu.dataset is not None:  # the same batches, whichever device they were pooled on
         for _ in range(_data.POOL_BATCHES):

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import torch
 
+    from ampsuite.contract.cell import Cell
     from ampsuite.contract.step import TrainStep
-    from ampsuite.contract.wire import Cell, Status
+    from ampsuite.contract.wire import Status
 
 __all__ = [
     "BuildContext",
@@ -140,7 +141,7 @@ class ProbeContext:
     Attributes:
         step: the cell's step after every technique was applied.
         run: the composed step function that is timed.
-        cell: the cell being measured (the same :class:`~ampsuite.contract.wire.Cell` ``ampsuite_modify_cells`` saw).
+        cell: the cell being measured (the same :class:`~ampsuite.contract.cell.Cell` ``ampsuite_modify_cells`` saw).
         metrics: numbers for the record (JSON values; floats, never NaN).
         diagnostics: structured evidence (tables of shapes, dtype per op, ...).
         warnings: one-line warnings for the record and the report.

@@ -2,8 +2,8 @@
 
 One module holds them all so that each boundary has one typed definition:
 
-- :class:`Cell`, one point of the matrix: what ``ampsuite_modify_cells`` and
-  probes see (the same frozen object), and what the runner hands a worker;
+- one point of the matrix, :class:`ampsuite.contract.cell.Cell`, travels as
+  ``Cell.as_dict()`` inside the payload;
 - :class:`WorkerPayload`, the plain data a worker process starts from;
 - :class:`Outcome`, what one measurement (a worker, or the runner on its behalf)
   says about a cell;
@@ -19,10 +19,8 @@ reader after it can trust the types.
 
 from __future__ import annotations
 
-import dataclasses
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, NotRequired, TypedDict
 
@@ -34,12 +32,8 @@ __all__ = [
     "MAX_INT",
     "NOT_RUN",
     "ORDER",
-    "SCREEN_SUFFIX",
-    "screen_id",
-    "screened_cell",
     "TERMINAL",
     "WORKER_STATUSES",
-    "Cell",
     "Document",
     "Evidence",
     "Metrics",
@@ -79,120 +73,9 @@ NOT_RUN: frozenset[Status] = frozenset({Status.SKIPPED, Status.INTERRUPTED})
 """Statuses of cells that were not (completely) attempted."""
 WORKER_STATUSES: frozenset[Status] = frozenset({Status.PASSED, Status.SKIPPED, Status.FAILED, Status.OOM})
 """What a worker may say about its own cell; timeout, crashed and interrupted are the runner's to say."""
-SCREEN_SUFFIX = "/screen"
-"""What ends the id of a tune candidate's short screening measurement (``CELL_ID/screen``); a repeated screen of
-the same cell, which ``ampsuite tune`` takes to confirm a small gain, ends in ``/screen-N`` (N = 2, 3, ...)."""
-
-
-def screen_id(cell_id: str, repeat: int = 1) -> str:
-    """The id of the ``repeat``-th screening measurement of the cell ``cell_id``."""
-    return cell_id + SCREEN_SUFFIX + ("" if repeat == 1 else f"-{repeat}")
-
-
-def screened_cell(record_id: str) -> str | None:
-    """The id of the cell that ``record_id`` screens, or None when it is not a screen's id."""
-    head, sep, tail = record_id.rpartition(SCREEN_SUFFIX)
-    if not sep or (tail and not (tail.startswith("-") and tail[1:].isdigit())):
-        return None
-    return head
-
-
 # ---------------------------------------------------------------------------
 # the cell
 # ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One point of the matrix: a workload configuration, a technique combination, a batch size.
-
-    Frozen: a plugin changes a cell by replacing it in the list it was given
-    (``cells[i] = cell.skipped("why")`` or ``dataclasses.replace``).
-
-    Attributes:
-        id: unique and stable, ``WORKLOAD[axis=value,...]/COMBINATION[/xN or /nMxN]/bsN``.
-        workload_id: the suite file's name for the workload entry.
-        workload: the workload plugin's registered name.
-        options: the workload's options, every field filled in.
-        axes: the options that are axes in the suite file, with this cell's values.
-        combination: the suite file's name for the technique combination.
-        techniques: ``(name, options)`` pairs in the order they are applied.
-        batch_size: samples per step (per process when ``world_size`` > 1).
-        device: ``cpu`` or ``cuda``.
-        baseline: the combination this cell is compared with.
-        skip_reason: why the cell will not run, or None.
-        world_size: processes the cell runs data-parallel on (1 = one process); with ``nodes`` > 1,
-            ``nodes`` x the processes per node.
-        nodes: the nodes (hosts) those processes are spread over, each running ``world_size // nodes``
-            (suite-file ``nodes``; 1 = every process on this host, the usual case).
-    """
-
-    id: str
-    workload_id: str
-    workload: str
-    options: dict[str, Any]
-    axes: dict[str, Any]
-    combination: str
-    techniques: tuple[tuple[str, dict[str, Any]], ...]
-    batch_size: int
-    device: str
-    baseline: str
-    skip_reason: str | None = None
-    world_size: int = 1
-    nodes: int = 1
-    extra: dict[str, Any] = field(default_factory=dict)
-    """Free-form data a plugin attaches in ``ampsuite_modify_cells``; travels to the worker."""
-
-    def __post_init__(self) -> None:
-        # Lists from callers become tuples: a frozen cell's technique order cannot change under it.
-        object.__setattr__(self, "techniques", tuple((str(n), dict(o)) for n, o in self.techniques))
-
-    def skipped(self, reason: str) -> Cell:
-        """This cell, to be recorded as skipped with ``reason`` instead of run."""
-        return dataclasses.replace(self, skip_reason=reason)
-
-    @property
-    def technique_names(self) -> tuple[str, ...]:
-        return tuple(n for n, _ in self.techniques)
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain JSON data (what a worker payload carries)."""
-        return {
-            "id": self.id,
-            "workload_id": self.workload_id,
-            "workload": self.workload,
-            "options": self.options,
-            "axes": self.axes,
-            "combination": self.combination,
-            "techniques": [{"name": n, "options": o} for n, o in self.techniques],
-            "batch_size": self.batch_size,
-            "device": self.device,
-            "baseline": self.baseline,
-            "skip_reason": self.skip_reason,
-            "extra": self.extra,
-            "world_size": self.world_size,
-            "nodes": self.nodes,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Cell:
-        """The inverse of :meth:`as_dict`."""
-        return cls(
-            id=data["id"],
-            workload_id=data["workload_id"],
-            workload=data["workload"],
-            options=dict(data["options"]),
-            axes=dict(data["axes"]),
-            combination=data["combination"],
-            techniques=tuple((t["name"], dict(t["options"])) for t in data["techniques"]),
-            batch_size=int(data["batch_size"]),
-            device=data["device"],
-            baseline=data["baseline"],
-            skip_reason=data.get("skip_reason"),
-            extra=dict(data.get("extra") or {}),
-            world_size=int(data.get("world_size", 1)),
-            nodes=int(data.get("nodes", 1)),
-        )
 
 
 # ---------------------------------------------------------------------------

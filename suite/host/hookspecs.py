@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
+    from ampsuite.contract.cell import Cell
     from ampsuite.contract.plugin import Executor, Probe, ReportSection, Technique, Workload
-    from ampsuite.contract.wire import Cell
 
 hookspec = pluggy.HookspecMarker("ampsuite")
 

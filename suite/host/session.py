@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ampsuite.contract.cell import Cell
 from ampsuite.contract.errors import UsageError
-from ampsuite.contract.wire import Cell
 from ampsuite.host import environment, executors
 from ampsuite.host.manager import PluginSettings, Registry, load_registry
 from ampsuite.spec import limits, matrix, suitefile

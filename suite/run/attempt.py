@@ -20,7 +20,8 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ampsuite.contract.wire import Cell, Outcome, Status, WorkerPayload, outcome
+from ampsuite.contract.cell import Cell
+from ampsuite.contract.wire import Outcome, Status, WorkerPayload, outcome
 from ampsuite.host.manager import Registry
 from ampsuite.run import procs
 from ampsuite.run.resultcheck import malformed, refused

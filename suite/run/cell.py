@@ -18,10 +18,11 @@ from typing import Any
 
 import torch
 
+from ampsuite.contract.cell import Cell
 from ampsuite.contract.errors import PluginContractError, SkipCell
 from ampsuite.contract.plugin import BuildContext, ProbeContext
 from ampsuite.contract.step import TrainStep
-from ampsuite.contract.wire import Cell, Outcome, Status, outcome
+from ampsuite.contract.wire import Outcome, Status, outcome
 from ampsuite.host.manager import PluginSettings, Registry, load_registry
 from ampsuite.run.measure import rates, summarize, time_steps, timing_warnings
 from ampsuite.run.numerics import finite, run_numerics, scale_collapsed, sync
@@ -180,9 +181,9 @@ def measure_cell(
             numerics["scale_at_collapse"] = scale
 
     stats = summarize(samples)
-    metrics["step_time"] = stats.as_dict(samples)
+    metrics["step_time"] = stats
     metrics["samples_per_step"] = step.samples_per_step
-    rates(metrics, stats.median)
+    rates(metrics, stats["median"])
     warnings = ctx.warnings
     warnings.extend(timing_warnings(stats, spec.noise_target))
     if numerics["nonfinite_step"] is not None:

@@ -43,20 +43,15 @@ from pathlib import Path
 from typing import Any
 
 from ampsuite import results
+from ampsuite.contract.cell import Cell
 from ampsuite.contract.errors import UsageError
-from ampsuite.contract.wire import Cell, Status
+from ampsuite.contract.wire import Status
 from ampsuite.host.manager import PluginSettings, Registry
 from ampsuite.host.session import Plan
-from ampsuite.run.runner import (
-    CellJob,
-    RunConfig,
-    base_record,
-    now,
-    open_results,
-    run_record,
-    sigterm_interrupts,
-    worker_context,
-)
+from ampsuite.results import base_record, now, open_results
+from ampsuite.run.forkserver import worker_context
+from ampsuite.run.runner import CellJob, RunConfig, run_record
+from ampsuite.run.signals import sigterm_interrupts
 from ampsuite.spec.suitefile import MeasureSpec, SuiteSpec
 
 __all__ = ["QUANTUM", "RESOLUTION", "SearchConfig", "attempt_measure", "midpoint", "search"]

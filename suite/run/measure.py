@@ -12,8 +12,9 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
+
+from ampsuite.contract.wire import StepTime
 
 if TYPE_CHECKING:
     import torch
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "UNSTABLE_REL_IQR",
-    "StepStats",
     "between_process_noise",
     "pool",
     "rates",
@@ -42,31 +42,6 @@ UNSTABLE_REL_IQR = 0.10
 """An interquartile range above this fraction of the median makes a figure unstable (untrusted)."""
 
 
-@dataclass(frozen=True)
-class StepStats:
-    """Statistics of the timed step durations, in seconds.
-
-    ``noise`` is the relative standard error of the median (what the stopping
-    rule compares with the target); ``rel_iqr`` the spread, IQR/median.
-    """
-
-    n: int
-    median: float
-    mean: float
-    min: float
-    max: float
-    p10: float
-    p90: float
-    iqr: float
-    rel_iqr: float
-    noise: float
-    p99: float
-    """The 99th percentile (tail latency of inference cells); ``p10``/``p90`` are the 10th and 90th."""
-
-    def as_dict(self, samples: Sequence[float]) -> dict[str, Any]:
-        return {**asdict(self), "samples": list(samples)}
-
-
 def _quantiles(samples: Sequence[float], n: int) -> list[float]:
     if len(samples) == 1:
         return [samples[0]] * (n - 1)
@@ -83,13 +58,19 @@ def relative_noise(samples: Sequence[float]) -> float:
     return _MEDIAN_SE * ((q3 - q1) / _IQR_TO_SIGMA) / math.sqrt(len(samples)) / med
 
 
-def summarize(samples: Sequence[float]) -> StepStats:
+def summarize(samples: Sequence[float]) -> StepTime:
+    """A record's ``metrics.step_time``: the samples and their statistics, in seconds.
+
+    ``noise`` is the relative standard error of the median (what the stopping rule compares with the target);
+    ``rel_iqr`` the spread, IQR/median; ``p10``/``p90``/``p99`` percentiles (p99: inference tail latency).
+    """
     if not samples:
         raise ValueError("no samples to summarize")
     q1, med, q3 = _quantiles(samples, 4)
     deciles = _quantiles(samples, 10)
     percentiles = _quantiles(samples, 100)
-    return StepStats(
+    return StepTime(
+        samples=list(samples),
         n=len(samples),
         median=med,
         mean=statistics.fmean(samples),
@@ -104,19 +85,20 @@ def summarize(samples: Sequence[float]) -> StepStats:
     )
 
 
-def timing_warnings(stats: StepStats, noise_target: float) -> list[str]:
+def timing_warnings(stats: StepTime, noise_target: float) -> list[str]:
     """The warnings that say a step-time figure is not to be trusted: noise above the target, a wide IQR.
 
     The one place for their wording: the worker writes them for one process, the
     runner rewrites them for samples pooled over several (``[measure] processes``).
     """
     warnings = []
-    if stats.noise > noise_target:
+    if stats["noise"] > noise_target:
         warnings.append(
-            f"noise {stats.noise:.2%} above the target {noise_target:.2%} after {stats.n} steps: figure not trusted"
+            f"noise {stats['noise']:.2%} above the target {noise_target:.2%} after {stats['n']} steps: "
+            "figure not trusted"
         )
-    if stats.rel_iqr > UNSTABLE_REL_IQR:
-        warnings.append(f"unstable: interquartile range is {stats.rel_iqr:.0%} of the median")
+    if stats["rel_iqr"] > UNSTABLE_REL_IQR:
+        warnings.append(f"unstable: interquartile range is {stats['rel_iqr']:.0%} of the median")
     return warnings
 
 
@@ -146,7 +128,7 @@ def between_process_noise(medians: Sequence[float], median: float) -> float:
     return statistics.stdev(medians) / math.sqrt(len(medians)) / median
 
 
-def pool(runs: Sequence[Sequence[float]]) -> StepStats:
+def pool(runs: Sequence[Sequence[float]]) -> StepTime:
     """Statistics of the samples of several processes pooled in order.
 
     ``noise`` is the larger of the pooled samples' own noise and
@@ -155,8 +137,8 @@ def pool(runs: Sequence[Sequence[float]]) -> StepStats:
     """
     samples = [s for run in runs for s in run]
     stats = summarize(samples)
-    between = between_process_noise([summarize(run).median for run in runs], stats.median)
-    return replace(stats, noise=max(stats.noise, between))
+    between = between_process_noise([summarize(run)["median"] for run in runs], stats["median"])
+    return StepTime(**{**stats, "noise": max(stats["noise"], between)})
 
 
 def _should_stop(samples: Sequence[float], spec: MeasureSpec, elapsed: float) -> bool:

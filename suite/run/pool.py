@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ampsuite.contract.wire import Cell, Outcome, Status
+from ampsuite.contract.cell import Cell
+from ampsuite.contract.wire import Outcome, Status
 from ampsuite.run import attempt, measure, nodes
 from ampsuite.run.attempt import CellJob
 from ampsuite.spec.suitefile import SuiteSpec
@@ -78,10 +79,10 @@ def pool_outcomes(outcomes: Sequence[Outcome], noise_target: float) -> Outcome:
     stats = measure.pool(runs)
     metrics = dict(first["metrics"])
     metrics["step_time"] = {
-        **stats.as_dict([s for r in runs for s in r]),
+        **stats,
         "processes": [{"median": st["median"], "noise": st["noise"], "n": st["n"]} for st in step_times],
     }
-    measure.rates(metrics, stats.median)
+    measure.rates(metrics, stats["median"])
     # The first process's own timing warnings are exactly what the same function said of its samples.
     own = measure.timing_warnings(measure.summarize(runs[0]), noise_target)
     warnings = [w for w in first.get("warnings", []) if w not in own]

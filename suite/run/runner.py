@@ -7,8 +7,7 @@ The parent never measures anything itself: it starts a worker, waits for its
 result or its death, classifies the outcome (:mod:`ampsuite.run.attempt`), writes
 the record atomically and moves on. A worker runs in its own process group, so
 a timed-out or interrupted cell is killed together with its DataLoader workers.
-This module holds the loop over the cells, the run's signal handling and the
-results file.
+This module holds the loop over the cells; the results document is ampsuite.results'.
 
 Where a cell's :func:`run_record` happens is the executor's choice (a plugin
 record, :class:`ampsuite.Executor`): ``local`` calls each :class:`Task` here, one
@@ -21,33 +20,29 @@ ends an interrupted run the same way.
 from __future__ import annotations
 
 import contextlib
-import copy
-import datetime as dt
-import json
-import multiprocessing as mp
 import shutil
-import signal
-import sys
 import tempfile
 import time
-import typing
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any, Protocol
 
 from ampsuite import results
-from ampsuite.contract import wire
+from ampsuite.contract.cell import Cell
 from ampsuite.contract.errors import AmpsuiteError, PluginError
-from ampsuite.contract.plugin import REMEMBER_BYTES, ExecutorContext
-from ampsuite.contract.wire import Cell, Outcome, Status
-from ampsuite.host import environment, executors
+from ampsuite.contract.plugin import ExecutorContext
+from ampsuite.contract.wire import Outcome, Status
+from ampsuite.host import executors
 from ampsuite.host.manager import PluginSettings, Registry, load_registry
 from ampsuite.host.session import Plan
-from ampsuite.run import attempt, definition
+from ampsuite.results import base_record, now, open_results
+from ampsuite.run import attempt, handoff
 from ampsuite.run.attempt import CellJob, in_worker
+from ampsuite.run.forkserver import worker_context
 from ampsuite.run.pool import measure_processes, pool_outcomes, process_count
+from ampsuite.run.signals import RunSignals, sigterm_interrupts
 from ampsuite.spec.suitefile import SuiteSpec
 
 __all__ = [
@@ -55,17 +50,11 @@ __all__ = [
     "Observer",
     "RunConfig",
     "Task",
-    "base_record",
-    "backup_path",
-    "now",
-    "open_results",
     "pool_outcomes",
     "process_count",
     "run_cells",
     "run_plan",
     "run_record",
-    "sigterm_interrupts",
-    "worker_context",
 ]
 
 PEAKS_TIMEOUT = {"cpu": 60.0, "cuda": 300.0}
@@ -97,247 +86,6 @@ class RunConfig:
     """The executor's name (``--executor``); None: the suite file's ``[executor] name``, else ``local``."""
     executor_options: Mapping[str, Any] = field(default_factory=dict)
     """Executor options that override the suite file's (``--executor-option KEY=VALUE``)."""
-
-
-def now() -> str:
-    """The current UTC time as records and run headers write it (ISO 8601, to the second)."""
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-
-
-def worker_context(registry: Registry) -> BaseContext:
-    """The multiprocessing context cells run in: a fork server with torch preloaded on Linux, spawn elsewhere.
-
-    :raises PluginError: when a built-in module the fork server preloads cannot be imported (the fork server
-        would die, and with it every cell).
-    """
-    if sys.platform.startswith("linux"):
-        ctx = mp.get_context("forkserver")
-        # The fork server imports torch and the built-ins' implementations once; each worker is a fork of it
-        # (a cell's memory limit is room above them), and no CUDA context exists before the fork. The first
-        # registry of a process decides: CPython starts one fork server per process.
-        preload = ["ampsuite.run.worker", *registry.own_modules()]
-        ctx.set_forkserver_preload(preload)
-        _check_fork_server(ctx, preload)
-        return ctx
-    return mp.get_context("spawn")
-
-
-_fork_server_checked = False
-
-
-def _nothing() -> None:
-    """A process that does nothing: it starts the fork server and returns."""
-
-
-def _check_fork_server(ctx: BaseContext, preload: Sequence[str]) -> None:
-    """Start the fork server once per process with a process that does nothing, and say why when it dies.
-
-    CPython's fork server skips a preloaded module that raises ImportError and dies on any other exception, after
-    which each start reads an EOF: "internal error". In a fresh venv, torch 2.13.0+cpu beside a torchvision 0.28.0
-    built for the CUDA torch (two package indexes) made ``import torchvision`` raise RuntimeError ("operator
-    torchvision::nms does not exist") inside the server, while the parent, which never imports torchvision, was
-    fine. The failing module is imported again here, in the parent, to name it.
-    """
-    global _fork_server_checked
-    if _fork_server_checked:
-        return
-    process = ctx.Process(target=_nothing)  # type: ignore[attr-defined]
-    try:
-        process.start()
-    except (EOFError, ConnectionError) as exc:
-        broken = _unimportable(preload)
-        if broken is None:
-            raise
-        module, error = broken
-        raise PluginError(module, f"cannot be imported: {type(error).__name__}: {error}{_torch_builds()}") from exc
-    process.join()
-    _fork_server_checked = True
-
-
-def _unimportable(modules: Sequence[str]) -> tuple[str, BaseException] | None:
-    """The first of ``modules`` whose import raises what the fork server does not skip, with the exception."""
-    import importlib
-
-    for module in modules:
-        try:
-            importlib.import_module(module)
-        except ImportError:
-            continue
-        except Exception as exc:  # any other exception kills the fork server
-            return module, exc
-    return None
-
-
-def _torch_builds() -> str:
-    """The installed torch and torchvision, and what to do when they were not built for each other."""
-    from importlib import metadata
-
-    try:
-        versions = f"torch {metadata.version('torch')}, torchvision {metadata.version('torchvision')}"
-    except metadata.PackageNotFoundError:
-        return ""
-    return f" ({versions}; install a torch and a torchvision built for each other, from one package index)"
-
-
-def _sigterm(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"received {signal.Signals(signum).name}")
-
-
-@contextlib.contextmanager
-def sigterm_interrupts() -> Iterator[None]:
-    """Within the block SIGTERM raises KeyboardInterrupt like Ctrl-C, so both end a run the same way."""
-    previous = signal.signal(signal.SIGTERM, _sigterm)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-class _RunSignals:
-    """The signal handling of one run: SIGTERM acts as Ctrl-C; after the first
-    interruption both are ignored, so that an impatient second Ctrl-C cannot stop
-    the records of the remaining cells (and the run's end) from being written."""
-
-    def __init__(self) -> None:
-        self.previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-        signal.signal(signal.SIGTERM, _sigterm)
-
-    def defer(self) -> None:
-        for sig in self.previous:
-            signal.signal(sig, signal.SIG_IGN)
-
-    def restore(self) -> None:
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
-
-
-def base_record(cell: Cell, registry: Registry) -> dict[str, Any]:
-    """A record of ``cell`` with every field present and nothing measured yet (status None)."""
-    return {
-        "id": cell.id,
-        "status": None,
-        "device": cell.device,
-        "batch_size": cell.batch_size,
-        "world_size": cell.world_size,
-        **({"nodes": cell.nodes} if cell.nodes > 1 else {}),
-        "combination": cell.combination,
-        "baseline": cell.baseline,
-        "workload": {
-            "id": cell.workload_id,
-            "plugin": cell.workload,
-            "options": cell.options,
-            "axes": cell.axes,
-            "unit": registry.workloads[cell.workload].unit,
-            "precision_option": registry.workloads[cell.workload].precision_option,
-        },
-        "techniques": [{"name": n, "options": o} for n, o in cell.techniques],
-        "started": now(),
-        "wall_seconds": 0.0,
-        "metrics": {},
-        "numerics": None,
-        "diagnostics": {},
-        "notes": {},
-        "warnings": [],
-        "evidence": None,
-    }
-
-
-def _new_document(spec: SuiteSpec, config: RunConfig, device: str, registry: Registry) -> dict[str, Any]:
-    return {
-        "format": results.FORMAT,
-        "version": results.VERSION,
-        "run": {
-            "id": dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ"),
-            "started": now(),
-            "finished": None,
-            "argv": list(config.argv),
-            "suite": {
-                "name": spec.name,
-                "path": spec.path,
-                "sha256": spec.sha256,
-                "baseline": spec.baseline,
-                "device": device,
-                "numerics_tolerance": spec.numerics_tolerance,
-            },
-            "measure": asdict(spec.measure),
-            "plugins": [asdict(p) for p in registry.plugins],
-        },
-        "environment": environment.collect(device),
-        "cells": [],
-    }
-
-
-def backup_path(out: Path) -> Path:
-    """A free name for the previous results file: ``NAME.STAMP.json`` after its mtime, then ``NAME.STAMP-1.json``, ...
-
-    Two earlier runs can share the mtime's second (or a clock can be reset), and a
-    rename onto an existing backup would silently replace it.
-    """
-    stamp = dt.datetime.fromtimestamp(out.stat().st_mtime, dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    candidate = out.with_name(f"{out.stem}.{stamp}{out.suffix}")
-    n = 0
-    while candidate.exists():
-        n += 1
-        candidate = out.with_name(f"{out.stem}.{stamp}-{n}{out.suffix}")
-    return candidate
-
-
-def copy_aside(out: Path) -> Path:
-    """A copy of the results file ``out`` at :func:`backup_path`, before records in it are replaced; its path."""
-    backup = backup_path(out)
-    shutil.copy2(out, backup)
-    return backup
-
-
-def open_results(
-    spec: SuiteSpec,
-    config: RunConfig,
-    device: str,
-    registry: Registry,
-    ids: set[str],
-    cells: Sequence[Cell] = (),
-    message: typing.Callable[[str], None] | None = None,
-) -> results.ResultsWriter:
-    """The writer of this run's results file: resumed from ``config.output`` when asked, else a new
-    document (an existing file is renamed to :func:`backup_path`, never overwritten).
-
-    Resuming keeps the finished records of ``ids``; of those among ``cells``, only the ones that measured
-    the same definition (:func:`ampsuite.run.definition.difference`): the others run again, and the file as it
-    was is copied to :func:`backup_path` first, so nothing measured is lost. Records of cells outside
-    ``ids`` (a run narrowed by ``-k``) are kept as they are.
-    """
-    doc = _new_document(spec, config, device, registry)
-    out = config.output
-    if config.resume and out.exists():
-        old = results.load(out)
-        results.check_comparable(str(out), old["environment"], doc["environment"])
-        by_id = {c.id: c for c in cells}
-        changed = {}
-        for r in old["cells"]:
-            cell = by_id.get(r["id"])
-            if cell is not None and r["status"] in results.TERMINAL:
-                why = definition.difference(r, cell, registry)
-                if why is not None:
-                    changed[r["id"]] = why
-        if changed:
-            backup = copy_aside(out)
-            for cell_id, why in changed.items():
-                if message is not None:
-                    message(f"{cell_id} runs again: its record measured other {why} (the file as it was: {backup})")
-        # A record of a cell this run does not select (-k, a narrower suite) stays as it is: a resumed
-        # run adds to the file, it never drops what an earlier run measured.
-        old["cells"] = [
-            r
-            for r in old["cells"]
-            if r["id"] not in changed and (r["status"] in results.TERMINAL or r["id"] not in ids)
-        ]
-        old["run"]["finished"] = None
-        old["run"].setdefault("resumed", []).append(now())
-        return results.ResultsWriter(out, old)
-    if out.exists():
-        # Never overwrite measurements: the previous file is kept beside the new one.
-        out.rename(backup_path(out))
-    return results.ResultsWriter(out, doc)
 
 
 def _measure_peaks(
@@ -494,75 +242,6 @@ class Task:
         return record
 
 
-class _Memory:
-    """``run.executor``: what the run's executor remembered per cell (:class:`ampsuite.ExecutorContext`'s
-    ``remember``), kept in the results file until the cell's record is written.
-
-    Under ``--resume`` the data of the killed run's executor is given back to the same executor
-    (``remembered``) for the cells that are still without a record; another executor's is dropped,
-    with one line saying so. The runner stays the file's only writer: ``remember`` writes through
-    the run's :class:`results.ResultsWriter`.
-    """
-
-    def __init__(self, writer: results.ResultsWriter, name: str, ids: set[str], observer: Observer) -> None:
-        self.writer, self.name = writer, name
-        run = writer.doc["run"]
-        old = run.pop("executor", None)
-        jobs: dict[str, dict[str, Any]] = {}
-        if isinstance(old, dict) and isinstance(old.get("jobs"), dict):
-            if old.get("name") == name:
-                jobs = {k: dict(v) for k, v in old["jobs"].items() if k in ids and not writer.has(k)}
-            elif old["jobs"]:
-                observer.message(
-                    f"{len(old['jobs'])} job(s) remembered by executor {old.get('name')!r} are not reattached by "
-                    f"executor {name!r} (they may still be running); their cells run again"
-                )
-        if jobs:
-            run["executor"] = {"name": name, "jobs": jobs}
-
-    def _jobs(self) -> dict[str, dict[str, Any]]:
-        state = self.writer.doc["run"].setdefault("executor", {"name": self.name, "jobs": {}})
-        return typing.cast(dict[str, dict[str, Any]], state["jobs"])
-
-    def remembered(self, task: Any) -> Mapping[str, Any] | None:
-        state = self.writer.doc["run"].get("executor")
-        data = state["jobs"].get(task.cell.id) if state else None
-        return copy.deepcopy(data) if data is not None else None
-
-    def remember(self, task: Any, data: Mapping[str, Any], handed: set[int]) -> None:
-        index = getattr(task, "index", None)
-        if not isinstance(index, int) or index not in handed:
-            raise ValueError(f"remember({task!r}, ...): not one of the tasks the executor was handed")
-        if self.writer.has(task.cell.id):
-            raise ValueError(f"remember: {task.cell.id} already has its record")
-        if not isinstance(data, Mapping):
-            raise TypeError(f"remember: expected a mapping of JSON data, got {type(data).__name__}")
-        value = dict(data)
-        problem = wire.json_problem(value, "data")
-        if problem:
-            raise ValueError(f"remember: {problem}")
-        size = len(json.dumps(value))
-        if size > REMEMBER_BYTES:
-            raise ValueError(f"remember: {size:,} bytes of JSON; at most {REMEMBER_BYTES:,}")
-        self._jobs()[task.cell.id] = copy.deepcopy(value)
-        self.writer.flush()
-
-    def forget(self, cell_id: str) -> None:
-        """Drop a cell's data (its record is being written; the caller flushes)."""
-        state = self.writer.doc["run"].get("executor")
-        if state is not None:
-            state["jobs"].pop(cell_id, None)
-            if not state["jobs"]:
-                del self.writer.doc["run"]["executor"]
-
-    def prune(self) -> None:
-        """Forget the data of every cell that has a record (the run's end)."""
-        state = self.writer.doc["run"].get("executor")
-        for cell_id in list(state["jobs"] if state else ()):
-            if self.writer.has(cell_id):
-                self.forget(cell_id)
-
-
 def run_cells(
     spec: SuiteSpec,
     cells: Sequence[Cell],
@@ -599,10 +278,10 @@ def run_cells(
         # Run in reverse: the records are put in order and the run's end written
         # while the run's signal handling still holds, then the handlers are restored.
         stack.callback(shutil.rmtree, logdir, ignore_errors=True)
-        signals = _RunSignals()
+        signals = RunSignals()
         stack.callback(signals.restore)
         stack.callback(_finish, writer, [c.id for c in cells])
-        memory = _Memory(writer, chosen.executor.name, {c.id for c in cells}, observer)
+        memory = handoff.ExecutorMemory(writer, chosen.executor.name, {c.id for c in cells}, observer.message)
         stack.callback(memory.prune)  # before _finish writes the run's end
 
         def interrupt() -> None:
@@ -659,9 +338,9 @@ def run_cells(
             )
             produced = iter(chosen.executor.run(context))
             try:
-                while (item := _next(produced, registry, chosen.executor.name)) is not None:
+                while (item := handoff.next_yield(produced, registry, chosen.executor.name)) is not None:
                     task, record = item
-                    _check_yield(registry, chosen.executor.name, task, record, cells, handed, writer)
+                    handoff.check_yield(registry, chosen.executor.name, task, record, cells, handed, writer)
                     write(task.index, dict(record))
                     if getattr(task, "interrupted_here", False):  # Ctrl-C while a cell ran in this process
                         interrupt()
@@ -672,7 +351,7 @@ def run_cells(
                 failure = exc
                 interrupt()
             finally:
-                _close(produced)
+                handoff.close(produced)
         for index, cell in enumerate(cells):
             # Every cell the executor did not record: interrupted (resume runs it again).
             if cell.id in kept or writer.has(cell.id):
@@ -696,47 +375,6 @@ def run_cells(
     if failure is not None:
         raise failure
     return writer.doc, interrupted
-
-
-def _next(produced: Iterator[Any], registry: Registry, name: str) -> Any:
-    """The executor's next (task, record), None at its end; an exception of the executor is its plugin's error."""
-    try:
-        return next(produced)
-    except StopIteration:
-        return None
-    except (KeyboardInterrupt, AmpsuiteError):
-        raise
-    except Exception as exc:
-        message = " ".join(str(exc).split())[:300]
-        owner = registry.owner[("executor", name)]
-        raise PluginError(owner, f"executor {name!r} raised {type(exc).__name__}: {message}") from exc
-
-
-def _close(produced: Iterator[Any]) -> None:
-    """Close an executor's iterator (its ``finally`` cancels what it submitted); Ctrl-C is deferred by then."""
-    close = getattr(produced, "close", None)
-    if close is not None:
-        close()
-
-
-def _check_yield(
-    registry: Registry,
-    name: str,
-    task: Any,
-    record: Any,
-    cells: Sequence[Cell],
-    handed: set[int],
-    writer: results.ResultsWriter,
-) -> None:
-    """An executor yields (task, record) for a task it was handed, once, with that cell's record."""
-    owner = registry.owner[("executor", name)]
-    index = getattr(task, "index", None)
-    if not isinstance(index, int) or index not in handed or not 0 <= index < len(cells):
-        raise PluginError(owner, f"executor {name!r} yielded {task!r}, not one of the tasks it was handed")
-    if not isinstance(record, Mapping) or record.get("id") != cells[index].id:
-        raise PluginError(owner, f"executor {name!r} yielded a record that is not the one of {cells[index].id}")
-    if writer.has(cells[index].id):
-        raise PluginError(owner, f"executor {name!r} yielded {cells[index].id} twice")
 
 
 def _finish(writer: results.ResultsWriter, ids: list[str]) -> None:

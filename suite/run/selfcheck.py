@@ -36,11 +36,12 @@ import torch
 from torch import nn
 
 from ampsuite.contract.step import Batch, TrainStep
-from ampsuite.contract.wire import Status, screened_cell
+from ampsuite.contract.wire import Status
 from ampsuite.host.manager import PluginSettings, load_registry
 from ampsuite.run.measure import summarize, time_steps
 from ampsuite.run.worker import build_step
 from ampsuite.spec.options import build_options, options_as_dict
+from ampsuite.spec.screens import screened_cell
 from ampsuite.spec.suitefile import MeasureSpec
 
 __all__ = [
@@ -389,8 +390,8 @@ def run_check(check: Check, device: str, *, rounds: int = 3, measure: MeasureSpe
     for _ in range(rounds):
         samples = time_steps(run, step.data, dev, spec)
         stats = summarize(samples)
-        harness_medians.append(stats.median)
-        harness_noise.append(stats.noise)
+        harness_medians.append(stats["median"])
+        harness_noise.append(stats["noise"])
         steps = max(spec.min_steps, len(samples))
         _sync(dev)
         t0 = time.perf_counter()

@@ -6,8 +6,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from ampsuite.contract.cell import Cell
 from ampsuite.contract.errors import UsageError
-from ampsuite.contract.wire import Cell
 
 __all__ = ["KeywordExpression", "select"]
 

@@ -19,9 +19,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from ampsuite.contract.cell import Cell
 from ampsuite.contract.errors import SuiteFileError
 from ampsuite.contract.plugin import CheckContext, Technique, Workload
-from ampsuite.contract.wire import Cell
 from ampsuite.spec import limits, parallel
 from ampsuite.spec.options import (
     OptionError,

@@ -38,11 +38,12 @@ import dataclasses
 from collections.abc import Mapping, Sequence, Set
 from typing import Any
 
-from ampsuite import analysis
-from ampsuite.contract.wire import SCREEN_SUFFIX, Status
+from ampsuite import analysis, results
+from ampsuite.contract.wire import Status
 from ampsuite.host.session import Plan
-from ampsuite.run import runner
+from ampsuite.run.signals import sigterm_interrupts
 from ampsuite.spec.options import is_table_option, merge_values
+from ampsuite.spec.screens import SCREEN_SUFFIX
 from ampsuite.tune import space
 from ampsuite.tune.space import AMP, TF32, Candidate, WorkloadConfig
 from ampsuite.tune.trust import as_record, untrusted_reason
@@ -244,7 +245,7 @@ def _confirm(
             "near": near.name,
             "confirmed": confirmed,
             "screens": figures,
-            "decided": f"on {runner.now()[:16].replace('T', ' ')} UTC",
+            "decided": f"on {results.now()[:16].replace('T', ' ')} UTC",
         }
     )
     if not confirmed:
@@ -994,7 +995,7 @@ def tune(plan: Plan, config: TuneConfig, progress: Progress = print, measure: Me
         "workloads": [],
     }
     try:
-        with runner.sigterm_interrupts():
+        with sigterm_interrupts():
             for workload in space.workload_configs(plan.spec, plan.cells, units):
                 # In the summary before its search starts: an interrupted search keeps what it measured.
                 result: dict[str, Any] = {
@@ -1019,7 +1020,7 @@ def tune(plan: Plan, config: TuneConfig, progress: Progress = print, measure: Me
         summary["budget_spent"] = tuner.budget.refused > 0 or tuner.budget.remaining() <= 0
         summary["confirmations"] = list(tuner.verdicts.values())
         tuner.writer.doc["run"]["tune"] = summary
-        tuner.writer.doc["run"]["finished"] = runner.now()
+        tuner.writer.doc["run"]["finished"] = results.now()
         tuner.writer.flush()
         tuner.close()
     return summary

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ampsuite.contract.wire import Cell
+from ampsuite.contract.cell import Cell
 from ampsuite.spec import matrix
 from ampsuite.spec.options import OptionError, build_options, merge_values
 from ampsuite.spec.suitefile import MeasureSpec, SuiteSpec, WorkloadEntry

@@ -19,10 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from ampsuite import analysis, results
-from ampsuite.contract.wire import Cell, Status, screen_id, screened_cell
+from ampsuite.contract.cell import Cell
+from ampsuite.contract.wire import Status
 from ampsuite.host.manager import PluginSettings
 from ampsuite.host.session import Plan
-from ampsuite.run import definition, runner
+from ampsuite.results import definition
+from ampsuite.run import runner
+from ampsuite.run.forkserver import worker_context
+from ampsuite.spec.screens import screen_id, screened_cell
 from ampsuite.spec.suitefile import SuiteSpec
 from ampsuite.tune import space
 from ampsuite.tune.budget import Budget
@@ -93,7 +97,7 @@ class Tuner:
         # When the file's runs began (the first and each --resume): which run measured a record (run_of).
         self._earlier = sorted(str(s) for s in (earlier.get("started"), *(earlier.get("resumed") or [])) if s)
         self.run_config.resume = config.resume
-        self.writer = runner.open_results(plan.spec, self.run_config, plan.device, plan.registry, old_ids)
+        self.writer = results.open_results(plan.spec, self.run_config, plan.device, plan.registry, old_ids)
         self.kept = {r["id"]: r for r in self.writer.doc["cells"]}
         self.from_file = set(self.kept)  # records taken from the file and not measured again in this run
         self.backup: Path | None = None
@@ -162,7 +166,7 @@ class Tuner:
 
     def _run_record(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
         if self._ctx is None:
-            self._ctx = runner.worker_context(self.plan.registry)
+            self._ctx = worker_context(self.plan.registry)
         log = self.logdir / f"cell-{self.started}.log"
         return runner.run_record(
             runner.CellJob(self._ctx, spec, cell, self.run_config, log, timeout, self.plan.registry)
@@ -196,7 +200,7 @@ class Tuner:
         if self.here(record):
             return ""
         began = str(record.get("started") or "")
-        # ISO 8601 in UTC to the second (runner.now) on both sides: the strings order as the times do. A cell
+        # ISO 8601 in UTC to the second (results.now) on both sides: the strings order as the times do. A cell
         # takes seconds and a run starts after the last one ended, so a record never shares its second with the
         # start of a later run.
         return max((s for s in self._earlier if s <= began), default=self._earlier[0] if self._earlier else "earlier")
@@ -228,7 +232,7 @@ class Tuner:
             self.note(f"{config.key}: {candidate.name} ({label}) measured again, {stale}")
             self._back_up()
         if cell.skip_reason:
-            record = runner.base_record(cell, self.plan.registry)
+            record = results.base_record(cell, self.plan.registry)
             record.update(status=Status.SKIPPED, evidence={"reason": cell.skip_reason})
             return self._keep(record)
         measure = spec.measure
@@ -300,7 +304,7 @@ class Tuner:
         """Before the first record from the file is replaced, a copy of the file as it was: nothing measured is
         lost, even a record this run measures again."""
         if self.backup is None and self.config.output.exists():
-            self.backup = runner.copy_aside(self.config.output)
+            self.backup = results.copy_aside(self.config.output)
             self.note(f"the results file as it was: {self.backup}")
 
     def untrusted(self, record: dict[str, Any], phase: str) -> str | None:

@@ -16,7 +16,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ampsuite.contract.wire import Cell
+from ampsuite.contract.cell import Cell
 from ampsuite.host.manager import Registry
 from ampsuite.spec.options import OptionError, build_options, options_as_dict
 

@@ -1,0 +1,166 @@
+"""A run's results document: its header, a cell's empty record, and the file opened for the run (new, or resumed).
+
+An existing results file is never overwritten: a new run renames it aside, and a resumed run that must replace
+records copies it aside first.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Protocol
+
+from ampsuite.contract.cell import Cell
+from ampsuite.host import environment
+from ampsuite.host.manager import Registry
+from ampsuite.results import definition
+from ampsuite.results.store import FORMAT, TERMINAL, VERSION, ResultsWriter, check_comparable, load
+from ampsuite.spec.suitefile import SuiteSpec
+
+__all__ = ["DocumentSettings", "backup_path", "base_record", "copy_aside", "new_document", "now", "open_results"]
+
+
+class DocumentSettings(Protocol):
+    """What opening a results file needs of a run's settings (``ampsuite.run.runner.RunConfig`` has it)."""
+
+    @property
+    def output(self) -> Path: ...
+    @property
+    def resume(self) -> bool: ...
+    @property
+    def argv(self) -> Sequence[str]: ...
+
+
+def now() -> str:
+    """The current UTC time as records and run headers write it (ISO 8601, to the second)."""
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def base_record(cell: Cell, registry: Registry) -> dict[str, Any]:
+    """A record of ``cell`` with every field present and nothing measured yet (status None)."""
+    return {
+        "id": cell.id,
+        "status": None,
+        "device": cell.device,
+        "batch_size": cell.batch_size,
+        "world_size": cell.world_size,
+        **({"nodes": cell.nodes} if cell.nodes > 1 else {}),
+        "combination": cell.combination,
+        "baseline": cell.baseline,
+        "workload": {
+            "id": cell.workload_id,
+            "plugin": cell.workload,
+            "options": cell.options,
+            "axes": cell.axes,
+            "unit": registry.workloads[cell.workload].unit,
+            "precision_option": registry.workloads[cell.workload].precision_option,
+        },
+        "techniques": [{"name": n, "options": o} for n, o in cell.techniques],
+        "started": now(),
+        "wall_seconds": 0.0,
+        "metrics": {},
+        "numerics": None,
+        "diagnostics": {},
+        "notes": {},
+        "warnings": [],
+        "evidence": None,
+    }
+
+
+def new_document(spec: SuiteSpec, config: DocumentSettings, device: str, registry: Registry) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "run": {
+            "id": dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ"),
+            "started": now(),
+            "finished": None,
+            "argv": list(config.argv),
+            "suite": {
+                "name": spec.name,
+                "path": spec.path,
+                "sha256": spec.sha256,
+                "baseline": spec.baseline,
+                "device": device,
+                "numerics_tolerance": spec.numerics_tolerance,
+            },
+            "measure": asdict(spec.measure),
+            "plugins": [asdict(p) for p in registry.plugins],
+        },
+        "environment": environment.collect(device),
+        "cells": [],
+    }
+
+
+def backup_path(out: Path) -> Path:
+    """A free name for the previous results file: ``NAME.STAMP.json`` after its mtime, then ``NAME.STAMP-1.json``, ...
+
+    Two earlier runs can share the mtime's second (or a clock can be reset), and a
+    rename onto an existing backup would silently replace it.
+    """
+    stamp = dt.datetime.fromtimestamp(out.stat().st_mtime, dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    candidate = out.with_name(f"{out.stem}.{stamp}{out.suffix}")
+    n = 0
+    while candidate.exists():
+        n += 1
+        candidate = out.with_name(f"{out.stem}.{stamp}-{n}{out.suffix}")
+    return candidate
+
+
+def copy_aside(out: Path) -> Path:
+    """A copy of the results file ``out`` at :func:`backup_path`, before records in it are replaced; its path."""
+    backup = backup_path(out)
+    shutil.copy2(out, backup)
+    return backup
+
+
+def open_results(
+    spec: SuiteSpec,
+    config: DocumentSettings,
+    device: str,
+    registry: Registry,
+    ids: set[str],
+    cells: Sequence[Cell] = (),
+    message: Callable[[str], None] | None = None,
+) -> ResultsWriter:
+    """The writer of this run's results file: resumed from ``config.output`` when asked, else a new
+    document (an existing file is renamed to :func:`backup_path`, never overwritten).
+
+    Resuming keeps the finished records of ``ids``; of those among ``cells``, only the ones that measured
+    the same definition (:func:`ampsuite.results.definition.difference`): the others run again, and the file as it
+    was is copied to :func:`backup_path` first, so nothing measured is lost. Records of cells outside
+    ``ids`` (a run narrowed by ``-k``) are kept as they are.
+    """
+    doc = new_document(spec, config, device, registry)
+    out = config.output
+    if config.resume and out.exists():
+        old = load(out)
+        check_comparable(str(out), old["environment"], doc["environment"])
+        by_id = {c.id: c for c in cells}
+        changed = {}
+        for r in old["cells"]:
+            cell = by_id.get(r["id"])
+            if cell is not None and r["status"] in TERMINAL:
+                why = definition.difference(r, cell, registry)
+                if why is not None:
+                    changed[r["id"]] = why
+        if changed:
+            backup = copy_aside(out)
+            for cell_id, why in changed.items():
+                if message is not None:
+                    message(f"{cell_id} runs again: its record measured other {why} (the file as it was: {backup})")
+        # A record of a cell this run does not select (-k, a narrower suite) stays as it is: a resumed
+        # run adds to the file, it never drops what an earlier run measured.
+        old["cells"] = [
+            r for r in old["cells"] if r["id"] not in changed and (r["status"] in TERMINAL or r["id"] not in ids)
+        ]
+        old["run"]["finished"] = None
+        old["run"].setdefault("resumed", []).append(now())
+        return ResultsWriter(out, old)
+    if out.exists():
+        # Never overwrite measurements: the previous file is kept beside the new one.
+        out.rename(backup_path(out))
+    return ResultsWriter(out, doc)

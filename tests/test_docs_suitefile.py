@@ -1,6 +1,6 @@
 """docs/suite-file.md stays true: it documents every key the suite loader accepts, and no other.
 
-The keys come from the loader (``ampsuite.spec.suitefile.TABLE_KEYS``, the tuples its own
+The keys come from the loader (``ampsuite.spec.suitespec.TABLE_KEYS``, the tuples its own
 unknown-key checks use, and ``MeasureSpec``'s fields), so a key added to the loader
 without a line in the page fails here, naming it, and so does a line for a key the
 loader no longer reads. The page's example is loaded: every documented key of
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from ampsuite.contract.errors import SuiteFileError
-from ampsuite.spec import suitefile
+from ampsuite.spec import suitefile, suitespec
 from ampsuite.spec.tomltext import toml_lines
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "suite-file.md"
@@ -64,21 +64,21 @@ def _rows(table: str) -> dict[str, list[str]]:
     return rows
 
 
-@pytest.mark.parametrize("table", list(suitefile.TABLE_KEYS))
+@pytest.mark.parametrize("table", list(suitespec.TABLE_KEYS))
 def test_every_key_the_loader_accepts_is_documented(table: str) -> None:
     documented = set(_rows(table))
-    missing = [k for k in suitefile.TABLE_KEYS[table] if k not in documented]
+    missing = [k for k in suitespec.TABLE_KEYS[table] if k not in documented]
     assert not missing, f"docs/suite-file.md, section {_heading_of(table)!r}: no line for {missing}"
 
 
-@pytest.mark.parametrize("table", list(suitefile.TABLE_KEYS))
+@pytest.mark.parametrize("table", list(suitespec.TABLE_KEYS))
 def test_no_key_is_documented_that_the_loader_refuses(table: str) -> None:
-    extra = sorted(set(_rows(table)) - set(suitefile.TABLE_KEYS[table]))
+    extra = sorted(set(_rows(table)) - set(suitespec.TABLE_KEYS[table]))
     assert not extra, f"docs/suite-file.md, section {_heading_of(table)!r}: the loader accepts no key {extra}"
 
 
 def test_every_top_level_table_has_a_section() -> None:
-    for table in suitefile.TOP_KEYS:
+    for table in suitespec.TOP_KEYS:
         _heading_of(table)
 
 
@@ -109,7 +109,7 @@ def _suite_text(**tables: Any) -> str:
     return "\n".join(toml_lines(data)) + "\n"
 
 
-def _value(spec: suitefile.SuiteSpec, table: str, key: str) -> Any:
+def _value(spec: suitespec.SuiteSpec, table: str, key: str) -> Any:
     value = getattr(spec.measure if table == "measure" else spec, key)
     return list(value) if isinstance(value, tuple) else value
 
@@ -173,12 +173,12 @@ WORKLOAD_VALUES = {"plugin": "toy", "batch_size": 8, "gpus": 1, "nodes": 1}
 
 
 def test_workload_keys_are_the_loaders_and_the_rest_are_options() -> None:
-    body = {key: WORKLOAD_VALUES[key] for key in suitefile.WORKLOAD_KEYS} | {"hidden": 16}
+    body = {key: WORKLOAD_VALUES[key] for key in suitespec.WORKLOAD_KEYS} | {"hidden": 16}
     (entry,) = suitefile.loads(_suite_text(workloads={"toy": body})).workloads
     assert dict(entry.options) == {"hidden": 16}
 
 
 def test_executor_keys_are_the_loaders_and_the_rest_are_options() -> None:
-    body = {key: "local" for key in suitefile.EXECUTOR_KEYS} | {"poll_seconds": 1.0}
+    body = {key: "local" for key in suitespec.EXECUTOR_KEYS} | {"poll_seconds": 1.0}
     spec = suitefile.loads(_suite_text(executor=body))
     assert spec.executor.name == "local" and dict(spec.executor.options) == {"poll_seconds": 1.0}

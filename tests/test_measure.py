@@ -18,7 +18,7 @@ import torch
 
 from ampsuite.run import measure
 from ampsuite.run.measure import relative_noise, summarize, time_steps
-from ampsuite.spec.suitefile import MeasureSpec
+from ampsuite.spec.suitespec import MeasureSpec
 
 # Hand computation for [1, 2, 3, 4, 5] (inclusive quantiles, positions over n-1 = 4 gaps):
 #   q1 = 2, median = 3, q3 = 4, iqr = 2; p10 at position 0.4 -> 1.4, p90 at 3.6 -> 4.6

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from ampsuite.host.manager import PluginSettings, load_registry
-from ampsuite.run import selfcheck
+from ampsuite.run import plainloops, selfcheck
 from ampsuite.run.worker import build_step
 from ampsuite.spec.options import build_options, options_as_dict
-from ampsuite.spec.suitefile import MeasureSpec
+from ampsuite.spec.suitespec import MeasureSpec
 
 
 def _step(workload: str, options: dict, techniques: tuple[str, ...] = (), batch_size: int = 16):
@@ -35,7 +35,7 @@ def _step(workload: str, options: dict, techniques: tuple[str, ...] = (), batch_
 @pytest.mark.parametrize("techniques", [(), ("amp-bf16",)])
 def test_plain_loop_trains_like_the_harness(techniques: tuple[str, ...]) -> None:
     harness, plain = _step("toy", {}, techniques), _step("toy", {}, techniques)
-    run, by_hand = harness.compose(), selfcheck.plain_step(plain)
+    run, by_hand = harness.compose(), plainloops.plain_step(plain)
     for _ in range(4):
         a, b = run(harness.data()), by_hand(plain.data())
         assert float(a) == pytest.approx(float(b.detach()), rel=1e-6)
@@ -46,7 +46,7 @@ def test_plain_loop_trains_like_the_harness(techniques: tuple[str, ...]) -> None
 def test_plain_gemm_is_a_bare_matmul() -> None:
     step = _step("gemm", {"m": 16, "n": 8, "k": 24}, batch_size=1)
     batch = step.data()
-    out = selfcheck.plain_step(step)(batch)
+    out = plainloops.plain_step(step)(batch)
     assert torch.equal(out, batch.inputs[0] @ batch.inputs[1])
 
 
@@ -106,7 +106,7 @@ def test_plain_half_loop_trains_like_half_weights(
     own = _step(workload, options, tuple(t for t, _ in chosen if t != "half-weights"), batch_size=4)
     started = {id(p) for p, state in own.optimizer.state.items() if state}
     params = [p for g in own.optimizer.param_groups for p in g["params"]]
-    by_hand = selfcheck.plain_half_step(own, getattr(torch, dtype), 1024.0)
+    by_hand = plainloops.plain_half_step(own, getattr(torch, dtype), 1024.0)
     # fused SGD's momentum, started at zero by fused-optimizer, moved to the masters with them
     masters = [p for g in own.optimizer.param_groups for p in g["params"]]
     assert [bool(own.optimizer.state.get(m)) for m in masters] == [id(p) in started for p in params]
@@ -134,7 +134,7 @@ def test_the_half_weights_plain_loop_refuses_a_model_without_a_tensor_output() -
     model = own.model
     own.model = lambda *inputs: (model(*inputs),)  # a third-party model returning a tuple, say
     own.model.modules = model.modules
-    by_hand = selfcheck.plain_half_step(own, torch.bfloat16, 1.0)
+    by_hand = plainloops.plain_half_step(own, torch.bfloat16, 1.0)
     with pytest.raises(selfcheck.NotComparable, match="returns tuple"):
         by_hand(own.data())
 

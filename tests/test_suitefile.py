@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from ampsuite.contract.errors import ExitCode, SuiteFileError
-from ampsuite.spec import matrix, suitefile
+from ampsuite.spec import matrix, suitefile, suitespec
 
 GOOD_TOY = """
 [workloads.toy]
@@ -366,12 +366,12 @@ def test_good_file_gives_the_values_it_declares(write_suite) -> None:
         4.0,
     )
     assert (spec.measure.min_steps, spec.measure.max_steps) == (4, 9)
-    assert spec.measure.warmup_steps == suitefile.MeasureSpec.warmup_steps
+    assert spec.measure.warmup_steps == suitespec.MeasureSpec.warmup_steps
     assert spec.measure.processes == 3
-    assert suitefile.loads(GOOD_TOY).measure.processes == suitefile.MeasureSpec.processes == 1
-    assert spec.workloads == (suitefile.WorkloadEntry("small", "toy", (8, 16), {"hidden": [16, 32]}),)
+    assert suitefile.loads(GOOD_TOY).measure.processes == suitespec.MeasureSpec.processes == 1
+    assert spec.workloads == (suitespec.WorkloadEntry("small", "toy", (8, 16), {"hidden": [16, 32]}),)
     assert dict(spec.combinations) == {"fp32": (), "noop": ("noop",)}
-    assert spec.exclude == (suitefile.Rule(batch_size=16, options={"hidden": 32}),)
+    assert spec.exclude == (suitespec.Rule(batch_size=16, options={"hidden": 32}),)
 
 
 def test_cli_reports_a_bad_suite_in_one_line_and_exits_4(write_suite) -> None:

@@ -23,9 +23,12 @@ from ampsuite.report.tune_page import render_tune_page, tune_context
 from ampsuite.run import selfcheck
 from ampsuite.spec.matrix import expand
 from ampsuite.spec.screens import screen_id, screened_cell
-from ampsuite.spec.suitefile import SuiteSpec, loads
-from ampsuite.tune import TuneConfig, recipe_toml, search, tune, untrusted_reason
-from ampsuite.tune.search import BUDGET_ROW, HEAD_START, SCREENED_AGAIN, STOOD_IN
+from ampsuite.spec.suitefile import loads
+from ampsuite.spec.suitespec import SuiteSpec
+from ampsuite.tune import TuneConfig, ablation, common, confirm, recipe_toml, tune, untrusted_reason
+from ampsuite.tune.ablation import BUDGET_ROW
+from ampsuite.tune.finals import STOOD_IN
+from ampsuite.tune.greedy import HEAD_START, SCREENED_AGAIN
 from ampsuite.tune.space import Candidate, option_choices, workload_configs
 from ampsuite.tune.tuner import Tuner
 
@@ -584,7 +587,7 @@ def test_near_misses_of_a_greedy_round_are_screened_together(tmp_path: Path, gai
             s for s in toy["steps"] if s["combination"].startswith("amp-bf16") and "/screen-" in str(s["cell_id"])
         ]
         # round 1: two repeats each of the path and the near miss; round 2: the near miss's, the path's already taken
-        assert len(repeats) == 6 and {s["decision"] for s in repeats} == {search.CONFIRMING}
+        assert len(repeats) == 6 and {s["decision"] for s in repeats} == {confirm.CONFIRMING}
         # The finalists lie within 1% of each other: the simplest would win, but each step was confirmed.
         assert sorted(toy["winner"]["techniques"]) == sorted(both)
 
@@ -619,10 +622,10 @@ def test_a_near_miss_the_budget_cannot_screen_again_is_not_confirmed(tmp_path: P
     decisions = [d for c, d in _decisions(toy, "greedy")]
     assert "not confirmed: the budget left a repeat unmeasured" in decisions
     assert not [d for d in decisions if d.startswith("kept")]
-    repeats = [s for s in toy["steps"] if s["decision"] == search.CONFIRMING]
+    repeats = [s for s in toy["steps"] if s["decision"] == confirm.CONFIRMING]
     assert len(repeats) == 1 and str(repeats[0]["cell_id"]).endswith("/screen-2")
     refused = [s for s in toy["steps"] if s["phase"] == "greedy" and s["cell_id"] is None]
-    assert refused and {s["decision"] for s in refused} == {search.NOT_MEASURED}
+    assert refused and {s["decision"] for s in refused} == {common.NOT_MEASURED}
 
 
 class RecordingNearMissWorker(NearMissWorker):
@@ -911,7 +914,7 @@ def test_an_option_passed_over_is_tried_again_on_top_of_a_value_kept_after_it(tm
     fake = RoundsWorker(plan.registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
     (toy,) = tune(plan, config, lambda line: None, measure=fake)["workloads"]
-    options = [(c.split("@", 1)[1], d) for c, d in _decisions(toy, "option") if d != search.CONFIRMING]
+    options = [(c.split("@", 1)[1], d) for c, d in _decisions(toy, "option") if d != confirm.CONFIRMING]
     assert [(c, _verdict(d)) for c, d in options] == [
         ("torch-compile.mode=reduce-overhead", "not confirmed"),
         ("torch-compile.inductor.coordinate_descent_tuning=True", "kept"),
@@ -981,13 +984,13 @@ class HoldingRoundsWorker(RoundsWorker):
 def test_an_option_value_within_noise_is_kept_when_its_screens_confirm_it(tmp_path: Path) -> None:
     extra = 'compiled = ["amp-bf16", "torch-compile"]\n[tune.torch-compile]\nmode = ["reduce-overhead"]'
     toy = _tune_toy(tmp_path, HoldingRoundsWorker, extra)
-    (option,) = [(c, d) for c, d in _decisions(toy, "option") if "@" in c and d != search.CONFIRMING]
+    (option,) = [(c, d) for c, d in _decisions(toy, "option") if "@" in c and d != confirm.CONFIRMING]
     assert option[0].endswith("@torch-compile.mode=reduce-overhead")
     assert option[1].startswith("kept: confirmed, each of its screens faster than each of the incumbent's (")
     assert toy["winner"]["combination"] == option[0]
     # the winner's full record, not a screen, is the recipe's figure
     assert not str(toy["winner"]["cell_id"]).endswith("/screen")
-    screens = [s for s in toy["steps"] if s["phase"] == "option" and s["decision"] == search.CONFIRMING]
+    screens = [s for s in toy["steps"] if s["phase"] == "option" and s["decision"] == confirm.CONFIRMING]
     assert {str(s["cell_id"]).rsplit("/", 1)[1] for s in screens} == {"screen", "screen-2", "screen-3"}
 
 
@@ -1026,7 +1029,7 @@ def test_resume_tries_the_option_values_already_measured_before_new_ones(tmp_pat
         "workloads"
     ]
     assert toy["winner"]["combination"] == first["winner"]["combination"]
-    options = [(c.split("@", 1)[1], d) for c, d in _decisions(toy, "option") if d != search.CONFIRMING]
+    options = [(c.split("@", 1)[1], d) for c, d in _decisions(toy, "option") if d != confirm.CONFIRMING]
     assert [(c, _verdict(d)) for c, d in options[:3]] == [
         ("torch-compile.mode=reduce-overhead", "not confirmed"),
         ("torch-compile.inductor.coordinate_descent_tuning=True", "kept"),
@@ -1289,7 +1292,7 @@ def test_a_contribution_across_two_runs_comes_from_this_runs_screens_of_both(tmp
         ("without amp-bf16", Candidate(("fused-optimizer",), 64), "amp-bf16", tuner.kept["toy/fused-optimizer/bs64"]),
     ]
     w = (Candidate(("amp-bf16", "fused-optimizer"), 64), tuner.kept[winner])
-    rows = {r["label"]: r for r in search._ablation_rows(tuner, w, measured, BUDGET_ROW)}
+    rows = {r["label"]: r for r in ablation._ablation_rows(tuner, w, measured, BUDGET_ROW)}
     across = rows["without fused-optimizer"]
     assert across["contribution"] == pytest.approx(1.2 / 1.1 - 1)  # not 1.2 / (1.1 * 1.2) - 1 from the two runs
     assert across["throughput"] == pytest.approx(64 / (0.01 / 1.1) * 1.2)  # the row's figure is still its record's
@@ -1297,7 +1300,7 @@ def test_a_contribution_across_two_runs_comes_from_this_runs_screens_of_both(tmp
     assert "contribution from this run's screens, 7,680.0 against 7,040.0" in across["earlier_run"]
     # No screen of the row in this run: the two runs' full figures, and the row says they are two runs'.
     tuner.from_file.add(row + "/screen")
-    rows = {r["label"]: r for r in search._ablation_rows(tuner, w, measured, BUDGET_ROW)}
+    rows = {r["label"]: r for r in ablation._ablation_rows(tuner, w, measured, BUDGET_ROW)}
     assert rows["without fused-optimizer"]["contribution"] == pytest.approx(1.2 / (1.1 * 1.2) - 1)
     assert "screens" not in rows["without fused-optimizer"]["earlier_run"]
 
@@ -1675,10 +1678,10 @@ def test_a_finalist_of_an_earlier_run_the_budget_left_unmeasured_is_not_chosen_o
         assert "not settled" not in recipe_toml(summary)
         return
     assert toy["winner"]["combination"] == "amp-fp16+fused-optimizer+noop"
-    assert search.UNSETTLED in {s["decision"] for s in finals}
+    assert finals.UNSETTLED in {s["decision"] for s in finals}
     (note,) = toy["winner"]["unsettled"]
     assert note["cell_id"] == old["cell_id"] and note["throughput"] == pytest.approx(old["throughput"] * elsewhere)
-    assert any(old["combination"] in line and search.UNSETTLED in line for line in lines)
+    assert any(old["combination"] in line and finals.UNSETTLED in line for line in lines)
     # Named beside the winner wherever the winner is shown.
     said = f"not settled: {old['combination']} ran {note['throughput']:,.1f} samples/s in an earlier run"
     assert f"# {said}" in recipe_toml(summary)

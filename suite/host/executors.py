@@ -19,7 +19,7 @@ from typing import Any
 from ampsuite.contract.errors import SuiteFileError, UsageError
 from ampsuite.contract.plugin import Executor
 from ampsuite.spec.options import OptionError, build_options
-from ampsuite.spec.suitefile import SuiteSpec
+from ampsuite.spec.suitespec import SuiteSpec
 
 __all__ = ["DEFAULT", "Chosen", "parse_option", "resolve"]
 

@@ -12,7 +12,7 @@ from ampsuite.host import environment, executors
 from ampsuite.host.manager import PluginSettings, Registry, load_registry
 from ampsuite.spec import limits, matrix, suitefile
 from ampsuite.spec.keyword import select
-from ampsuite.spec.suitefile import SuiteSpec
+from ampsuite.spec.suitespec import SuiteSpec
 
 __all__ = ["Plan", "plan"]
 

@@ -18,7 +18,7 @@ from ampsuite.host import environment
 from ampsuite.host.manager import Registry
 from ampsuite.results import definition
 from ampsuite.results.store import FORMAT, TERMINAL, VERSION, ResultsWriter, check_comparable, load
-from ampsuite.spec.suitefile import SuiteSpec
+from ampsuite.spec.suitespec import SuiteSpec
 
 __all__ = ["DocumentSettings", "backup_path", "base_record", "copy_aside", "new_document", "now", "open_results"]
 

@@ -25,7 +25,7 @@ from ampsuite.contract.wire import Outcome, Status, WorkerPayload, outcome
 from ampsuite.host.manager import Registry
 from ampsuite.run import procs
 from ampsuite.run.resultcheck import malformed, refused
-from ampsuite.spec.suitefile import SuiteSpec
+from ampsuite.spec.suitespec import SuiteSpec
 
 if TYPE_CHECKING:
     from ampsuite.run.runner import RunConfig

@@ -27,7 +27,7 @@ from ampsuite.host.manager import PluginSettings, Registry, load_registry
 from ampsuite.run.measure import rates, summarize, time_steps, timing_warnings
 from ampsuite.run.numerics import finite, run_numerics, scale_collapsed, sync
 from ampsuite.spec.options import build_options
-from ampsuite.spec.suitefile import MeasureSpec
+from ampsuite.spec.suitespec import MeasureSpec
 
 __all__ = [
     "build_step",

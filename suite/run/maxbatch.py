@@ -52,7 +52,7 @@ from ampsuite.results import base_record, now, open_results
 from ampsuite.run.forkserver import worker_context
 from ampsuite.run.runner import CellJob, RunConfig, run_record
 from ampsuite.run.signals import sigterm_interrupts
-from ampsuite.spec.suitefile import MeasureSpec, SuiteSpec
+from ampsuite.spec.suitespec import MeasureSpec, SuiteSpec
 
 __all__ = ["QUANTUM", "RESOLUTION", "SearchConfig", "attempt_measure", "midpoint", "search"]
 

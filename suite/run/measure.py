@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import torch
 
     from ampsuite.contract.step import Batch
-    from ampsuite.spec.suitefile import MeasureSpec
+    from ampsuite.spec.suitespec import MeasureSpec
 
 __all__ = [
     "UNSTABLE_REL_IQR",

@@ -14,7 +14,7 @@ from ampsuite.contract.cell import Cell
 from ampsuite.contract.wire import Outcome, Status
 from ampsuite.run import attempt, measure, nodes
 from ampsuite.run.attempt import CellJob
-from ampsuite.spec.suitefile import SuiteSpec
+from ampsuite.spec.suitespec import SuiteSpec
 
 __all__ = ["measure_processes", "pool_outcomes", "process_count"]
 

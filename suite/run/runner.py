@@ -1,7 +1,4 @@
-"""Isolation: one worker process per cell, a timeout, and exactly one record per cell.
-
-With ``[measure] processes = N`` a single-process cell is measured by N fresh
-workers one after another (:mod:`ampsuite.run.pool`).
+"""Isolation: one worker process per cell (N with ``[measure] processes``), a timeout, exactly one record per cell.
 
 The parent never measures anything itself: it starts a worker, waits for its
 result or its death, classifies the outcome (:mod:`ampsuite.run.attempt`), writes
@@ -43,7 +40,7 @@ from ampsuite.run.attempt import CellJob, in_worker
 from ampsuite.run.forkserver import worker_context
 from ampsuite.run.pool import measure_processes, pool_outcomes, process_count
 from ampsuite.run.signals import RunSignals, sigterm_interrupts
-from ampsuite.spec.suitefile import SuiteSpec
+from ampsuite.spec.suitespec import SuiteSpec
 
 __all__ = [
     "CellJob",

@@ -31,7 +31,7 @@ from ampsuite.spec.options import (
     merge_values,
     options_as_dict,
 )
-from ampsuite.spec.suitefile import Rule, SuiteSpec, WorkloadEntry
+from ampsuite.spec.suitespec import Rule, SuiteSpec, WorkloadEntry
 
 __all__ = ["Catalog", "Cell", "check_size", "expand", "matrix_size"]
 

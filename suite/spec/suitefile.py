@@ -1,69 +1,10 @@
-"""The suite file: TOML in, a validated :class:`SuiteSpec` out.
+"""The suite file: TOML in, a validated :class:`~ampsuite.spec.suitespec.SuiteSpec` out.
 
 Structure is checked here, completely, before any work starts; plugin names
 and plugin options are checked against the registry by :func:`ampsuite.spec.matrix.expand`
 (which also runs before any cell). Every error is a :class:`SuiteFileError`
-naming the file, the key path and what was expected.
-
-Keys of ``[suite]`` whose meaning is not obvious from the README's example:
-
-``memory_limit_gb``
-    CPU cells only; 0 (the default) means no limit. Each worker caps its
-    address space (``RLIMIT_AS``) at this many GiB *on top of* what it has
-    already mapped when the cap is set (its ``VmSize``): a worker that imported
-    a CUDA build of torch maps several GiB before it builds anything, so the
-    number is the room the cell itself gets, not the process's total. Running
-    out of it ends the cell as ``oom`` instead of calling the host's OOM killer.
-``cpu_threads``
-    torch threads in each CPU worker, default 1; 0 leaves torch's default (one per core). A tiny cell
-    spread over every core measures the scheduler: noise of 60-140% on two cores against 1-3% with one.
-
-Keys of ``[measure]`` whose meaning is not obvious from the README's example:
-
-``processes``
-    how many fresh worker processes measure each cell, one after another
-    (default 1). Within-process noise cannot see what differs between processes
-    (clocks, memory placement, allocator state): with N > 1 the record pools
-    the N processes' samples, and its noise is the larger of the pooled noise
-    and the scatter of the per-process medians (see
-    :func:`ampsuite.run.runner.pool_outcomes`). Data-parallel cells (``gpus`` > 1)
-    ignore it and run once.
-
-Keys of a ``[workloads.ID]`` table that are not workload options:
-
-``plugin``, ``batch_size``
-    the workload plugin (default: the ID) and the batch size (per GPU), an axis when a list.
-``gpus``
-    how many processes run each cell data-parallel (DistributedDataParallel): one
-    per GPU on CUDA, gloo processes on a CPU; an integer >= 1 or a list of them (an
-    axis); default 1. With ``nodes`` it is the processes *per node* (torchrun's
-    ``--nproc-per-node``). See :mod:`ampsuite.run.launcher`.
-``nodes``
-    how many nodes (hosts) each data-parallel cell spans (torchrun's ``--nnodes``):
-    the world size is ``nodes x gpus``; an integer >= 1 or a list of them (an axis);
-    default 1. The built-in executor runs every node on this machine
-    (:mod:`ampsuite.run.nodes`, a stand-in for a cluster). See :mod:`ampsuite.run.launcher`.
-
-The ``[executor]`` table says where the cells run (docs/cluster.md): ``name``
-picks the executor (default ``local``); every other key is an option of that
-executor, checked against its options dataclass when the suite is planned
-(:mod:`ampsuite.host.executors`). ``ampsuite run --executor NAME`` and
-``--executor-option KEY=VALUE`` override it.
-
-A ``[tune.TECHNIQUE]`` table declares option values ``ampsuite tune`` tries for
-that technique when it is in the winning recipe (docs/tune.md): each key is an
-option of the technique, each value a non-empty list of values to try, e.g.
-``[tune.torch-compile] mode = ["reduce-overhead", "max-autotune-no-cudagraphs"]``; a sub-table
-lists values for entries of a table option, each entry a variant of its own
-(``[tune.torch-compile.inductor] combo_kernels = [true]`` is the option ``inductor.combo_kernels``).
-``ampsuite run`` checks the table like any other and otherwise ignores it.
-
-A ``[combination_options.ID.TECHNIQUE]`` table sets options of one technique in
-the cells of one combination, on top of ``[techniques.TECHNIQUE]``: the suite's
-combinations can then run a technique differently (torch.compile with
-reduce-overhead for a ViT row, with its default mode for a ResNet row). The
-combination must be declared and list the technique. ``ampsuite tune`` builds
-its own candidates and ignores these tables; the recipe it writes uses them.
+naming the file, the key path and what was expected. docs/suite-file.md is the
+reference of every key (tests/test_docs_suitefile.py holds it to the keys read here).
 """
 
 from __future__ import annotations
@@ -73,177 +14,28 @@ import hashlib
 import math
 import tomllib
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 from ampsuite.contract.errors import SuiteFileError
 from ampsuite.spec import limits, names
 from ampsuite.spec.combinations import parse_combinations
 from ampsuite.spec.combinations import show_value as _show
-
-__all__ = [
-    "EXECUTOR_KEYS",
-    "MEASURE_KEYS",
-    "RULE_KEYS",
-    "SUITE_KEYS",
-    "TABLE_KEYS",
-    "TOP_KEYS",
-    "WORKLOAD_KEYS",
-    "ExecutorSpec",
-    "MeasureSpec",
-    "Rule",
-    "SuiteSpec",
-    "WorkloadEntry",
-    "default_suite_path",
-    "load",
-    "loads",
-]
-
-DEVICES = ("auto", "cpu", "cuda")
-RULE_KEYS = ("workload", "plugin", "combination", "technique", "batch_size", "options")
-TOP_KEYS = (
-    "suite",
-    "measure",
-    "workloads",
-    "combinations",
-    "combination_options",
-    "techniques",
-    "include",
-    "exclude",
-    "executor",
-    "tune",
+from ampsuite.spec.suitespec import (
+    DEVICES,
+    MEASURE_KEYS,
+    RULE_KEYS,
+    SUITE_KEYS,
+    TOP_KEYS,
+    ExecutorSpec,
+    MeasureSpec,
+    Rule,
+    SuiteSpec,
+    WorkloadEntry,
 )
-"""The tables a suite file may have; any other top-level key is refused."""
-SUITE_KEYS = (
-    "name",
-    "description",
-    "device",
-    "seed",
-    "timeout",
-    "baseline",
-    "numerics_tolerance",
-    "memory_limit_gb",
-    "cpu_threads",
-    "base_techniques",
-)
-"""The keys of ``[suite]``; any other is refused."""
-WORKLOAD_KEYS = ("plugin", "batch_size", "gpus", "nodes")
-"""The keys of a ``[workloads.ID]`` table that are not workload options (every other key is one)."""
-EXECUTOR_KEYS = ("name",)
-"""The key of ``[executor]`` that is not an executor option (every other key is one)."""
 
-
-@dataclass(frozen=True)
-class MeasureSpec:
-    """How each cell is measured (the ``[measure]`` table)."""
-
-    warmup_steps: int = 3
-    min_steps: int = 10
-    max_steps: int = 200
-    max_seconds: float = 5.0
-    noise_target: float = 0.01
-    numerics_steps: int = 5
-    processes: int = 1
-    """Fresh worker processes each single-process cell is measured in, one after another, samples pooled
-    (see :func:`ampsuite.run.runner.pool_outcomes`); data-parallel cells (``gpus`` > 1) run once whatever it says."""
-
-
-MEASURE_KEYS = tuple(MeasureSpec.__dataclass_fields__)
-"""The keys of ``[measure]``: the fields of :class:`MeasureSpec`; any other is refused."""
-
-
-@dataclass(frozen=True)
-class WorkloadEntry:
-    """One ``[workloads.ID]`` table; ``options`` still holds raw values (lists may be axes)."""
-
-    id: str
-    plugin: str
-    batch_sizes: tuple[int, ...]
-    options: Mapping[str, Any]
-    gpus: tuple[int, ...] = (1,)
-    """Processes (one per GPU) per node each cell runs on; 1 is the usual single-process cell."""
-    nodes: tuple[int, ...] = (1,)
-    """Nodes each cell spans (world size = nodes x gpus); 1: every process on one host."""
-
-
-TABLE_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(
-    {
-        "": TOP_KEYS,
-        "suite": SUITE_KEYS,
-        "measure": MEASURE_KEYS,
-        "workloads.ID": WORKLOAD_KEYS,
-        "include": RULE_KEYS,
-        "exclude": RULE_KEYS,
-        "executor": EXECUTOR_KEYS,
-    }
-)
-"""Each table's own keys, as the loader reads them ("" is the top level): what docs/suite-file.md documents.
-``[workloads.ID]`` and ``[executor]`` list only the suite's keys; their other keys are the plugin's options.
-``[combinations]``, ``[techniques.*]``, ``[combination_options.*]`` and ``[tune.*]`` have no fixed keys."""
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One ``[[include]]`` or ``[[exclude]]`` table: a cell matches when every key matches."""
-
-    workload: str | None = None
-    plugin: str | None = None
-    combination: str | None = None
-    technique: str | None = None
-    batch_size: int | None = None
-    options: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ExecutorSpec:
-    """The ``[executor]`` table: the executor's name (None: the default) and its options, still raw values."""
-
-    name: str | None = None
-    options: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class SuiteSpec:
-    """A validated suite file."""
-
-    path: str
-    sha256: str
-    name: str
-    description: str
-    device: str
-    seed: int
-    timeout: float
-    baseline: str
-    numerics_tolerance: float
-    memory_limit_gb: float
-    """GiB of address space each CPU worker may map beyond what it maps when the limit is set; 0: no limit."""
-    cpu_threads: int
-    measure: MeasureSpec
-    workloads: tuple[WorkloadEntry, ...]
-    combinations: Mapping[str, tuple[str, ...]]
-    technique_options: Mapping[str, Mapping[str, Any]]
-    include: tuple[Rule, ...] = ()
-    exclude: tuple[Rule, ...] = ()
-    base_techniques: tuple[str, ...] = ()
-    """Techniques every combination starts from (``[suite] base_techniques``); already in ``combinations``."""
-    executor: ExecutorSpec = field(default_factory=ExecutorSpec)
-    """Where the cells run (the ``[executor]`` table); its options are checked against the executor's."""
-    tune_choices: Mapping[str, Mapping[str, tuple[Any, ...]]] = field(default_factory=dict)
-    """``[tune.TECHNIQUE]``: technique -> option -> values ``ampsuite tune`` tries; checked by ``matrix.expand``."""
-    combination_options: Mapping[str, Mapping[str, Mapping[str, Any]]] = field(default_factory=dict)
-    """``[combination_options.COMBINATION.TECHNIQUE]``: options of one technique in one combination's cells, on
-    top of ``technique_options``; values checked by ``matrix.expand``."""
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @property
-    def dir_name(self) -> str:
-        """The folder under ``reports/`` this suite's results and report go to by default (a slug of the name)."""
-        return names.path_component(self.name)
+__all__ = ["default_suite_path", "load", "loads"]
 
 
 class _Reader:

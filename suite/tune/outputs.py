@@ -75,7 +75,7 @@ def recipe_toml(summary: Mapping[str, Any]) -> str:
 
 def _unsettled_lines(winner: Mapping[str, Any], unit: str) -> list[str]:
     """One line per finalist an earlier run measured that the winner was not held against on this machine
-    (search._one_machine): what a reader must know before taking the winner over it."""
+    (finals._one_machine): what a reader must know before taking the winner over it."""
     return [
         f"not settled: {u['combination']} ran {_num(u.get('throughput'))} {unit}/s in an earlier run (maybe on "
         "another machine), with no trusted figure of this one; `ampsuite tune --resume` measures it again"

@@ -20,7 +20,7 @@ from typing import Any
 from ampsuite.contract.cell import Cell
 from ampsuite.spec import matrix
 from ampsuite.spec.options import OptionError, build_options, merge_values
-from ampsuite.spec.suitefile import MeasureSpec, SuiteSpec, WorkloadEntry
+from ampsuite.spec.suitespec import MeasureSpec, SuiteSpec, WorkloadEntry
 
 __all__ = [
     "AMP",

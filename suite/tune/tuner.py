@@ -27,7 +27,7 @@ from ampsuite.results import definition
 from ampsuite.run import runner
 from ampsuite.run.forkserver import worker_context
 from ampsuite.spec.screens import screen_id, screened_cell
-from ampsuite.spec.suitefile import SuiteSpec
+from ampsuite.spec.suitespec import SuiteSpec
 from ampsuite.tune import space
 from ampsuite.tune.budget import Budget
 from ampsuite.tune.space import Candidate, WorkloadConfig

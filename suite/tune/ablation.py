@@ -1,0 +1,141 @@
+"""Step 6 of the search: FP32, TF32, the winner and the winner without each of its techniques, in full."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ampsuite import analysis
+from ampsuite.contract.wire import Status
+from ampsuite.spec.screens import SCREEN_SUFFIX
+from ampsuite.tune.common import NOT_MEASURED, Measured, _lacks, _reason
+from ampsuite.tune.space import TF32, Candidate, WorkloadConfig
+from ampsuite.tune.trust import as_record, untrusted_reason
+from ampsuite.tune.tuner import Tuner
+
+
+def _ablation(tuner: Tuner, config: WorkloadConfig, winner: Measured, out: list[dict[str, Any]]) -> None:
+    """Step 6: FP32, TF32 (when declared), the winner, the winner without each technique and without each option
+    value the search chose, in full (into ``out``)."""
+    bs = winner[0].batch_size
+    rows: list[tuple[str, Candidate, str | None]] = [("FP32", Candidate((), bs), None)]
+    declared = {t for ts in tuner.spec.combinations.values() for t in ts}
+    if TF32 in declared and TF32 in tuner.plan.registry.techniques:
+        rows.append(("TF32", Candidate((TF32,), bs), None))
+    rows.append(("winner", winner[0], None))
+    if len(winner[0].techniques) > 1:
+        for t in winner[0].techniques:
+            without, dependents = _leave_out(tuner, winner[0], t)
+            also = f" (and {', '.join(dependents)}, which require{'s' if len(dependents) == 1 else ''} it)"
+            rows.append((f"without {t}{also if dependents else ''}", without, t))
+    elif winner[0].techniques:
+        rows.append((f"without {winner[0].techniques[0]}", Candidate((), bs), winner[0].techniques[0]))
+    # An option value the search chose is a step of the recipe too: its row is the winner with the suite's value.
+    for technique, options in sorted(winner[0].overrides.items()):
+        for option, value in sorted(options.items()):
+            setting = f"{technique}.{option}={value}"
+            rows.append((f"without {setting}", winner[0].without_option(technique, option), setting))
+    measured: list[tuple[str, Candidate, str | None, dict[str, Any] | None]] = []
+    try:
+        for label, candidate, removed in rows:
+            record = winner[1] if candidate == winner[0] else tuner.run(config, candidate, "ablation")
+            measured.append((label, candidate, removed, record))
+    except KeyboardInterrupt:
+        # The rows measured so far are the summary's; the others say --resume measures them.
+        measured += [(label, c, removed, None) for label, c, removed in rows[len(measured) :]]
+        out.extend(_ablation_rows(tuner, winner, measured, INTERRUPTED_ROW))
+        raise
+    out.extend(_ablation_rows(tuner, winner, measured, BUDGET_ROW))
+
+
+def _leave_out(tuner: Tuner, candidate: Candidate, technique: str) -> tuple[Candidate, list[str]]:
+    """``candidate`` without ``technique`` and without the techniques that then lack what they require
+    (one that requires torch-compile leaves with it): a row that keeps them would only be a skipped cell."""
+    left = candidate.minus(technique)
+    dependents: list[str] = []
+    while True:
+        orphan = next((t for t in left.techniques if _lacks(tuner, left, t)), None)
+        if orphan is None:
+            return left, dependents
+        left = left.minus(orphan)
+        dependents.append(orphan)
+
+
+BUDGET_ROW = ("not started (budget)", NOT_MEASURED)
+
+
+INTERRUPTED_ROW = (str(Status.INTERRUPTED), "not measured: the run was interrupted (--resume measures it)")
+
+
+def _ablation_rows(
+    tuner: Tuner,
+    winner: Measured,
+    measured: list[tuple[str, Candidate, str | None, dict[str, Any] | None]],
+    unmeasured: tuple[str, str],
+) -> list[dict[str, Any]]:
+    """The ablation's rows; ``unmeasured`` is (status, reason) of a row without a record."""
+    doc = tuner.writer.doc
+    derived = analysis.derive(doc)
+    win_value = analysis.throughput(as_record(winner[1]))
+    # Contributions set figures of this run beside records of earlier runs (--resume), which may come from
+    # another machine: each such row says so when the table mixes the two.
+    records = [r for _, _, _, r in measured if r is not None]
+    mixed = len({tuner.run_of(r) for r in records}) > 1
+    out = []
+    for label, candidate, removed, record in measured:
+        d = derived.get(record["id"]) if record is not None else None
+        value = analysis.throughput(as_record(record)) if record is not None else None
+        contribution = None if removed is None or not value or not win_value else win_value / value - 1.0
+        earlier = (
+            f"measured in an earlier run ({str(record.get('started'))[:16]}), maybe on another machine"
+            if mixed and record is not None and not tuner.here(record)
+            else None
+        )
+        screens = None if removed is None or record is None else _screens_of_one_run(tuner, winner[1], record)
+        if screens is not None:
+            contribution = screens[0] / screens[1] - 1.0
+            earlier = "; ".join(
+                n
+                for n in (earlier, f"contribution from this run's screens, {screens[0]:,.1f} against {screens[1]:,.1f}")
+                if n
+            )
+        out.append(
+            {
+                "label": label,
+                "combination": candidate.combination,
+                "techniques": list(candidate.techniques),
+                "options": candidate.settings,
+                "removed": removed,
+                "cell_id": None if record is None else record["id"],
+                "status": unmeasured[0] if record is None else str(record["status"]),
+                "reason": unmeasured[1] if record is None else _reason(record),
+                "throughput": value,
+                "speedup_vs_fp32": None if d is None else d.speedup_vs_fp32,
+                "speedup_vs_tf32": None if d is None else d.speedup_vs_tf32,
+                "contribution": contribution,
+                "untrusted": None if record is None else untrusted_reason(record, doc),
+                "earlier_run": earlier,
+            }
+        )
+    return out
+
+
+def _screens_of_one_run(tuner: Tuner, winner: dict[str, Any], record: dict[str, Any]) -> tuple[float, float] | None:
+    """The winner's and a leave-one-out row's screens, both measured in this run, when their full records come
+    from two runs (``--resume``): (winner, row) throughput, or None.
+
+    Two runs may be two machines. On an H200, the winner measured in full (7,622.7 img/s) against the file's record
+    of the recipe without maxpool-offsets (examples/ampsuite-resnet-kernels) from a faster machine (7,651.2) gives
+    maxpool-offsets -0.4%, where the same run's screens of the two are 7,707.6 and 7,498.7, +2.8%. Screens are
+    shorter measurements, but of one machine, one after another."""
+    if tuner.run_of(record) == tuner.run_of(winner):
+        return None
+    pair = [tuner.kept.get(str(r["id"]) + SCREEN_SUFFIX) for r in (winner, record)]
+    values = [
+        analysis.throughput(as_record(s))
+        if s is not None and tuner.here(s) and s.get("status") == Status.PASSED
+        else None
+        for s in pair
+    ]
+    if values[0] and values[1]:
+        return float(values[0]), float(values[1])
+    return None

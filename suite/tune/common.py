@@ -1,0 +1,105 @@
+"""What every phase of the search shares: a figure, whether it is trustworthy, the step log, the gain test."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ampsuite import analysis
+from ampsuite.tune.space import Candidate, WorkloadConfig
+from ampsuite.tune.trust import as_record
+from ampsuite.tune.tuner import FULL, SCREEN, SCREENED_STEPS, Tuner
+
+MIN_GAIN = analysis.MIN_RELATIVE_CHANGE
+"""Smallest relative throughput gain that counts, whatever the noise: the change ``ampsuite compare`` reports."""
+
+
+def _gain_over(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether ``a`` is faster than ``b`` by more than both figures' noise (and :data:`MIN_GAIN`)."""
+    ta, tb = analysis.throughput(as_record(a)), analysis.throughput(as_record(b))
+    if ta is None or tb is None:
+        return False
+    margin = max(MIN_GAIN, (analysis.noise(as_record(a)) or 0.0) + (analysis.noise(as_record(b)) or 0.0))
+    return ta > tb * (1.0 + margin)
+
+
+Measured = tuple[Candidate, dict[str, Any]]
+
+
+NOT_MEASURED = "not measured: the budget was spent"
+"""A step's decision, and an ablation row's reason, when the budget left its candidate unmeasured."""
+
+
+AGAIN = "held against a candidate measured in this run: both figures from this run's machine"
+"""Why a record taken from the file is measured again (:func:`_like_with_like`)."""
+
+
+def _value(record: dict[str, Any] | None) -> float:
+    return (analysis.throughput(as_record(record)) if record is not None else None) or 0.0
+
+
+def _ok(tuner: Tuner, record: dict[str, Any] | None, phase: str) -> bool:
+    """Measured, with a throughput, and trustworthy for ``phase`` (a non-finite loss never is)."""
+    return (
+        record is not None
+        and analysis.throughput(as_record(record)) is not None
+        and tuner.untrusted(record, phase) is None
+    )
+
+
+def _step(
+    steps: list[dict[str, Any]], tuner: Tuner, phase: str, candidate: Candidate, record: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Log one measurement of the search (shown on the tune page); the caller sets its ``decision``."""
+    step = {
+        "phase": phase,
+        "combination": candidate.combination,
+        "batch_size": candidate.batch_size,
+        "cell_id": None if record is None else record["id"],
+        "status": "not started (budget)" if record is None else str(record["status"]),
+        "throughput": None if record is None else analysis.throughput(as_record(record)),
+        "untrusted": None if record is None else tuner.untrusted(record, SCREEN if phase in SCREENED_STEPS else FULL),
+        "decision": "",
+    }
+    steps.append(step)
+    return step
+
+
+def _turn_down(step: dict[str, Any], record: dict[str, Any] | None, decision: str) -> None:
+    """A candidate not taken: ``decision`` when it was measured; a candidate the budget left unmeasured
+    was not found wanting."""
+    step["decision"] = decision if record is not None else NOT_MEASURED
+
+
+def _lacks(tuner: Tuner, candidate: Candidate, technique: str) -> bool:
+    """Whether ``candidate`` lacks a technique that ``technique`` requires. Only techniques count: a device
+    requirement (``"cuda"``) is matrix expansion's to judge, and a path cannot grow into it."""
+    techniques = tuner.plan.registry.techniques
+    have = {*candidate.techniques, *tuner.spec.base_techniques}
+    return any(name in techniques and name not in have for name in techniques[technique].requires)
+
+
+def _again(
+    tuner: Tuner, config: WorkloadConfig, measured: Measured, step: tuple[list[Any], str], phase: str = FULL
+) -> Measured:
+    """``measured`` with its record (of ``phase``) measured again in this run (:data:`AGAIN`) and logged as a step,
+    or as it was when the budget refuses the measurement or the new one is not trusted."""
+    again = tuner.run(config, measured[0], phase, again=AGAIN)
+    if again is None or again is measured[1]:  # the budget refused it: the file's record goes on
+        _step(step[0], tuner, step[1], measured[0], None)["decision"] = "not measured again: the file's record stays"
+        return measured
+    logged = _step(step[0], tuner, step[1], measured[0], again)
+    if _ok(tuner, again, phase):
+        logged["decision"] = "measured again in this run"
+        return (measured[0], again)
+    # Not trusted: no figure of this machine to compare with. The file's record goes on, in the search and in the
+    # results file; this measurement stays in the step log (its figure and why it is not trusted).
+    logged["decision"] = "measured again, not trusted: the file's record stays"
+    tuner.restore(config, measured[0], measured[1], phase)
+    return measured
+
+
+def _reason(record: dict[str, Any] | None) -> str | None:
+    if record is None:
+        return NOT_MEASURED
+    evidence = record.get("evidence") or {}
+    return evidence.get("reason") or evidence.get("message")

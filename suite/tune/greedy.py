@@ -1,0 +1,275 @@
+"""Steps 2 and 3 of the search: the precision starting points and greedy forward selection, screened short."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ampsuite.contract.wire import Status
+from ampsuite.tune import space
+from ampsuite.tune.common import MIN_GAIN, Measured, _again, _gain_over, _lacks, _ok, _step, _turn_down, _value
+from ampsuite.tune.confirm import _confirm
+from ampsuite.tune.space import AMP, Candidate, WorkloadConfig
+from ampsuite.tune.tuner import SCREEN, Tuner
+
+
+def _greedy(
+    tuner: Tuner,
+    config: WorkloadConfig,
+    start: Measured,
+    pool: list[str],
+    steps: list[dict[str, Any]],
+    healthy: list[Measured],
+) -> Measured:
+    """Step 3 from one start: add the fastest healthy technique while it clearly helps, else the round's near
+    misses together while they clearly help (:func:`_together`); the path's end."""
+    current = start
+    pool = list(pool)
+    while pool:
+        trials: list[tuple[str, Measured, dict[str, Any]]] = []  # this round's healthy additions
+        for technique in list(pool):
+            trial = current[0].plus(technique)
+            if _lacks(tuner, trial, technique):
+                continue  # it waits in the pool until what it requires (torch-compile, say) joins the path
+            record, step, ok = _trial(tuner, config, trial, steps, healthy)
+            if record is not None and record["status"] == Status.SKIPPED:
+                pool.remove(technique)  # pruned: a longer combination cannot lift a conflict or a check's reason
+            if record is not None and ok:
+                trials.append((technique, (trial, record), step))
+        current, trials = _one_run(tuner, config, current, trials, steps, healthy)
+        # this round's healthy additions faster than the path, clearly or not, fastest first
+        faster = sorted((t for t in trials if _value(t[1][1]) > _value(current[1])), key=lambda t: -_value(t[1][1]))
+        if faster and _gain_over(faster[0][1][1], current[1]):
+            pool.remove(faster[0][0])
+            current = faster[0][1]
+            faster[0][2]["decision"] = "kept"
+            continue
+        joined = _together(tuner, config, current, [(t, m) for t, m, _ in faster], steps, healthy)
+        if joined is None and faster:
+            # The round's fastest near miss alone, screened again beside the path until the two can be told apart.
+            _, near, step = faster[0]
+            first = _confirm(tuner, config, current[0], near[0], step, (steps, "greedy"), healthy)
+            joined = None if first is None else (near[0], first)
+            # a first screen of the path measured again there is the path's figure now
+            current = next((m for m in healthy if m[0] == current[0]), current)
+        if joined is None:
+            break
+        pool = [t for t in pool if t not in joined[0].techniques]
+        current = joined
+    return current
+
+
+SCREEN_SPREAD = 0.03
+"""How far apart lent H200s (torch 2.11) run one cell: the fp16 ResNet-50 recipe 7,625-7,651 img/s, FP32
+1,057-1,064.5, and one machine ~2.3% slower than the others (its selfcheck of the recipe 3.9% slower than the record,
+where a selfcheck runs ~1.6% slower than its cell on one machine). :data:`MACHINE_SPREAD` is wider: it also covers
+records whose bf16 cells ran fp16 kernels from a dtype-blind compile cache."""
+
+
+def _one_run(
+    tuner: Tuner,
+    config: WorkloadConfig,
+    current: Measured,
+    trials: list[tuple[str, Measured, dict[str, Any]]],
+    steps: list[dict[str, Any]],
+    healthy: list[Measured],
+) -> tuple[Measured, list[tuple[str, Measured, dict[str, Any]]]]:
+    """A greedy round's deciding screens from one run: where figures of different runs (``--resume``) decide it,
+    those taken from the file are screened again in this run, the path's first (:func:`_like_with_like` says why).
+    One that the budget refuses, or whose new screen is not healthy, keeps the file's record.
+
+    What decides a round: the additions that could be its fastest (within :data:`SCREEN_SPREAD` of the fastest),
+    and the path's figure when one of them could be faster than it, or clearly faster, on one machine. Figures
+    further apart than the spread decide the same on any machine and are compared as they are: screening them
+    again would cost a compile each for nothing (a resumed search would walk its whole path again; with
+    :data:`MACHINE_SPREAD`'s 10%, a resumed ResNet-50 search spends 750 s of 1,300 on rounds that fused SGD's
+    +14% decides on any machine). A close call passed over here can still meet the
+    finalists' rule: the best screened candidates are measured in full there, held like with like.
+
+    Held against a screen from another machine, a real gain is lost: on H200s, maxpool-offsets
+    (examples/ampsuite-resnet-kernels) on the fp16 recipe screens at 7,703 img/s against the recipe's 7,660 from a
+    faster machine, +0.6% and under :data:`MIN_GAIN` (the two machines' selfchecks time the recipe at 34.76 and
+    33.46 ms a step), where on one machine maxpool-offsets gains 1.4%."""
+    if not trials:
+        return current, trials
+    spread = 1.0 + SCREEN_SPREAD
+    top = max(_value(m[1]) for _, m, _ in trials)
+    deciding = [i for i, (_, m, _) in enumerate(trials) if _value(m[1]) * spread >= top]
+    path = _value(current[1])
+    # the path's figure decides too when a contender lies between "slower on any machine" and "clearly faster on any"
+    with_path = any(path < _value(trials[i][1][1]) * spread <= path * (1.0 + MIN_GAIN) * spread**2 for i in deciding)
+    figures = [trials[i][1][1] for i in deciding] + ([current[1]] if with_path else [])
+    if len({tuner.run_of(r) for r in figures}) <= 1:
+        return current, trials
+    log = (steps, "greedy")
+
+    def screen_again(measured: Measured) -> Measured:
+        new = _again(tuner, config, measured, log, SCREEN)
+        healthy[:] = [new if m[0] == new[0] else m for m in healthy]
+        return new
+
+    if with_path and not tuner.here(current[1]):
+        current = screen_again(current)
+    out = list(trials)
+    for i in deciding:
+        technique, measured, step = trials[i]
+        if not tuner.here(measured[1]):
+            new = screen_again(measured)
+            if new is not measured:
+                # The new screen's step (the last logged) carries the round's decision; the file's says it was
+                # screened again.
+                step["decision"] = SCREENED_AGAIN
+                step = steps[-1]
+                step["decision"] = "not faster"
+            out[i] = (technique, new, step)
+    return current, out
+
+
+SCREENED_AGAIN = "screened again in this run, beside the round's other figures"
+
+
+def _together(
+    tuner: Tuner,
+    config: WorkloadConfig,
+    current: Measured,
+    faster: list[tuple[str, Measured]],
+    steps: list[dict[str, Any]],
+    healthy: list[Measured],
+) -> Measured | None:
+    """Step 3's joint step, when no addition clearly helps: the path plus every addition of the round that was
+    faster, each not by enough, screened together; the new path when that clearly helps and is healthy.
+
+    A technique worth less than :data:`MIN_GAIN` alone is never kept alone, however real its gain, yet two of
+    them can add up: on an H200, the tuned ResNet-50 recipe ran 33.52 ms a step, with stem-pad
+    33.23-33.43 ms (+0.3-0.9%), with maxpool-offsets 33.07 ms (+1.4%) and with both 32.74 ms (+2.4%) (two
+    techniques of examples/ampsuite-resnet-kernels).
+    None when fewer than two were faster: one alone is the round's own screen, already judged.
+    """
+    if len(faster) < 2:
+        return None
+    trial = current[0]
+    for technique, _ in sorted(faster, key=lambda m: -_value(m[1][1])):
+        trial = trial.plus(technique)
+    record, step, ok = _trial(tuner, config, trial, steps, healthy)
+    if record is None or not ok or not _gain_over(record, current[1]):
+        return None
+    step["decision"] = "kept: the round's near misses together"
+    return trial, record
+
+
+def _trial(
+    tuner: Tuner, config: WorkloadConfig, trial: Candidate, steps: list[dict[str, Any]], healthy: list[Measured]
+) -> tuple[dict[str, Any] | None, dict[str, Any], bool]:
+    """One greedy screen of ``trial``, logged: (its record, its step, whether it is healthy). A healthy one joins
+    ``healthy`` and its step reads "not faster" until the caller keeps it; any other is rejected (or left by the
+    budget, as its step says)."""
+    record = tuner.run(config, trial, SCREEN)
+    step = _step(steps, tuner, "greedy", trial, record)
+    if record is None or not _ok(tuner, record, SCREEN):
+        _turn_down(step, record, "rejected")
+        return record, step, False
+    healthy.append((trial, record))
+    step["decision"] = "not faster"
+    return record, step, True
+
+
+def _screen(
+    tuner: Tuner, config: WorkloadConfig, fp32: Measured, steps: list[dict[str, Any]]
+) -> tuple[list[Measured], list[Measured]]:
+    """Steps 2 and 3: (every screened candidate with healthy numerics, slowest first; the greedy paths' ends).
+
+    A greedy path runs from the fastest healthy start, then from each other healthy precision start: the
+    dtype that is faster eager is not always the faster one once the companions are in (on an H200,
+    ResNet-50 fp16 beats bf16 eager by 23%, while bf16 + channels-last + compile beat fp16 + compile).
+    """
+    healthy: list[Measured] = []
+    starts: list[Measured] = []
+    bs = fp32[0].batch_size
+    amp = [a for a in AMP if a in tuner.plan.registry.techniques]
+    pool = list(space.technique_pool(tuner.spec, tuner.plan.registry))
+    precision = _precision_techniques(tuner, config, pool, amp, bs)
+    pool = [t for t in pool if t not in precision]
+    candidates = [fp32[0], *(Candidate((t,), bs) for t in (*amp, *precision))]
+    for start in candidates:
+        # FP32 is already measured in full: a screen of it would only be a shorter look at the same cell.
+        record = fp32[1] if start == fp32[0] else tuner.run(config, start, SCREEN)
+        step = _step(steps, tuner, "start", start, record)
+        if record is None or not _ok(tuner, record, SCREEN):
+            _turn_down(step, record, "rejected")
+            continue
+        healthy.append((start, record))
+        starts.append((start, record))
+        step["decision"] = "healthy"
+    if not starts:
+        return healthy, []
+    starts.sort(key=lambda m: -_value(m[1]))
+    paths = [starts[0], *(m for m in starts[1:] if m[0].techniques)]  # FP32 only when it is the fastest start
+    ends: list[Measured] = []
+    for path in paths:
+        leader = max(ends, key=lambda m: _value(m[1]))[0].techniques if ends else None
+        if leader is not None and path[0].techniques:
+            path = _head_start(tuner, config, path, leader, pool, steps, healthy)
+        end = _greedy(tuner, config, path, [t for t in pool if t not in path[0].techniques], steps, healthy)
+        if all(end[0] != e[0] for e in ends):
+            ends.append(end)
+    healthy = [m for m in healthy if all(m[0] != e[0] for e in ends)]
+    healthy.sort(key=lambda m: _value(m[1]))
+    return healthy, ends
+
+
+HEAD_START = "kept: the leading recipe's companions"
+
+
+def _head_start(
+    tuner: Tuner,
+    config: WorkloadConfig,
+    start: Measured,
+    leader: Sequence[str],
+    pool: Sequence[str],
+    steps: list[dict[str, Any]],
+    healthy: list[Measured],
+) -> Measured:
+    """Step 3's first screen from a later precision start: the start with every companion of the leading recipe
+    (the fastest path's end so far), screened once; the path goes on from there when that is healthy and clearly
+    faster than the start, else from the start alone.
+
+    Walked alone, each greedy round of a path screens every technique left in the pool, and with torch.compile on
+    the path each screen is a compile of its own (~200 s cold for ResNet-50 on an H200). The companions that made
+    one precision fast mostly make the next fast too: on an H200, half-weights on the fp16 recipe's companions runs
+    0.4% faster than the fp16 recipe, where its own greedy path screens 14 candidates, 7 of them cold compiles, to
+    reach them. A companion that does not help this
+    start stays in the recipe until the ablation shows it; one that conflicts with it prunes the whole screen, and
+    the path then starts alone.
+    """
+    companions = [t for t in leader if t in pool and t not in start[0].techniques]
+    if len(companions) < 2:
+        return start  # one companion is what the path's first round screens anyway
+    trial = start[0]
+    for technique in companions:
+        trial = trial.plus(technique)
+    if tuner.pruned(config, trial):
+        return start
+    record, step, ok = _trial(tuner, config, trial, steps, healthy)
+    if record is None or not ok or not _gain_over(record, start[1]):
+        return start
+    step["decision"] = HEAD_START
+    return trial, record
+
+
+def _precision_techniques(
+    tuner: Tuner, config: WorkloadConfig, pool: Sequence[str], amp: Sequence[str], bs: int
+) -> list[str]:
+    """The pool's techniques that set the step's precision themselves: each runs alone, and every AMP dtype
+    prunes it. A greedy path from an AMP dtype could never reach one (half-weights, Apex O2, replaces autocast),
+    so each starts a path of its own. On an H200, half-weights on ResNet-50's best measured
+    combination ran 33.09-33.11 ms a step against the same with amp-fp16's 33.23-33.25.
+
+    Asked of matrix expansion, free; a technique that also lacks a requirement alone (one that requires
+    torch-compile) is not one of them. ``amp``: the AMP dtypes this run registers."""
+    return [
+        t
+        for t in pool
+        if amp
+        and not tuner.pruned(config, Candidate((t,), bs))
+        and all(tuner.pruned(config, Candidate((a, t), bs)) for a in amp)
+    ]

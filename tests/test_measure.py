@@ -208,15 +208,15 @@ def test_between_process_noise_is_the_standard_error_of_the_medians() -> None:
 
 def test_pool_takes_the_between_process_noise_when_the_medians_disagree() -> None:
     stats = measure.pool(RUNS)
-    assert (stats.n, stats.median, stats.iqr) == (15, pytest.approx(1.10), pytest.approx(0.17))
+    assert (stats["n"], stats["median"], stats["iqr"]) == (15, pytest.approx(1.10), pytest.approx(0.17))
     assert relative_noise([s for r in RUNS for s in r]) == pytest.approx(0.037073, rel=1e-4)
-    assert stats.noise == pytest.approx(0.052486, rel=1e-4)
+    assert stats["noise"] == pytest.approx(0.052486, rel=1e-4)
 
 
 def test_pool_keeps_the_pooled_noise_when_the_medians_agree() -> None:
     runs = [[1.0, 2.0, 3.0, 4.0, 5.0]] * 3
     stats = measure.pool(runs)
-    assert stats.noise == pytest.approx(relative_noise(runs[0] * 3)) != 0
+    assert stats["noise"] == pytest.approx(relative_noise(runs[0] * 3)) != 0
     assert stats == summarize(runs[0] * 3)
 
 

@@ -8,6 +8,7 @@ Compare rule
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -25,6 +26,7 @@ from ampsuite.analysis.access import (
     workload_id,
     world_size,
 )
+from ampsuite.analysis.machines import beside, record_machine
 from ampsuite.contract.wire import Record, Status
 
 __all__ = ["MIN_RELATIVE_CHANGE", "CompareVerdict", "Comparison", "compare"]
@@ -47,6 +49,9 @@ class Comparison:
             (negative = B is faster), when both passed.
         threshold: the smallest ``|change|`` that would have counted.
         throughput_ratio: B's throughput / A's.
+        beside: whether the two records were measured on one machine
+            (:func:`ampsuite.analysis.machines.beside`); a change between two machines is the machines' as much
+            as the code's, and the reason says so.
     """
 
     cell_id: str
@@ -57,6 +62,7 @@ class Comparison:
     change: float | None = None
     threshold: float | None = None
     throughput_ratio: float | None = None
+    beside: bool | None = None
 
 
 def _quartiles(record: Record) -> tuple[float, float] | None:
@@ -132,7 +138,12 @@ def _compare_cell(cell_id: str, doc_a: AnyDocument, a: Record, doc_b: AnyDocumen
         return Comparison(cell_id, "not comparable", why, a, b)
     sa, sb = a["status"], b["status"]
     if median_seconds(a) is not None and median_seconds(b) is not None:
-        return _compare_timed(cell_id, a, b)
+        timed = _compare_timed(cell_id, a, b)
+        if record_machine(a) is None or record_machine(b) is None:
+            return timed
+        if beside(a, b):
+            return dataclasses.replace(timed, beside=True)
+        return dataclasses.replace(timed, beside=False, reason=f"{timed.reason}; measured on two machines")
     if sa == Status.PASSED and sb in FAILURE_STATUSES:
         return Comparison(cell_id, "regressed", f"passed before, now {sb}", a, b)
     if sa in FAILURE_STATUSES and sb == Status.PASSED:

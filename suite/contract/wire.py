@@ -36,6 +36,7 @@ __all__ = [
     "WORKER_STATUSES",
     "Document",
     "Evidence",
+    "Machine",
     "Metrics",
     "Numerics",
     "Outcome",
@@ -269,6 +270,18 @@ class TechniqueInfo(TypedDict):
     options: dict[str, Any]
 
 
+class Machine(TypedDict):
+    """Which machine measured a record (``ampsuite.host.environment.identity``): records of one machine are held
+    against each other, records of two are not (``ampsuite.analysis.machines.beside``)."""
+
+    host: str
+    device: str
+    """The GPU's name, else the CPU's model."""
+    gpu_uuid: str | None
+    driver: str | None
+    max_sm_mhz: int | None
+
+
 class Record(TypedDict):
     """One cell's entry in the results file (docs/architecture.md lists every key)."""
 
@@ -292,6 +305,8 @@ class Record(TypedDict):
     notes: dict[str, Any]
     warnings: list[str]
     evidence: Evidence | None
+    machine: NotRequired[Machine]
+    """Absent in files written before records named their machine: such a record is beside no other."""
 
 
 def record_problem(record: Record, where: str) -> str | None:

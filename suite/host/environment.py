@@ -8,6 +8,7 @@ workers measure; torch supplies the rest.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import platform
 import socket
@@ -18,7 +19,7 @@ from typing import Any
 
 import ampsuite
 
-__all__ = ["collect", "detect_device", "git_commit"]
+__all__ = ["collect", "detect_device", "git_commit", "identity"]
 
 
 def git_commit(path: str | Path, *, toplevel: str | Path | None = None) -> str | None:
@@ -72,8 +73,14 @@ def _nvml_gpu() -> dict[str, Any] | None:
         major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
         driver = pynvml.nvmlSystemGetDriverVersion()
         cuda = pynvml.nvmlSystemGetCudaDriverVersion_v2()
+        uuid = pynvml.nvmlDeviceGetUUID(handle)
+        max_sm: int | None = None
+        with contextlib.suppress(Exception):
+            max_sm = int(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
         return {
             "name": name.decode() if isinstance(name, bytes) else name,
+            "uuid": uuid.decode() if isinstance(uuid, bytes) else uuid,
+            "max_sm_mhz": max_sm,
             "count": count,
             "memory_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
             "capability": f"{major}.{minor}",
@@ -93,8 +100,11 @@ def _torch_gpu() -> dict[str, Any] | None:
     if not torch.cuda.is_available():
         return None
     props = torch.cuda.get_device_properties(0)
+    uuid = getattr(props, "uuid", None)
     return {
         "name": props.name,
+        "uuid": f"GPU-{uuid}" if uuid is not None else None,
+        "max_sm_mhz": None,
         "count": torch.cuda.device_count(),
         "memory_bytes": int(props.total_memory),
         "capability": f"{props.major}.{props.minor}",
@@ -108,6 +118,21 @@ def gpu_count() -> int:
     import torch
 
     return int(torch.cuda.device_count())
+
+
+@functools.cache
+def identity(device: str) -> dict[str, Any]:
+    """Which machine measures a ``device`` cell in this process: the host, the device (the GPU's name, else the
+    CPU's model), the GPU's UUID, driver and highest SM clock (None on a CPU). Every record carries it, so that
+    two records can be told measured on one machine or not (:func:`ampsuite.analysis.machines.beside`)."""
+    gpu = (_nvml_gpu() or _torch_gpu()) if device == "cuda" else None
+    return {
+        "host": socket.gethostname(),
+        "device": (gpu or {}).get("name") or _cpu_name(),
+        "gpu_uuid": (gpu or {}).get("uuid"),
+        "driver": (gpu or {}).get("driver"),
+        "max_sm_mhz": (gpu or {}).get("max_sm_mhz"),
+    }
 
 
 def detect_device() -> str:

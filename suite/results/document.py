@@ -67,6 +67,7 @@ def base_record(cell: Cell, registry: Registry) -> dict[str, Any]:
         "notes": {},
         "warnings": [],
         "evidence": None,
+        "machine": dict(environment.identity(cell.device)),
     }
 
 

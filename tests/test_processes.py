@@ -68,8 +68,8 @@ def test_pooled_outcome_takes_the_between_process_noise_and_rewrites_the_warning
     assert st["median"] == pytest.approx(1.1)
     assert st["noise"] == pytest.approx(0.1 / math.sqrt(3) / 1.1) == pytest.approx(0.052486, rel=1e-4)
     assert st["noise"] > measure.relative_noise(st["samples"])
-    assert {k: v for k, v in st.items() if k not in ("samples", "processes", "noise")} == {
-        k: v for k, v in dataclasses.asdict(summarize(st["samples"])).items() if k != "noise"
+    assert {k: v for k, v in st.items() if k not in ("processes", "noise")} == {
+        k: v for k, v in summarize(st["samples"]).items() if k != "noise"
     }
     assert st["processes"] == [
         {"median": pytest.approx(m), "noise": summarize(r)["noise"], "n": 5}

@@ -48,7 +48,7 @@ def tune_context(summary: Mapping[str, Any]) -> dict[str, Any]:
         rows = [
             {
                 **r,
-                "note": "; ".join(n for n in (r.get("reason") or r.get("untrusted"), r.get("earlier_run")) if n),
+                "note": r.get("reason") or r.get("untrusted") or "",
                 "options": r.get("options") or [],  # absent in files of older versions
             }
             for r in w.get("ablation") or []

@@ -6,7 +6,6 @@ from typing import Any
 
 from ampsuite import analysis
 from ampsuite.contract.wire import Status
-from ampsuite.spec.screens import SCREEN_SUFFIX
 from ampsuite.tune.common import NOT_MEASURED, Measured, _lacks, _reason
 from ampsuite.tune.space import TF32, Candidate, WorkloadConfig
 from ampsuite.tune.trust import as_record, untrusted_reason
@@ -76,28 +75,11 @@ def _ablation_rows(
     doc = tuner.writer.doc
     derived = analysis.derive(doc)
     win_value = analysis.throughput(as_record(winner[1]))
-    # Contributions set figures of this run beside records of earlier runs (--resume), which may come from
-    # another machine: each such row says so when the table mixes the two.
-    records = [r for _, _, _, r in measured if r is not None]
-    mixed = len({tuner.run_of(r) for r in records}) > 1
     out = []
     for label, candidate, removed, record in measured:
         d = derived.get(record["id"]) if record is not None else None
         value = analysis.throughput(as_record(record)) if record is not None else None
         contribution = None if removed is None or not value or not win_value else win_value / value - 1.0
-        earlier = (
-            f"measured in an earlier run ({str(record.get('started'))[:16]}), maybe on another machine"
-            if mixed and record is not None and not tuner.here(record)
-            else None
-        )
-        screens = None if removed is None or record is None else _screens_of_one_run(tuner, winner[1], record)
-        if screens is not None:
-            contribution = screens[0] / screens[1] - 1.0
-            earlier = "; ".join(
-                n
-                for n in (earlier, f"contribution from this run's screens, {screens[0]:,.1f} against {screens[1]:,.1f}")
-                if n
-            )
         out.append(
             {
                 "label": label,
@@ -113,29 +95,6 @@ def _ablation_rows(
                 "speedup_vs_tf32": None if d is None else d.speedup_vs_tf32,
                 "contribution": contribution,
                 "untrusted": None if record is None else untrusted_reason(record, doc),
-                "earlier_run": earlier,
             }
         )
     return out
-
-
-def _screens_of_one_run(tuner: Tuner, winner: dict[str, Any], record: dict[str, Any]) -> tuple[float, float] | None:
-    """The winner's and a leave-one-out row's screens, both measured in this run, when their full records come
-    from two runs (``--resume``): (winner, row) throughput, or None.
-
-    Two runs may be two machines. On an H200, the winner measured in full (7,622.7 img/s) against the file's record
-    of the recipe without maxpool-offsets (examples/ampsuite-resnet-kernels) from a faster machine (7,651.2) gives
-    maxpool-offsets -0.4%, where the same run's screens of the two are 7,707.6 and 7,498.7, +2.8%. Screens are
-    shorter measurements, but of one machine, one after another."""
-    if tuner.run_of(record) == tuner.run_of(winner):
-        return None
-    pair = [tuner.kept.get(str(r["id"]) + SCREEN_SUFFIX) for r in (winner, record)]
-    values = [
-        analysis.throughput(as_record(s))
-        if s is not None and tuner.here(s) and s.get("status") == Status.PASSED
-        else None
-        for s in pair
-    ]
-    if values[0] and values[1]:
-        return float(values[0]), float(values[1])
-    return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ampsuite import analysis
-from ampsuite.tune.space import Candidate, WorkloadConfig
+from ampsuite.tune.space import Candidate
 from ampsuite.tune.trust import as_record
 from ampsuite.tune.tuner import FULL, SCREEN, SCREENED_STEPS, Tuner
 
@@ -27,10 +27,6 @@ Measured = tuple[Candidate, dict[str, Any]]
 
 NOT_MEASURED = "not measured: the budget was spent"
 """A step's decision, and an ablation row's reason, when the budget left its candidate unmeasured."""
-
-
-AGAIN = "held against a candidate measured in this run: both figures from this run's machine"
-"""Why a record taken from the file is measured again (:func:`_like_with_like`)."""
 
 
 def _value(record: dict[str, Any] | None) -> float:
@@ -76,26 +72,6 @@ def _lacks(tuner: Tuner, candidate: Candidate, technique: str) -> bool:
     techniques = tuner.plan.registry.techniques
     have = {*candidate.techniques, *tuner.spec.base_techniques}
     return any(name in techniques and name not in have for name in techniques[technique].requires)
-
-
-def _again(
-    tuner: Tuner, config: WorkloadConfig, measured: Measured, step: tuple[list[Any], str], phase: str = FULL
-) -> Measured:
-    """``measured`` with its record (of ``phase``) measured again in this run (:data:`AGAIN`) and logged as a step,
-    or as it was when the budget refuses the measurement or the new one is not trusted."""
-    again = tuner.run(config, measured[0], phase, again=AGAIN)
-    if again is None or again is measured[1]:  # the budget refused it: the file's record goes on
-        _step(step[0], tuner, step[1], measured[0], None)["decision"] = "not measured again: the file's record stays"
-        return measured
-    logged = _step(step[0], tuner, step[1], measured[0], again)
-    if _ok(tuner, again, phase):
-        logged["decision"] = "measured again in this run"
-        return (measured[0], again)
-    # Not trusted: no figure of this machine to compare with. The file's record goes on, in the search and in the
-    # results file; this measurement stays in the step log (its figure and why it is not trusted).
-    logged["decision"] = "measured again, not trusted: the file's record stays"
-    tuner.restore(config, measured[0], measured[1], phase)
-    return measured
 
 
 def _reason(record: dict[str, Any] | None) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ampsuite import results
-from ampsuite.tune.common import AGAIN, NOT_MEASURED, Measured, _ok, _step, _value
+from ampsuite.tune.common import NOT_MEASURED, Measured, _ok, _step, _value
 from ampsuite.tune.space import Candidate, WorkloadConfig
 from ampsuite.tune.tuner import SCREEN, Tuner
 
@@ -42,9 +42,9 @@ def _confirm(
     near, incumbent, incumbent, near after the first screens' incumbent, near: a drift of the machine across the
     six favours neither side by more than one place.
 
-    Screens taken from the file (``--resume``) count only when all six come from one earlier run; otherwise each is
-    measured again in this run. A screen the budget refuses, or whose numerics are not healthy, ends the test: not
-    confirmed.
+    Screens taken from the file (``--resume``) count as they are: the tuner keeps only records of this machine
+    (:func:`ampsuite.analysis.machines.beside`). A screen the budget refuses, or whose numerics are not healthy, ends
+    the test: not confirmed.
 
     A verdict is reached once per pair: a later test of the same two (``--resume``, or the same pair met again) takes
     it as it stands, so that a near miss does not get another draw of the test each time it is met, and a resume
@@ -64,17 +64,16 @@ def _confirm(
     ]
     at_hand = all(tuner.known(config, c, SCREEN, k) for c, k in order)
     records = [tuner.run(config, c, SCREEN, repeat=k) for c, k in order] if at_hand else []
-    one_run = len({tuner.run_of(r) for r in records if r is not None}) == 1
-    if not (at_hand and one_run and all(_ok(tuner, r, SCREEN) for r in records)):
+    if not (at_hand and all(_ok(tuner, r, SCREEN) for r in records)):
         records = []
         for c, k in order:
             started = tuner.started
-            record = tuner.run(config, c, SCREEN, again=AGAIN, repeat=k)
+            record = tuner.run(config, c, SCREEN, repeat=k)
             measured = tuner.started > started
-            if measured or record is None or not tuner.here(record):
-                logged = _step(log[0], tuner, log[1], c, record if measured else None)
+            if measured or record is None:
+                logged = _step(log[0], tuner, log[1], c, record)
                 logged["decision"] = CONFIRMING if measured else NOT_MEASURED
-            if record is None or not tuner.here(record) or not _ok(tuner, record, SCREEN):
+            if record is None or not _ok(tuner, record, SCREEN):
                 step["decision"] = f"not confirmed: {_why_unconfirmed(tuner, record)}"
                 return None
             if k == 1 and healthy is not None:
@@ -102,6 +101,6 @@ def _confirm(
 
 
 def _why_unconfirmed(tuner: Tuner, record: dict[str, Any] | None) -> str:
-    if record is None or not tuner.here(record):
+    if record is None:
         return "the budget left a repeat unmeasured"
     return f"a repeat was not healthy ({tuner.untrusted(record, SCREEN) or record['status']})"

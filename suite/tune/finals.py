@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence, Set
 from typing import Any
 
-from ampsuite.tune.common import Measured, _again, _gain_over, _ok, _step, _turn_down, _value
+from ampsuite.tune.common import Measured, _gain_over, _ok, _step, _turn_down, _value
 from ampsuite.tune.confirm import _confirm
 from ampsuite.tune.space import Candidate, WorkloadConfig
 from ampsuite.tune.tuner import FULL, Tuner
@@ -44,8 +44,7 @@ def _finals(
     (``--resume``) stands in, free: a resumed search whose path grew past the file's winner would otherwise choose
     between the figures it could measure and the slower finalists the file held (a resumed ResNet-50 tune on an
     H200 with a 25-minute budget would choose bf16 + compile + channels-last's 7,272 img/s over the 7,651 of the
-    fp16 recipe in the file). Only then: they would be measured again beside a
-    figure of this run (:func:`_from_this_machine`), a compile each, for candidates the search has moved past."""
+    fp16 recipe in the file). Only then: each is a compile of its own, for candidates the search has moved past."""
     others, ends = screened
     finalists = [c for c, _ in sorted(ends, key=lambda m: -_value(m[1]))]
     incumbent = tuner.file_winner(config.key)
@@ -69,9 +68,7 @@ def _finals(
         for candidate in ranked:
             if candidate not in finalists and candidate != fp32[0] and tuner.known(config, candidate, FULL):
                 _final(tuner, steps, candidate, tuner.run(config, candidate, FULL), trusted, STOOD_IN)
-    return _settle(
-        tuner, config, _one_machine(tuner, config, _from_this_machine(tuner, config, trusted, steps), steps), steps
-    )
+    return _settle(tuner, config, trusted, steps)
 
 
 def _settle(
@@ -117,71 +114,3 @@ def _final(
         step["decision"] = decision
     else:
         _turn_down(step, record, "not trusted")
-
-
-MACHINE_SPREAD = 0.10
-"""How much slower than a figure of this run a record of an earlier run may be and still win once measured here.
-H200s lent at different times ran one ResNet-50 recipe at 6,758 to 7,139 img/s (5.6% apart); twice that. (The
-7,139 most likely ran fp16 kernels from a dtype-blind compile cache, so the machines alone differ by less.)"""
-
-
-def _from_this_machine(
-    tuner: Tuner, config: WorkloadConfig, trusted: list[Measured], steps: list[dict[str, Any]]
-) -> list[Measured]:
-    """``trusted``, with the records of earlier runs (``--resume``) that could win measured again in this run, so
-    the choice is made between figures of one machine (:func:`_like_with_like` says why).
-
-    Nothing is measured when every record comes from one run. Otherwise records of earlier runs are measured
-    again, fastest first, while one is faster than the best figure of this run less :data:`MACHINE_SPREAD`
-    (the first of them when this run has none). Without this, a resumed ResNet-50 tune on an H200 with no
-    finalist measured in its own run would choose bf16 + compile (7,049 img/s on a faster machine) over bf16 +
-    compile + channels-last (6,805, measured on a slower one)."""
-    if len({tuner.run_of(m[1]) for m in trusted}) <= 1:
-        return trusted
-    here = [_value(m[1]) for m in trusted if tuner.here(m[1])]
-    best_here, out = max(here, default=None), list(trusted)
-    for i in sorted(range(len(out)), key=lambda i: -_value(out[i][1])):
-        record = out[i][1]
-        if tuner.here(record):
-            continue
-        if best_here is not None and _value(record) <= best_here * (1.0 - MACHINE_SPREAD):
-            break
-        out[i] = _again(tuner, config, out[i], (steps, "final"))
-        if out[i][1] is not record:
-            best_here = max(best_here or 0.0, _value(out[i][1]))
-        elif best_here is None:
-            break  # not measured again, and nothing of this run to hold the others against: the file decides
-    return out
-
-
-UNSETTLED = "left out: an earlier run's figure with none of this machine's, within the machines' spread"
-"""A finalist's decision when :func:`_one_machine` leaves its record of an earlier run out of the choice."""
-
-
-def _one_machine(
-    tuner: Tuner, config: WorkloadConfig, measured: list[Measured], steps: list[dict[str, Any]]
-) -> list[Measured]:
-    """The finalists step 4 chooses among: those measured in this run, when it measured any. A record of an
-    earlier run that :func:`_from_this_machine` could not measure again (the budget, or an untrusted figure) joins
-    them only when it is faster than all of them by more than :data:`MACHINE_SPREAD`, more than machines differ;
-    one that could have been chosen otherwise (faster by less, or level and simpler) is logged as a final step
-    (:data:`UNSETTLED`, named beside the winner) and not chosen. With nothing measured in this run, the file's
-    records decide as they are.
-
-    On an H200, a resumed ResNet-50 tune measures two paths' ends in full (7,625.2 and 7,340.1 img/s) while the
-    budget leaves the file's fp16 + compile + fused SGD + channels-last (7,651.2, from another machine two days
-    earlier) unmeasured; the rule for fewer techniques alone would choose it, yet a selfcheck on the tune's machine
-    runs it at 35.02 ms a step, 7,310 img/s: 4.1% slower than the recipe it would pass over."""
-    here = [m for m in measured if tuner.here(m[1])]
-    if not here:
-        return measured
-    bar = max(_value(m[1]) for m in here) * (1.0 + MACHINE_SPREAD)
-    earlier = [m for m in measured if not tuner.here(m[1])]
-    out = here + [m for m in earlier if _value(m[1]) > bar]
-    top = max(out, key=lambda m: _value(m[1]))[1]
-    for candidate, record in earlier:
-        # Named when it could have been chosen (faster than the choice, or level with it and simpler).
-        if _value(record) <= bar and not _gain_over(top, record):
-            _step(steps, tuner, "final", candidate, record)["decision"] = UNSETTLED
-            tuner.note(f"{config.key}: {candidate.name} ({_value(record):,.1f}) {UNSETTLED}")
-    return out

@@ -7,7 +7,7 @@ from typing import Any
 
 from ampsuite.contract.wire import Status
 from ampsuite.tune import space
-from ampsuite.tune.common import MIN_GAIN, Measured, _again, _gain_over, _lacks, _ok, _step, _turn_down, _value
+from ampsuite.tune.common import Measured, _gain_over, _lacks, _ok, _step, _turn_down, _value
 from ampsuite.tune.confirm import _confirm
 from ampsuite.tune.space import AMP, Candidate, WorkloadConfig
 from ampsuite.tune.tuner import SCREEN, Tuner
@@ -36,7 +36,6 @@ def _greedy(
                 pool.remove(technique)  # pruned: a longer combination cannot lift a conflict or a check's reason
             if record is not None and ok:
                 trials.append((technique, (trial, record), step))
-        current, trials = _one_run(tuner, config, current, trials, steps, healthy)
         # this round's healthy additions faster than the path, clearly or not, fastest first
         faster = sorted((t for t in trials if _value(t[1][1]) > _value(current[1])), key=lambda t: -_value(t[1][1]))
         if faster and _gain_over(faster[0][1][1], current[1]):
@@ -57,75 +56,6 @@ def _greedy(
         pool = [t for t in pool if t not in joined[0].techniques]
         current = joined
     return current
-
-
-SCREEN_SPREAD = 0.03
-"""How far apart lent H200s (torch 2.11) run one cell: the fp16 ResNet-50 recipe 7,625-7,651 img/s, FP32
-1,057-1,064.5, and one machine ~2.3% slower than the others (its selfcheck of the recipe 3.9% slower than the record,
-where a selfcheck runs ~1.6% slower than its cell on one machine). :data:`MACHINE_SPREAD` is wider: it also covers
-records whose bf16 cells ran fp16 kernels from a dtype-blind compile cache."""
-
-
-def _one_run(
-    tuner: Tuner,
-    config: WorkloadConfig,
-    current: Measured,
-    trials: list[tuple[str, Measured, dict[str, Any]]],
-    steps: list[dict[str, Any]],
-    healthy: list[Measured],
-) -> tuple[Measured, list[tuple[str, Measured, dict[str, Any]]]]:
-    """A greedy round's deciding screens from one run: where figures of different runs (``--resume``) decide it,
-    those taken from the file are screened again in this run, the path's first (:func:`_like_with_like` says why).
-    One that the budget refuses, or whose new screen is not healthy, keeps the file's record.
-
-    What decides a round: the additions that could be its fastest (within :data:`SCREEN_SPREAD` of the fastest),
-    and the path's figure when one of them could be faster than it, or clearly faster, on one machine. Figures
-    further apart than the spread decide the same on any machine and are compared as they are: screening them
-    again would cost a compile each for nothing (a resumed search would walk its whole path again; with
-    :data:`MACHINE_SPREAD`'s 10%, a resumed ResNet-50 search spends 750 s of 1,300 on rounds that fused SGD's
-    +14% decides on any machine). A close call passed over here can still meet the
-    finalists' rule: the best screened candidates are measured in full there, held like with like.
-
-    Held against a screen from another machine, a real gain is lost: on H200s, maxpool-offsets
-    (examples/ampsuite-resnet-kernels) on the fp16 recipe screens at 7,703 img/s against the recipe's 7,660 from a
-    faster machine, +0.6% and under :data:`MIN_GAIN` (the two machines' selfchecks time the recipe at 34.76 and
-    33.46 ms a step), where on one machine maxpool-offsets gains 1.4%."""
-    if not trials:
-        return current, trials
-    spread = 1.0 + SCREEN_SPREAD
-    top = max(_value(m[1]) for _, m, _ in trials)
-    deciding = [i for i, (_, m, _) in enumerate(trials) if _value(m[1]) * spread >= top]
-    path = _value(current[1])
-    # the path's figure decides too when a contender lies between "slower on any machine" and "clearly faster on any"
-    with_path = any(path < _value(trials[i][1][1]) * spread <= path * (1.0 + MIN_GAIN) * spread**2 for i in deciding)
-    figures = [trials[i][1][1] for i in deciding] + ([current[1]] if with_path else [])
-    if len({tuner.run_of(r) for r in figures}) <= 1:
-        return current, trials
-    log = (steps, "greedy")
-
-    def screen_again(measured: Measured) -> Measured:
-        new = _again(tuner, config, measured, log, SCREEN)
-        healthy[:] = [new if m[0] == new[0] else m for m in healthy]
-        return new
-
-    if with_path and not tuner.here(current[1]):
-        current = screen_again(current)
-    out = list(trials)
-    for i in deciding:
-        technique, measured, step = trials[i]
-        if not tuner.here(measured[1]):
-            new = screen_again(measured)
-            if new is not measured:
-                # The new screen's step (the last logged) carries the round's decision; the file's says it was
-                # screened again.
-                step["decision"] = SCREENED_AGAIN
-                step = steps[-1]
-                step["decision"] = "not faster"
-            out[i] = (technique, new, step)
-    return current, out
-
-
-SCREENED_AGAIN = "screened again in this run, beside the round's other figures"
 
 
 def _together(

@@ -55,7 +55,6 @@ def recipe_toml(summary: Mapping[str, Any]) -> str:
             notes.append(f"# {w['key']}: {NO_GAIN} (fastest trustworthy: {toml_value(winner['techniques'])}, {figure})")
             continue
         combos.append(f"# {w['key']}, batch_size = {winner['batch_size']}: {figure}")
-        combos += [f"# {line}" for line in _unsettled_lines(winner, w["unit"])]
         combos.append(f"{toml_key(name)} = {toml_value(winner['techniques'])}")
         # Every option value the winner ran with, the tune suite's own [techniques] tables included: pasted into
         # another suite, a snippet with only tune's choices would run that suite's values instead (a recipe may
@@ -71,16 +70,6 @@ def recipe_toml(summary: Mapping[str, Any]) -> str:
     if combos:
         lines += ["", "[combinations]", *combos]
     return "\n".join(lines + tables) + "\n"
-
-
-def _unsettled_lines(winner: Mapping[str, Any], unit: str) -> list[str]:
-    """One line per finalist an earlier run measured that the winner was not held against on this machine
-    (finals._one_machine): what a reader must know before taking the winner over it."""
-    return [
-        f"not settled: {u['combination']} ran {_num(u.get('throughput'))} {unit}/s in an earlier run (maybe on "
-        "another machine), with no trusted figure of this one; `ampsuite tune --resume` measures it again"
-        for u in winner.get("unsettled") or []  # absent in files of older versions
-    ]
 
 
 INTERRUPTED = "**Interrupted**: what follows is the search so far; `ampsuite tune --resume` measures the rest."
@@ -130,7 +119,6 @@ def tune_markdown(summary: Mapping[str, Any]) -> str:
                 f"{winner['batch_size']}, {_num(winner['throughput'])} {w['unit']}/s "
                 f"({_x(winner.get('speedup_vs_fp32'))} FP32)."
             )
-            out += [f"{line[0].upper()}{line[1:]}." for line in _unsettled_lines(winner, w["unit"])]
         if w.get("ablation"):
             out += [
                 "",
@@ -139,7 +127,6 @@ def tune_markdown(summary: Mapping[str, Any]) -> str:
             ]
             for row in w["ablation"]:
                 note = (row.get("reason") if row["status"] != Status.PASSED else row.get("untrusted")) or ""
-                note = "; ".join(n for n in (note, row.get("earlier_run")) if n)
                 out.append(
                     f"| {row['label']} | {_recipe(row)} | {row['status']} | "
                     f"{_num(row['throughput'])} | {_x(row['speedup_vs_fp32'])} | {_x(row['speedup_vs_tf32'])} | "

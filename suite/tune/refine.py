@@ -9,7 +9,7 @@ from typing import Any
 from ampsuite.contract.wire import Status
 from ampsuite.spec.options import is_table_option, merge_values
 from ampsuite.tune import space
-from ampsuite.tune.common import Measured, _again, _gain_over, _ok, _step, _turn_down, _value
+from ampsuite.tune.common import Measured, _gain_over, _ok, _step, _turn_down, _value
 from ampsuite.tune.confirm import _confirm
 from ampsuite.tune.space import Candidate, WorkloadConfig
 from ampsuite.tune.tuner import FULL, Tuner
@@ -24,12 +24,10 @@ def _hold(
     step: dict[str, Any],
     log: tuple[list[Any], str],
 ) -> tuple[Measured, bool]:
-    """Step 5's one comparison: ``candidate``'s full ``record`` against ``winner`` on one machine
-    (:func:`_like_with_like`, logged under ``log``); (the winner after it, whether the candidate was kept).
-    Sets ``step``'s decision."""
+    """Step 5's one comparison: ``candidate``'s full ``record`` against ``winner`` (both of this machine), a near
+    miss confirmed by screens logged under ``log``; (the winner after it, whether the candidate was kept). Sets
+    ``step``'s decision."""
     trusted = record if _ok(tuner, record, FULL) else None
-    if trusted is not None:
-        winner, (_, trusted) = _like_with_like(tuner, config, winner, (candidate, trusted), log)
     if trusted is not None and _gain_over(trusted, winner[1]):
         step["decision"] = "kept"
         return (candidate, trusted), True
@@ -81,36 +79,13 @@ def _variant(tuner: Tuner, winner: Candidate, step: OptionStep) -> Candidate:
     return winner.with_option(technique, option, value, space.option_value(suite, option))
 
 
-def _like_with_like(
-    tuner: Tuner, config: WorkloadConfig, winner: Measured, variant: Measured, step: tuple[list[Any], str]
-) -> tuple[Measured, Measured]:
-    """(``winner``, ``variant``), each measured again in this run when the two records come from different runs
-    (``--resume``) and it was taken from the file; ``variant`` is a trusted full measurement.
-
-    A resumed file holds records of earlier runs, often on other machines: on the H200s this project
-    was lent, one recipe ran 6,758 to 7,139 img/s from machine to machine (ResNet-50, torch 2.11),
-    more than most option steps gain. A variant is kept only when it beats the winner on one machine.
-    Two records of one earlier run are compared as they are. A record keeps the file's figure when the budget
-    refuses the measurement or it is not trusted; the step log says so.
-    ``step`` is (the search's steps, the phase) the measurements are logged under.
-    """
-    if tuner.run_of(winner[1]) == tuner.run_of(variant[1]):
-        return winner, variant
-    if not tuner.here(winner[1]):
-        winner = _again(tuner, config, winner, step)
-    if not tuner.here(variant[1]):
-        variant = _again(tuner, config, variant, step)
-    return winner, variant
-
-
 def _refine(tuner: Tuner, config: WorkloadConfig, winner: Measured, steps: list[dict[str, Any]]) -> Measured:
     """Step 5: the winner's technique option variants, then the other selected batch sizes, in full.
 
     Hill climbing over the declared values, one at a time: a value that clearly helps is kept, and
     the values passed over are tried again on top of it (on an H200, ViT-B/16's reduce-overhead was
     within noise of plain compile, and kept once coordinate descent was), until no untried variant of
-    the winner is left. Variants already measured (``--resume``) come first. A variant measured in
-    this run is held against the winner measured in this run (:func:`_like_with_like`).
+    the winner is left. Variants already measured (``--resume``, on this machine) come first.
     """
     tried = {winner[0].combination}  # Candidate holds dicts: not hashable
     while True:

@@ -16,12 +16,9 @@ Per workload configuration (see docs/tune.md):
    each later path first screens its start with the companions of the fastest
    path's end so far and goes on from there when that clearly helps (the head
    start);
-   where screens of more than one run (``--resume``) could decide a round, the
-   file's are screened again first, so that it compares figures of one machine;
 4. finalists (the paths' ends, then the best screened candidates) measured in full; the winner is
    the fastest trustworthy one, the simplest (then the one without a loss scale) when others are
-   not clearly faster, unless a confirmed near miss says otherwise (:func:`_settle`), chosen among
-   figures of this run's machine when it has any (:func:`_one_machine`);
+   not clearly faster, unless a confirmed near miss says otherwise (:func:`_settle`);
 5. technique option variants and the other selected batch sizes, measured in
    full against the winner (another batch size gets its own FP32 cell first);
 6. the ablation: FP32, TF32 (when the suite declares it), the winner, the
@@ -30,6 +27,9 @@ Per workload configuration (see docs/tune.md):
 
 Each measurement is one cell through :func:`ampsuite.run.runner.run_record`
 (``Tuner.measure``), written to the tune results file before the next starts.
+Every figure the search holds against another was measured on one machine: under
+``--resume`` the tuner keeps the file's records of this machine and measures
+another machine's again (:func:`ampsuite.analysis.machines.beside`).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from ampsuite.run.signals import sigterm_interrupts
 from ampsuite.tune import space
 from ampsuite.tune.ablation import _ablation
 from ampsuite.tune.common import _reason, _step
-from ampsuite.tune.finals import UNSETTLED, _finals
+from ampsuite.tune.finals import _finals
 from ampsuite.tune.greedy import _screen
 from ampsuite.tune.refine import _refine
 from ampsuite.tune.space import Candidate, WorkloadConfig
@@ -85,11 +85,6 @@ def _tune_one(tuner: Tuner, config: WorkloadConfig, result: dict[str, Any]) -> N
         "throughput": analysis.throughput(as_record(winner[1])),
         "noise": analysis.noise(as_record(winner[1])),
         "speedup_vs_fp32": None if derived is None else derived.speedup_vs_fp32,
-        "unsettled": [
-            {"combination": s["combination"], "cell_id": s["cell_id"], "throughput": s["throughput"]}
-            for s in steps
-            if s["decision"] == UNSETTLED
-        ],
     }
     _ablation(tuner, config, winner, result["ablation"])
 
@@ -108,7 +103,7 @@ def tune(plan: Plan, config: TuneConfig, progress: Progress = print, measure: Me
         "base_techniques": list(plan.spec.base_techniques),
         "search": "greedy forward selection from each precision start (the AMP dtypes, techniques replacing "
         "autocast), screened short, a near miss kept when three screens of it each beat three of what it would "
-        "replace, finalists in full, the winner chosen among one machine's figures",
+        "replace, finalists in full, every figure from this machine",
         "screen_measure": dataclasses.asdict(tuner.screen_spec.measure),
         "finalists": config.finalists,
         "reserve_share": config.reserve_share,

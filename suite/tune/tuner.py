@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from ampsuite import analysis, results
+from ampsuite.analysis.machines import beside
 from ampsuite.contract.cell import Cell
 from ampsuite.contract.wire import Status
+from ampsuite.host import environment
 from ampsuite.host.manager import PluginSettings
 from ampsuite.host.session import Plan
 from ampsuite.results import definition
@@ -93,9 +95,6 @@ class Tuner:
         )
         previous = results.load(config.output) if config.resume and config.output.exists() else None
         old_ids = {r["id"] for r in previous["cells"]} if previous is not None else set()
-        earlier = (previous or {}).get("run") or {}
-        # When the file's runs began (the first and each --resume): which run measured a record (run_of).
-        self._earlier = sorted(str(s) for s in (earlier.get("started"), *(earlier.get("resumed") or [])) if s)
         self.run_config.resume = config.resume
         self.writer = results.open_results(plan.spec, self.run_config, plan.device, plan.registry, old_ids)
         self.kept = {r["id"]: r for r in self.writer.doc["cells"]}
@@ -190,31 +189,20 @@ class Tuner:
         return cell.id in self.kept and self._stale(cell, phase) is None
 
     def here(self, record: dict[str, Any]) -> bool:
-        """Whether ``record`` was measured in this run, not taken from the file by ``--resume``."""
+        """Whether ``record`` was measured in this run, not taken from the file by ``--resume`` (for what progress
+        and the outputs say; the search holds any two records it keeps against each other: both are this
+        machine's)."""
         return record["id"] not in self.from_file
 
-    def run_of(self, record: dict[str, Any]) -> str:
-        """Which run measured ``record``: ``""`` for this one, else the start of the earlier run (the first, or a
-        ``--resume`` of it) whose span holds the record's start. Two records of one run were measured on one
-        machine, one after another; records of two runs may come from two machines."""
-        if self.here(record):
-            return ""
-        began = str(record.get("started") or "")
-        # ISO 8601 in UTC to the second (results.now) on both sides: the strings order as the times do. A cell
-        # takes seconds and a run starts after the last one ended, so a record never shares its second with the
-        # start of a later run.
-        return max((s for s in self._earlier if s <= began), default=self._earlier[0] if self._earlier else "earlier")
-
-    def run(
-        self, config: WorkloadConfig, candidate: Candidate, phase: str, again: str | None = None, repeat: int = 1
-    ) -> dict[str, Any] | None:
+    def run(self, config: WorkloadConfig, candidate: Candidate, phase: str, repeat: int = 1) -> dict[str, Any] | None:
         """Measure ``candidate`` (``phase`` SCREEN or FULL; ``repeat`` > 1: that screen's repeat, a cell of its own):
         its record, or None when the budget does not allow it.
 
-        A record already in the file (``--resume``) is returned as it is, unless its clocks were
-        throttled, or ``again`` gives a reason to measure it in this run: then it is measured again,
-        and kept when that measurement is cut short or the budget refuses it. A pruned candidate gets
-        a skipped record without a worker.
+        A record already in the file (``--resume``) is returned as it is, unless it was measured on another
+        machine (:func:`ampsuite.analysis.machines.beside`), measured another definition or its clocks were
+        throttled: then it is measured again, and the file keeps it when that measurement is cut short or the
+        budget refuses it (the search then gets None for another machine's record: it holds no figure of two
+        machines against each other). A pruned candidate gets a skipped record without a worker.
 
         :raises KeyboardInterrupt: after writing the record, when Ctrl-C or SIGTERM interrupted the cell.
         """
@@ -223,8 +211,6 @@ class Tuner:
         spec = self.screen_spec if phase == SCREEN else self.spec
         previous = self.kept.get(cell.id)
         stale = self._stale(cell, phase)
-        if stale is None and again is not None and cell.id in self.from_file:
-            stale = again
         if previous is not None and stale is None:
             self._consider(config, candidate, phase, previous)  # --resume: still the best so far
             return previous
@@ -247,6 +233,8 @@ class Tuner:
             priced = self.budget.priced_by((config.key, phase), candidate.techniques, graph)
             why = f" (its first step priced as that of {priced[0]}, {priced[1]:.1f} s)" if priced else ""
             self.note(f"{config.key}: {candidate.combination} not started: needs ~{estimate:.1f} s{why}")
+            if previous is not None and not self._beside(previous):
+                return None  # the file keeps it; the search cannot hold it against this machine's figures
             return previous  # a stale record stays what the file has
         timeout = self.budget.timeout(self.cell_timeout)
         capped = timeout < self.cell_timeout
@@ -286,12 +274,19 @@ class Tuner:
         return record
 
     def _stale(self, cell: Cell, phase: str) -> str | None:
-        """Why the record taken from the file (``--resume``) under ``cell``'s id is measured again: it measured
-        another definition (the suite file changed), or, for a full record, a disturbed timing (throttled clocks, a
-        compile in the timed steps), which measures something besides the recipe (screens count for their numerics
-        only and are kept)."""
+        """Why the record taken from the file (``--resume``) under ``cell``'s id is measured again: another machine
+        measured it, it measured another definition (the suite file changed), or, for a full record, a disturbed
+        timing (throttled clocks, a compile in the timed steps), which measures something besides the recipe
+        (screens count for their numerics only and are kept)."""
         if cell.id not in self.from_file:
             return None
+        if not self._beside(self.kept[cell.id]):
+            machine = (self.kept[cell.id].get("machine") or {}).get("host")
+            return (
+                f"the file's record was measured on another machine ({machine})"
+                if machine
+                else ("the file's record names no machine")
+            )
         changed = definition.difference(self.kept[cell.id], cell, self.plan.registry)
         if changed is not None:
             return f"the file's record measured other {changed}"
@@ -299,6 +294,11 @@ class Tuner:
             return None
         reason = disturbed_reason(self.kept[cell.id])
         return None if reason is None else f"the file's record says {reason}"
+
+    def _beside(self, record: dict[str, Any]) -> bool:
+        """Whether ``record`` was measured on the machine this run measures on: the one rule for holding figures
+        against each other."""
+        return beside(record, {"machine": environment.identity(self.plan.device)})
 
     def _back_up(self) -> None:
         """Before the first record from the file is replaced, a copy of the file as it was: nothing measured is
@@ -312,13 +312,6 @@ class Tuner:
         if phase == SCREEN:
             return numerics_reason(record, self.writer.doc)
         return untrusted_reason(record, self.writer.doc)
-
-    def restore(self, config: WorkloadConfig, candidate: Candidate, record: dict[str, Any], phase: str = FULL) -> None:
-        """Put the file's ``record`` (of ``phase``) back after a measurement of its cell in this run that the search
-        does not use (not trusted): the results file keeps the figure the search goes on with."""
-        self._keep(record)
-        self.from_file.add(record["id"])
-        self._consider(config, candidate, phase, record)
 
     def best(self, key: str) -> tuple[str, float] | None:
         """The fastest trusted full figure of workload configuration ``key`` so far: (name, throughput)."""
@@ -343,8 +336,7 @@ class Tuner:
         value = analysis.throughput(as_record(record))
         why = self.untrusted(record, phase)
         if value is not None and phase != SCREEN and why is None:
-            # A record of an earlier run says so: it may come from another machine, and the search holds it
-            # against figures of this run only once it is measured again (search._like_with_like).
+            # A record of an earlier run (of this machine: the tuner keeps no other) says so.
             label = label or (name if self.here(record) else f"{name} (an earlier run)")
             self._figures.setdefault(key, {})[name] = (value, label)
         return value, why

@@ -19,18 +19,15 @@ from ampsuite.contract.errors import ExitCode, SuiteFileError
 from ampsuite.contract.wire import Status
 from ampsuite.host import session
 from ampsuite.host.manager import PluginSettings
-from ampsuite.report.tune_page import render_tune_page, tune_context
 from ampsuite.run import selfcheck
 from ampsuite.spec.matrix import expand
 from ampsuite.spec.screens import screen_id, screened_cell
 from ampsuite.spec.suitefile import loads
 from ampsuite.spec.suitespec import SuiteSpec
-from ampsuite.tune import TuneConfig, ablation, common, confirm, recipe_toml, tune, untrusted_reason
-from ampsuite.tune.ablation import BUDGET_ROW
+from ampsuite.tune import TuneConfig, common, confirm, recipe_toml, tune, untrusted_reason
 from ampsuite.tune.finals import STOOD_IN
-from ampsuite.tune.greedy import HEAD_START, SCREENED_AGAIN
+from ampsuite.tune.greedy import HEAD_START
 from ampsuite.tune.space import Candidate, option_choices, workload_configs
-from ampsuite.tune.tuner import Tuner
 
 TOY_SUITE = """\
 [suite]
@@ -650,37 +647,6 @@ def _a_near_miss_tuned(tmp_path: Path, budget: float) -> tuple[Path, RecordingNe
     return suite, fake, config
 
 
-def test_a_resumed_search_takes_a_confirmation_of_one_earlier_run_and_redoes_one_split_across_runs(
-    tmp_path: Path,
-) -> None:
-    suite, fake, config = _a_near_miss_tuned(tmp_path, 10.0)
-    near = next(i for i in fake.ids if i.endswith("/screen-2")).removesuffix("/screen-2")
-    # The budget ended the test after the near miss's second screen. The resume measures all six in its own run:
-    # the two first screens and that repeat again, beside the three new ones.
-    fake.ids = []
-    resumed = dataclasses.replace(config, resume=True, budget_seconds=600.0)
-    (toy,) = tune(session.plan(suite), resumed, lambda line: None, measure=fake)["workloads"]
-    path = near.replace("+fused-optimizer", "").replace("+noop", "")
-    six = {f"{c}/screen{k}" for c in (path, near) for k in ("", "-2", "-3")}
-    assert six <= set(fake.ids)
-    assert next(d for c, d in _decisions(toy, "greedy") if c == near.split("/")[1]).startswith("kept: confirmed")
-    # Resumed again, the verdicts stand: no screen is repeated, and the same recipe wins.
-    fake.ids = []
-    (again,) = tune(session.plan(suite), resumed, lambda line: None, measure=fake)["workloads"]
-    assert not [i for i in fake.ids if "/screen-" in i]
-    assert again["winner"]["combination"] == toy["winner"]["combination"]
-    assert sorted(again["winner"]["techniques"]) == ["amp-bf16", "fused-optimizer", "noop"]
-    taken = [
-        d
-        for c, d in _decisions(again, "greedy")
-        if c.startswith("amp-bf16") and d.startswith("kept: confirmed, as decided on 20")
-    ]
-    assert len(taken) == 2 and all(" against " in d for d in taken)
-    verdicts = results.load(config.output)["run"]["tune"]["confirmations"]
-    bf16 = [(v["incumbent"], v["near"], v["confirmed"]) for v in verdicts if v["incumbent"].startswith("amp-bf16")]
-    assert len(bf16) == 2 and bf16[0] == ("amp-bf16/bs64", near.split("/")[1] + "/bs64", True) and bf16[1][2]
-
-
 def test_screen_ids_name_their_cell_and_selfcheck_leaves_every_screen_out() -> None:
     assert screen_id("toy/amp-bf16/bs64") == "toy/amp-bf16/bs64/screen"
     assert screen_id("toy/amp-bf16/bs64", 3) == "toy/amp-bf16/bs64/screen-3"
@@ -1210,225 +1176,6 @@ def test_resume_measures_again_a_record_whose_options_the_suite_file_changed(tmp
     assert {r["id"]: r for r in results.load(backup)["cells"]} == first
 
 
-def _rescale(record: dict[str, Any], factor: float) -> None:
-    """``record``, when a passed full measurement, as if measured on a machine ``factor`` times faster."""
-    if record["status"] == Status.PASSED and not record["id"].endswith("/screen"):
-        median = record["metrics"]["step_time"]["median"] / factor
-        record["metrics"] = {"step_time": _step_time(median), "throughput": record["batch_size"] / median}
-
-
-def _as_if_faster(path: Path, factor: float) -> dict[str, dict[str, Any]]:
-    """Rewrite the file's full records as if measured on a machine ``factor`` times faster; the records after."""
-    doc = results.load(path)
-    for record in doc["cells"]:
-        _rescale(record, factor)
-    results.ResultsWriter(path, doc)  # written with its checksum
-    return {r["id"]: r for r in doc["cells"]}
-
-
-def test_a_new_option_value_is_held_against_the_winner_measured_again_on_this_machine(tmp_path: Path) -> None:
-    """Lent H200s ran the ResNet-50 recipe at 6,758 to 7,139 img/s from machine to machine, so an option measured
-    now (+1.5% on one GPU) held against the winner's record from a faster machine would lose. The winner is
-    measured again in the run that measures the variant, and the file keeps the old."""
-    suite = tmp_path / "s.toml"
-    compiled = 'compiled = ["amp-bf16", "torch-compile"]\n'
-    suite.write_text(TOY_SUITE.format(extra=compiled), encoding="utf-8")
-    fake = CoordinateWorker(session.plan(suite).registry, 1.0)
-    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
-    (first,) = tune(session.plan(suite), config, lambda line: None, measure=fake)["workloads"]
-    assert "torch-compile" in first["winner"]["techniques"]
-    elsewhere = _as_if_faster(config.output, 1.03)  # coordinate descent gains 5% on one machine
-
-    suite.write_text(
-        TOY_SUITE.format(extra=compiled + "[tune.torch-compile]\ninductor.coordinate_descent_tuning = [true]")
-    )
-    lines: list[str] = []
-    (toy,) = tune(session.plan(suite), dataclasses.replace(config, resume=True), lines.append, measure=fake)[
-        "workloads"
-    ]
-    assert (
-        toy["winner"]["combination"]
-        == first["winner"]["combination"] + "@torch-compile.inductor.coordinate_descent_tuning=True"
-    )
-    (again,) = [line for line in lines if "measured again, held against a candidate measured in this run" in line]
-    assert first["winner"]["combination"] in again
-    # The winner's record from the other machine is in the copy of the file made before it was replaced.
-    (backup,) = [p for p in config.output.parent.glob("results.*.json")]
-    old = {r["id"]: r for r in results.load(backup)["cells"]}
-    assert old[first["winner"]["cell_id"]] == elsewhere[first["winner"]["cell_id"]]
-    ablation = {row["label"]: row for row in toy["ablation"]}
-    assert ablation["without torch-compile.inductor.coordinate_descent_tuning=True"]["contribution"] == pytest.approx(
-        0.05
-    )
-    # FP32's record is the first run's: beside this run's figures, its row says so.
-    assert ablation["winner"]["earlier_run"] is None
-    note = ablation["FP32"]["earlier_run"]
-    assert note.startswith("measured in an earlier run (") and note.endswith("maybe on another machine")
-    summary = results.load(config.output)["run"]["tune"]
-    assert note in tune_module.tune_markdown(summary)
-    (page,) = tune_context(summary)["workloads"]
-    assert [r["note"] for r in page["ablation"] if r["label"] == "FP32"] == [note]
-
-
-def test_a_contribution_across_two_runs_comes_from_this_runs_screens_of_both(tmp_path: Path) -> None:
-    """On an H200, the winner measured in full (7,622.7 img/s) beside the file's full record of the recipe
-    without maxpool-offsets from a faster machine (7,651.2) gives maxpool-offsets -0.4%, where the same run's
-    screens of the two are 7,707.6 and 7,498.7: +2.8%."""
-    suite = tmp_path / "s.toml"
-    suite.write_text(TOY_SUITE.format(extra=""), encoding="utf-8")
-    fake = FakeWorker(session.plan(suite).registry, 1.0)  # each technique +10%
-    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
-    tune(session.plan(suite), config, lambda line: None, measure=fake)
-    winner, row = "toy/amp-bf16+fused-optimizer/bs64", "toy/amp-bf16/bs64"
-    doc = results.load(config.output)
-    _rescale(next(r for r in doc["cells"] if r["id"] == row), 1.2)  # the row's full record: a faster machine's
-    results.ResultsWriter(config.output, doc)
-    tuner = Tuner(session.plan(suite), dataclasses.replace(config, resume=True), lambda line: None, measure=fake)
-    # this run measured the winner and both screens (as a resume does); the row's full record is the file's
-    tuner.from_file -= {winner, winner + "/screen", row + "/screen"}
-    measured = [
-        ("winner", Candidate(("amp-bf16", "fused-optimizer"), 64), None, tuner.kept[winner]),
-        ("without fused-optimizer", Candidate(("amp-bf16",), 64), "fused-optimizer", tuner.kept[row]),
-        ("without amp-bf16", Candidate(("fused-optimizer",), 64), "amp-bf16", tuner.kept["toy/fused-optimizer/bs64"]),
-    ]
-    w = (Candidate(("amp-bf16", "fused-optimizer"), 64), tuner.kept[winner])
-    rows = {r["label"]: r for r in ablation._ablation_rows(tuner, w, measured, BUDGET_ROW)}
-    across = rows["without fused-optimizer"]
-    assert across["contribution"] == pytest.approx(1.2 / 1.1 - 1)  # not 1.2 / (1.1 * 1.2) - 1 from the two runs
-    assert across["throughput"] == pytest.approx(64 / (0.01 / 1.1) * 1.2)  # the row's figure is still its record's
-    assert across["earlier_run"].startswith("measured in an earlier run (")
-    assert "contribution from this run's screens, 7,680.0 against 7,040.0" in across["earlier_run"]
-    # No screen of the row in this run: the two runs' full figures, and the row says they are two runs'.
-    tuner.from_file.add(row + "/screen")
-    rows = {r["label"]: r for r in ablation._ablation_rows(tuner, w, measured, BUDGET_ROW)}
-    assert rows["without fused-optimizer"]["contribution"] == pytest.approx(1.2 / (1.1 * 1.2) - 1)
-    assert "screens" not in rows["without fused-optimizer"]["earlier_run"]
-
-
-def test_finalists_from_the_file_are_measured_again_before_one_measured_now_loses_to_them(tmp_path: Path) -> None:
-    """The file's winner, from a machine 20% faster, against a new finalist 8% faster than it on this machine."""
-    suite = tmp_path / "s.toml"
-    suite.write_text(TOY_SUITE.format(extra=""), encoding="utf-8")
-    fake = IdsWorker(session.plan(suite).registry, 1.0)
-    fake.ids = []
-    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
-    (first,) = tune(session.plan(suite), config, lambda line: None, measure=fake)["workloads"]
-    assert sorted(first["winner"]["techniques"]) == ["amp-bf16", "fused-optimizer"]
-    _as_if_faster(config.output, 1.2)
-
-    suite.write_text(TOY_SUITE.format(extra='compiled = ["amp-bf16", "torch-compile"]'), encoding="utf-8")
-    fake.ids = []
-    lines: list[str] = []
-    resumed = dataclasses.replace(config, resume=True, finalists=8)  # the file's winner is a finalist again
-    (toy,) = tune(session.plan(suite), resumed, lines.append, measure=fake)["workloads"]
-    assert "torch-compile" in toy["winner"]["techniques"]
-    # The first run's fp16 path's end, 20% faster in the file, is a finalist again: measured again, on this machine.
-    # (The first winner, its bf16 twin, is not: this run's bf16 path starts from the fp16 path's companions.)
-    assert "toy/amp-fp16+fused-optimizer/bs64" in fake.ids
-    assert any("held against a candidate measured in this run" in line for line in lines)
-    assert "(the file's last winner)" not in lines[-1]  # progress goes on from the figure measured again
-
-
-class NoisyAgainWorker(CoordinateWorker):
-    """As CoordinateWorker, but the second measurement of ``noisy`` comes back far noisier than the target."""
-
-    noisy = ""
-    seen: list[str]
-
-    def __call__(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
-        record = super().__call__(cell, spec, timeout)
-        if cell.id == self.noisy and cell.id in self.seen:
-            record["metrics"]["step_time"]["noise"] = 0.9
-        self.seen.append(cell.id)
-        return record
-
-
-def test_a_winner_measured_again_without_a_trusted_figure_keeps_the_files_record(tmp_path: Path) -> None:
-    suite = tmp_path / "s.toml"
-    compiled = 'compiled = ["amp-bf16", "torch-compile"]\n'
-    suite.write_text(TOY_SUITE.format(extra=compiled), encoding="utf-8")
-    fake = NoisyAgainWorker(session.plan(suite).registry, 1.0)
-    fake.seen = []
-    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
-    (first,) = tune(session.plan(suite), config, lambda line: None, measure=fake)["workloads"]
-    fake.noisy = first["winner"]["cell_id"]
-    elsewhere = _as_if_faster(config.output, 1.08)
-
-    suite.write_text(
-        TOY_SUITE.format(extra=compiled + "[tune.torch-compile]\ninductor.coordinate_descent_tuning = [true]")
-    )
-    (toy,) = tune(session.plan(suite), dataclasses.replace(config, resume=True), lambda line: None, measure=fake)[
-        "workloads"
-    ]
-    assert toy["winner"]["cell_id"] == fake.noisy  # the variant is not clearly faster than the file's figure
-    (step,) = [s for s in toy["steps"] if s["cell_id"] == fake.noisy and s["decision"].startswith("measured again")]
-    assert step["decision"] == "measured again, not trusted: the file's record stays" and step["untrusted"]
-    after = {r["id"]: r for r in results.load(config.output)["cells"]}
-    assert after[fake.noisy] == elsewhere[fake.noisy]
-
-
-def test_a_winner_the_budget_cannot_measure_again_keeps_the_files_record_and_says_so(tmp_path: Path) -> None:
-    suite = tmp_path / "s.toml"
-    compiled = 'compiled = ["amp-bf16", "torch-compile"]\n'
-    suite.write_text(TOY_SUITE.format(extra=compiled), encoding="utf-8")
-    fake = CoordinateWorker(session.plan(suite).registry, 1.0)
-    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
-    (first,) = tune(session.plan(suite), config, lambda line: None, measure=fake)["workloads"]
-    elsewhere = _as_if_faster(config.output, 1.08)
-
-    suite.write_text(
-        TOY_SUITE.format(extra=compiled + "[tune.torch-compile]\ninductor.coordinate_descent_tuning = [true]")
-    )
-    # Room for one cell beside the ablation's 20% share: the variant (estimated ~6.5 s before any cell of this run,
-    # then 5 s), not the winner (then estimated 6.25 s, with 3 s left).
-    fake.cost = 5.0
-    short = dataclasses.replace(config, resume=True, budget_seconds=10.0)
-    (toy,) = tune(session.plan(suite), short, lambda line: None, measure=fake)["workloads"]
-    winner = first["winner"]["cell_id"]
-    assert toy["winner"]["cell_id"] == winner
-    (step,) = [s for s in toy["steps"] if s["decision"] == "not measured again: the file's record stays"]
-    assert step["status"] == "not started (budget)" and step["combination"] == first["winner"]["combination"]
-    assert {r["id"]: r for r in results.load(config.output)["cells"]}[winner] == elsewhere[winner]
-
-
-def _as_if_two_runs(path: Path, later: set[str], factors: tuple[float, float]) -> None:
-    """Rewrite the file as two runs: the records in ``later`` measured by a ``--resume`` a day after the others,
-    full records of the first run and of the second as if on machines ``factors`` times faster than the fake."""
-    doc = results.load(path)
-    doc["run"]["started"], doc["run"]["resumed"] = "2026-01-01T00:00:00+00:00", ["2026-01-02T00:00:00+00:00"]
-    for record in doc["cells"]:
-        second = record["id"] in later
-        record["started"] = f"2026-01-0{2 if second else 1}T00:00:01+00:00"
-        _rescale(record, factors[second])
-    results.ResultsWriter(path, doc)
-
-
-def test_finalists_of_two_earlier_runs_are_measured_again_before_one_is_chosen(tmp_path: Path) -> None:
-    """Records of two earlier runs may come from two machines: chosen as they are, a resumed ResNet-50 tune on
-    H200s would crown bf16 + compile (7,049 img/s on the faster one) over the winner with channels-last (6,805,
-    measured on the slower one)."""
-    suite = tmp_path / "s.toml"
-    suite.write_text(TOY_SUITE.format(extra=""), encoding="utf-8")
-    fake = IdsWorker(session.plan(suite).registry, 1.0)
-    fake.ids = []
-    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
-    (first,) = tune(session.plan(suite), config, lambda line: None, measure=fake)["workloads"]
-    winner = first["winner"]["cell_id"]
-    rival = winner.replace("amp-bf16", "amp-fp16")  # level with the winner on one machine: bf16 wins the tie
-    finals = {s["cell_id"] for s in first["steps"] if s["phase"] == "final"}
-    assert sorted(first["winner"]["techniques"]) == ["amp-bf16", "fused-optimizer"] and rival in finals
-    _as_if_two_runs(config.output, {winner}, (1.0, 1 / 1.09))  # the winner measured again on a slower machine
-
-    fake.ids = []
-    (toy,) = tune(session.plan(suite), dataclasses.replace(config, resume=True), lambda line: None, measure=fake)[
-        "workloads"
-    ]
-    assert toy["winner"]["cell_id"] == winner
-    assert fake.ids[:2] == [rival, winner]  # the faster-looking record first, then those within the spread
-    again = [s["cell_id"] for s in toy["steps"] if s["decision"] == "measured again in this run"]
-    assert again[:2] == [rival, winner] and set(again) == set(fake.ids)
-
-
 def _then_noop(tmp_path: Path, worker: type[FakeWorker], budget: float) -> tuple[Path, Any, TuneConfig, dict[str, Any]]:
     """A first tune of the toy suite (winner bf16 + fused-optimizer), then noop added to the suite's space: the suite
     file, the worker, the first run's config (for a ``--resume`` of it) and its result."""
@@ -1442,77 +1189,82 @@ def _then_noop(tmp_path: Path, worker: type[FakeWorker], budget: float) -> tuple
     return suite, fake, config, first
 
 
-class MachineWorker(FakeWorker):
-    """bf16 doubles the speed, fused-optimizer adds 20% and noop ``noop``, on a machine ``machine`` times as fast."""
-
-    machine = 1.0
-    noop = 1.015
-
-    def __call__(self, cell: Cell, spec: SuiteSpec, timeout: float) -> dict[str, Any]:
-        record = super().__call__(cell, spec, timeout)
-        names = {t for t, _ in cell.techniques}
-        speed = self.machine * (2.0 if "amp-bf16" in names else 1.0)
-        speed *= (1.2 if "fused-optimizer" in names else 1.0) * (self.noop if "noop" in names else 1.0)
-        median = 0.01 / speed
-        record["metrics"] = {"step_time": _step_time(median), "throughput": cell.batch_size / median}
-        return record
+# -- records of the file: beside this machine, or measured again --------------------------------------------
 
 
-@pytest.mark.parametrize("noop", [1.015, 1.2])
-def test_a_greedy_round_screens_the_files_figures_again_where_another_machine_could_decide_it(
-    tmp_path: Path, noop: float
-) -> None:
-    """On H200s, maxpool-offsets on the ResNet-50 recipe screens at 7,703 img/s against the recipe's screen from a
-    faster machine (7,660), +0.6%, under the 1% a step must gain, where the two machines' selfchecks time the recipe
-    at 34.76 and 33.46 ms a step. Here noop joins the space and is screened on a machine 2% slower than the file's."""
-    suite, fake, config, _ = _then_noop(tmp_path, MachineWorker, 600.0)
-    fake.machine, fake.noop = 1 / 1.02, noop
-    resumed = dataclasses.replace(config, resume=True, finalists=1)  # the paths' ends only: the greedy step decides
-    (toy,) = tune(session.plan(suite), resumed, lambda line: None, measure=fake)["workloads"]
-    assert sorted(toy["winner"]["techniques"]) == ["amp-bf16", "fused-optimizer", "noop"]
-    greedy = [(s["combination"], s["decision"]) for s in toy["steps"] if s["phase"] == "greedy"]
-    # fused-optimizer's +20% over bf16 alone in the file decides its round on any machine: bf16 is not screened again.
-    assert ("amp-bf16", "measured again in this run") not in greedy
-    if noop < 1.1:
-        # noop's +1.5% on the path's screen from the file: the path is screened again beside it, and noop is kept.
-        assert ("amp-bf16+fused-optimizer", "measured again in this run") in greedy
-        assert ("amp-bf16+fused-optimizer+noop", "kept") in greedy
-    else:
-        # noop within the spread of fused-optimizer, the round's fastest from the file: that addition is screened
-        # again beside it, and both are kept, one round after the other.
-        assert ("amp-bf16+fused-optimizer", SCREENED_AGAIN) in greedy
-        assert ("amp-bf16+fused-optimizer", "kept") in greedy and ("amp-bf16+fused-optimizer+noop", "kept") in greedy
+def _as_if_elsewhere(path: Path, factor: float) -> dict[str, dict[str, Any]]:
+    """Rewrite the file's records as if another machine, ``factor`` times faster, measured them."""
+    doc = results.load(path)
+    for record in doc["cells"]:
+        record["machine"] = {**record["machine"], "host": "elsewhere", "gpu_uuid": None}
+        _rescale(record, factor)
+    results.ResultsWriter(path, doc)  # written with its checksum
+    return {r["id"]: r for r in doc["cells"]}
 
 
-class CoordinateIdsWorker(IdsWorker, CoordinateWorker):
-    """CoordinateWorker that remembers which cells it measured."""
-
-
-def test_a_variant_of_an_earlier_run_is_measured_again_against_a_winner_of_this_run(tmp_path: Path) -> None:
-    """A resumed search holds an option variant from the file against the winner only once both are figures of
-    one run: the variant's record came from a machine 8% slower than the winner's."""
+def _first_tune(tmp_path: Path, budget: float = 600.0) -> tuple[Path, FakeWorker, TuneConfig, dict[str, Any]]:
     suite = tmp_path / "s.toml"
-    compiled = (
-        'compiled = ["amp-bf16", "torch-compile"]\n[tune.torch-compile]\ninductor.coordinate_descent_tuning = [true]'
-    )
-    suite.write_text(TOY_SUITE.format(extra=compiled), encoding="utf-8")
-    fake = CoordinateIdsWorker(session.plan(suite).registry, 1.0)
-    fake.ids = []
-    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
+    suite.write_text(TOY_SUITE.format(extra=""), encoding="utf-8")
+    fake = FakeWorker(session.plan(suite).registry, 1.0)
+    config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=budget, clock=fake.clock)
     (first,) = tune(session.plan(suite), config, lambda line: None, measure=fake)["workloads"]
-    variant = first["winner"]["cell_id"]
-    assert variant.endswith("@torch-compile.inductor.coordinate_descent_tuning=True/bs64")
-    plain = variant.replace("@torch-compile.inductor.coordinate_descent_tuning=True", "")
-    _as_if_two_runs(config.output, {plain}, (1 / 1.08, 1.0))  # the first run's machine was 8% slower
+    return suite, fake, config, first
 
-    fake.ids = []
-    (toy,) = tune(session.plan(suite), dataclasses.replace(config, resume=True), lambda line: None, measure=fake)[
-        "workloads"
-    ]
-    assert toy["winner"]["cell_id"] == variant  # 5% faster on one machine, 3% slower across the two
-    option = [s for s in toy["steps"] if s["cell_id"] == variant and s["phase"] == "option"]
-    assert [s["decision"] for s in option] == ["kept", "measured again in this run"]
-    assert option[1]["throughput"] == pytest.approx(option[0]["throughput"] * 1.08)
+
+def test_every_record_names_the_machine_that_measured_it(tmp_path: Path) -> None:
+    import socket
+
+    _, _, config, _ = _first_tune(tmp_path)
+    machines = [r["machine"] for r in results.load(config.output)["cells"]]
+    assert machines and all(m["host"] == socket.gethostname() and m["gpu_uuid"] is None for m in machines)
+
+
+def test_a_resumed_tune_on_this_machine_takes_the_files_records_as_they_are(tmp_path: Path) -> None:
+    suite, fake, config, first = _first_tune(tmp_path)
+    before = len(fake.starts)
+    lines: list[str] = []
+    resumed = dataclasses.replace(config, resume=True)
+    (again,) = tune(session.plan(suite), resumed, lines.append, measure=fake)["workloads"]
+    assert len(fake.starts) == before  # nothing measured again
+    assert again["winner"]["cell_id"] == first["winner"]["cell_id"]
+    assert not any("another machine" in line for line in lines)
+
+
+def test_a_resumed_tune_measures_another_machines_records_again_before_holding_them_against_anything(
+    tmp_path: Path,
+) -> None:
+    """The file's figures come from a machine 20% faster: held as they are against this machine's, they would
+    win every comparison they enter. Each is measured again here, and the file as it was is kept aside."""
+    suite, fake, config, first = _first_tune(tmp_path)
+    elsewhere = _as_if_elsewhere(config.output, 1.2)
+    fake.now, before = 0.0, len(fake.starts)
+    lines: list[str] = []
+    resumed = dataclasses.replace(config, resume=True)
+    summary = tune(session.plan(suite), resumed, lines.append, measure=fake)
+    (again,) = summary["workloads"]
+    assert len(fake.starts) > before
+    assert any("measured on another machine (elsewhere)" in line for line in lines)
+    doc = results.load(config.output)
+    used = {s["cell_id"] for s in again["steps"] if s["cell_id"]} | {r["cell_id"] for r in again["ablation"]}
+    for record in doc["cells"]:
+        if record["id"] in used:
+            assert record["machine"]["host"] != "elsewhere", record["id"]
+    assert again["winner"]["combination"] == first["winner"]["combination"]
+    assert again["winner"]["throughput"] == pytest.approx(first["winner"]["throughput"])
+    assert again["winner"]["throughput"] < elsewhere[first["winner"]["cell_id"]]["metrics"]["throughput"]
+    assert list(config.output.parent.glob("results.*.json"))  # the file as it was, kept aside
+
+
+def test_another_machines_record_the_budget_cannot_measure_again_is_not_used(tmp_path: Path) -> None:
+    suite, fake, config, _ = _first_tune(tmp_path)
+    _as_if_elsewhere(config.output, 1.2)
+    fake.now = 0.0
+    resumed = dataclasses.replace(config, resume=True, budget_seconds=0.5)  # less than one cell costs
+    (again,) = tune(session.plan(suite), resumed, lambda line: None, measure=fake)["workloads"]
+    assert again["winner"] is None
+    assert again["reason"] == "the FP32 cell did not pass (not measured: the budget was spent)"
+    # the file keeps every record it had: nothing measured is lost
+    assert all(r["machine"]["host"] == "elsewhere" for r in results.load(config.output)["cells"])
 
 
 # -- the budget's estimates -------------------------------------------------------------------------------
@@ -1652,43 +1404,6 @@ def test_a_resumed_search_out_of_budget_still_chooses_among_the_full_records_it_
         "workloads"
     ]
     assert all(s["decision"] != STOOD_IN for s in full["steps"])
-
-
-@pytest.mark.parametrize(("elsewhere", "unsettled"), [(1.10, True), (1.25, False)])
-def test_a_finalist_of_an_earlier_run_the_budget_left_unmeasured_is_not_chosen_over_this_runs_figures(
-    tmp_path: Path, elsewhere: float, unsettled: bool
-) -> None:
-    """On an H200, the budget can leave the file's fp16 recipe (7,651.2 img/s, another machine two days earlier)
-    unmeasured beside this run's 7,625.2, and the rule for fewer techniques alone would choose it; on this run's
-    machine it runs 7,310. The file's figures here come from a machine ``elsewhere`` times faster: 10% leaves its winner
-    within the machines' spread of this run's noop path (level on one machine), 25% does not."""
-    suite, fake, config, first = _then_noop(tmp_path, FullCostWorker, 5000.0)
-    _as_if_faster(config.output, elsewhere)
-    fake.now = 0.0
-    lines: list[str] = []
-    # Budget for the new path's end in full, not for the file's winner measured again beside it.
-    resumed = dataclasses.replace(config, resume=True, budget_seconds=60.0, clock=fake.clock)
-    summary = tune(session.plan(suite), resumed, lines.append, measure=fake)
-    (toy,) = summary["workloads"]
-    old = first["winner"]
-    finals = [s for s in toy["steps"] if s["phase"] == "final" and s["combination"] == old["combination"]]
-    assert "not measured again: the file's record stays" in {s["decision"] for s in finals}
-    if not unsettled:  # faster than machines differ: the file's figure decides, as it is
-        assert toy["winner"]["cell_id"] == old["cell_id"] and toy["winner"]["unsettled"] == []
-        assert "not settled" not in recipe_toml(summary)
-        return
-    assert toy["winner"]["combination"] == "amp-fp16+fused-optimizer+noop"
-    assert finals.UNSETTLED in {s["decision"] for s in finals}
-    (note,) = toy["winner"]["unsettled"]
-    assert note["cell_id"] == old["cell_id"] and note["throughput"] == pytest.approx(old["throughput"] * elsewhere)
-    assert any(old["combination"] in line and finals.UNSETTLED in line for line in lines)
-    # Named beside the winner wherever the winner is shown.
-    said = f"not settled: {old['combination']} ran {note['throughput']:,.1f} samples/s in an earlier run"
-    assert f"# {said}" in recipe_toml(summary)
-    assert said[0].upper() + said[1:] in tune_module.tune_markdown(summary)
-    page = tune_context(summary)
-    html = render_tune_page(summary, tmp_path / "page").read_text(encoding="utf-8")
-    assert page["workloads"][0]["winner"]["unsettled"] and f"<code>{old['combination']}</code> ran" in html
 
 
 def test_first_steps_of_an_earlier_run_price_this_runs_candidates_and_nothing_else() -> None:

@@ -327,6 +327,39 @@ def test_compare_uses_raw_samples_for_the_iqr_when_present() -> None:
     assert result.verdict == "same"
 
 
+def _on(record: dict[str, Any], host: str, uuid: str | None = None) -> dict[str, Any]:
+    record["machine"] = {"host": host, "device": "NVIDIA H200", "gpu_uuid": uuid, "driver": None, "max_sm_mhz": None}
+    return record
+
+
+def test_compare_says_when_two_records_come_from_two_machines() -> None:
+    [one] = analysis.compare(
+        doc(_on(cell("amp", median=1.0), "a", "GPU-1")), doc(_on(cell("amp", median=0.9), "b", "GPU-1"))
+    )
+    assert one.beside is True and "two machines" not in one.reason  # one GPU, whatever the host is called
+    [two] = analysis.compare(
+        doc(_on(cell("amp", median=1.0), "a", "GPU-1")), doc(_on(cell("amp", median=0.9), "a", "GPU-2"))
+    )
+    assert two.beside is False and two.verdict == "improved" and two.reason.endswith("; measured on two machines")
+    [old] = analysis.compare(doc(cell("amp", median=1.0)), doc(_on(cell("amp", median=0.9), "a")))
+    assert old.beside is None  # an older record names no machine: nothing is said either way
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "expected"),
+    [
+        ({"host": "x", "gpu_uuid": "GPU-1"}, {"host": "y", "gpu_uuid": "GPU-1"}, True),
+        ({"host": "x", "gpu_uuid": "GPU-1"}, {"host": "x", "gpu_uuid": "GPU-2"}, False),
+        ({"host": "x", "device": "cpu", "gpu_uuid": None}, {"host": "x", "device": "cpu", "gpu_uuid": None}, True),
+        ({"host": "x", "device": "cpu", "gpu_uuid": None}, {"host": "y", "device": "cpu", "gpu_uuid": None}, False),
+        (None, None, False),
+    ],
+)
+def test_beside_is_one_gpu_else_one_device_on_one_host(a: Any, b: Any, expected: bool) -> None:
+    ra, rb = ({"machine": m} if m is not None else {} for m in (a, b))
+    assert analysis.machines.beside(ra, rb) is expected
+
+
 def test_compare_techniques_and_gpu_make_cells_incomparable() -> None:
     a, b = cell("amp", median=1.0), cell("amp-fp16", median=0.5)
     b["id"] = a["id"]

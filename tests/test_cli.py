@@ -113,6 +113,7 @@ def test_dry_run_honours_keyword(tmp_path: Path, capsys) -> None:
     assert capsys.readouterr().out.splitlines() == ["toy/fp32/bs8  run", "1 cells: 1 to run, 0 skipped"]
 
 
+@pytest.mark.slow
 def test_show_prints_the_table_of_a_results_file(healthy_run, capsys) -> None:
     path, doc = healthy_run
     assert cli.main(["show", str(path)]) == 0
@@ -186,6 +187,7 @@ def test_a_run_whose_every_cell_is_skipped_exits_5_and_says_why(tmp_path: Path, 
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_python_dash_m_suite_is_the_same_command(tmp_path: Path) -> None:
     path = tmp_path / "cli.toml"
     path.write_text(SUITE)

@@ -76,6 +76,7 @@ def records(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     return {r["id"]: r for r in results.load(out)["cells"]}
 
 
+@pytest.mark.slow
 def test_the_healthy_cell_passes(records) -> None:
     assert records["toy/fp32/bs8"]["status"] == "passed"
 

@@ -253,6 +253,7 @@ def _dead(pid: int) -> bool:
         return True
 
 
+@pytest.mark.slow
 def test_statuses_one_failure_among_passes(ddp_run) -> None:
     assert {i: r["status"] for i, r in _by_id(ddp_run).items()} == {
         "toy/fp32/bs8": "passed",

@@ -64,6 +64,7 @@ def run_cli(*args: str) -> int:
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_slurm_local_cluster_gives_the_records_of_a_local_run(tmp_path: Path, write_suite) -> None:
     combos = 'fp32 = []\nfault = ["inject-fault"]\ngraphs = ["cuda-graphs"]'
     text = _suite(combos, _slurm_local(tmp_path / "jobs"), '[techniques.inject-fault]\nkind = "raise"\n')
@@ -172,6 +173,7 @@ def _cell_worker_running(job: int) -> bool:
     return any(_descendants(s) for s in servers)
 
 
+@pytest.mark.slow
 def test_killed_job_interrupted_parent_and_resume(tmp_path: Path, write_suite, capsys) -> None:
     jobs = tmp_path / "jobs"
     combos = 'killed = ["fault-hang"]\nstopped = ["inject-fault"]'
@@ -231,6 +233,7 @@ def _remembered(path: Path) -> dict[str, Any]:
     return dict(doc["run"].get("executor", {}).get("jobs", {}))
 
 
+@pytest.mark.slow
 def test_a_killed_parent_s_job_is_reattached_by_resume(tmp_path: Path, write_suite, capsys) -> None:
     """SIGKILL of the parent (a login node's reboot) leaves its job running; --resume collects that job's
     record instead of submitting the cell a second time."""
@@ -539,6 +542,7 @@ def test_remember_writes_at_once_and_the_record_forgets(tmp_path: Path, write_su
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_two_node_gloo_cell_runs_through_the_slurm_executor(tmp_path: Path, write_suite) -> None:
     """nodes = 2: one job whose two tasks stand in for two nodes (submitit's local cluster has one host);
     each task runs one node through CellTask.node, torch's c10d rendezvous joins them, and the node that

@@ -103,6 +103,7 @@ def cpu_run(tmp_path_factory, registry) -> tuple[int, dict[str, dict[str, Any]],
     return code, {r["combination"]: r for r in doc["cells"]}, [r["id"] for r in doc["cells"]], expected
 
 
+@pytest.mark.slow
 def test_one_record_per_expanded_cell(cpu_run) -> None:
     code, _, ids, expected = cpu_run
     assert ids == expected

@@ -246,6 +246,7 @@ def inference_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[
     return out, doc
 
 
+@pytest.mark.slow
 def test_inference_cells_run_and_say_so(inference_run: tuple[Path, dict[str, Any]]) -> None:
     _, doc = inference_run
     cells = {c["id"]: c for c in doc["cells"]}

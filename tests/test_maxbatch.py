@@ -235,6 +235,7 @@ def cpu_search(tmp_path_factory, registry) -> tuple[int, str, dict[str, Any], Pa
     return code, buffer.getvalue(), results.load(out), out
 
 
+@pytest.mark.slow
 def test_real_search_records_every_attempt_and_a_summary(cpu_search) -> None:
     code, stdout, doc, _ = cpu_search
     assert code == ExitCode.OK, stdout

@@ -267,6 +267,7 @@ def _all_dead(pids: list[int], seconds: float = 10) -> bool:
     return all(_dead(p) for p in pids)
 
 
+@pytest.mark.slow
 def test_statuses_and_the_exit_code(nodes_run) -> None:
     assert {i: (r["status"], r["world_size"]) for i, r in _by_id(nodes_run).items()} == {
         "toy/fp32/n2x1/bs8": ("passed", 2),

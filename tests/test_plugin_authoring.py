@@ -188,6 +188,7 @@ def ampsuite_techniques():
 """
 
 
+@pytest.mark.slow
 def test_plugin_modules_load_by_name_in_isolated_workers(ampsuite_run, tmp_path, monkeypatch):
     (tmp_path / "pid_plugin.py").write_text(PID_PLUGIN)
     monkeypatch.syspath_prepend(str(tmp_path))

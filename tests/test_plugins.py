@@ -59,6 +59,7 @@ def _list(python: Path, *args: str, **env: str) -> subprocess.CompletedProcess[s
     )
 
 
+@pytest.mark.slow
 def test_entry_point_plugin_is_listed_with_its_version(venv: Path) -> None:
     proc = _list(venv, **{AUTOLOAD_ENV: "0"})
     assert proc.returncode == 0, proc.stderr
@@ -350,6 +351,7 @@ def test_registering_the_builtins_imports_no_torch() -> None:
     assert proc.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_every_builtin_implementation_module_is_preloaded() -> None:
     """The fork server imports what ``Registry.own_modules`` names: a built-in implementation left out would be
     imported in every worker, after its memory limit is set. Executors' halves run in the parent only (and import

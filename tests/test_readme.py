@@ -24,6 +24,7 @@ def ampsuite(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_the_readme_suite_expands_into_cells_that_run_on_a_cpu(tmp_path: Path) -> None:
     (tmp_path / "mine.toml").write_text(readme_suite())
     done = ampsuite("run", "mine.toml", "--dry-run", "--device", "cpu", cwd=tmp_path)

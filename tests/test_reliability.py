@@ -75,6 +75,7 @@ def test_names_that_slug_alike_get_different_folders() -> None:
     assert names.path_component("a b") != names.path_component("a-b") != names.path_component("a/b")
 
 
+@pytest.mark.slow
 def test_run_with_markup_and_a_long_name_stays_under_reports_and_shows(tmp_path: Path) -> None:
     name = "toy[/]" + "n" * 300
     (tmp_path / "s.toml").write_text(SUITE.format(name=name))
@@ -167,6 +168,7 @@ def test_write_errors_keep_the_last_good_file_and_no_temp(
     assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["results.json"]
 
 
+@pytest.mark.slow
 def test_a_full_disk_ends_the_run_in_one_line_exit_6(tmp_path: Path, healthy_run: Any) -> None:
     with _tmpfs(tmp_path / "small", "size=64k") as disk:
         (tmp_path / "s.toml").write_text(SUITE.format(name="full"))
@@ -194,6 +196,7 @@ def test_a_report_into_a_read_only_folder_is_one_line_exit_6(tmp_path: Path, hea
 # --- one run per results file ----------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_second_run_on_a_held_results_file_refuses_naming_the_holder(tmp_path: Path) -> None:
     (tmp_path / "s.toml").write_text(SUITE.format(name="locked"))
     out = tmp_path / "results.json"
@@ -207,6 +210,7 @@ def test_a_second_run_on_a_held_results_file_refuses_naming_the_holder(tmp_path:
     assert not out.exists() and not results.lock_path(out).exists()
 
 
+@pytest.mark.slow
 def test_a_killed_holder_never_blocks_and_wait_lock_waits(tmp_path: Path) -> None:
     out = tmp_path / "results.json"
     hold = "import os, sys, time; from ampsuite import results; from pathlib import Path\n"
@@ -248,6 +252,7 @@ def test_report_compare_refuses_runs_of_another_torch(tmp_path: Path, healthy_ru
     assert not (tmp_path / "site").exists()
 
 
+@pytest.mark.slow
 def test_a_builtin_module_the_fork_server_cannot_import_is_named_in_one_line(tmp_path: Path) -> None:
     """A fresh venv held torch 2.13.0+cpu beside a torchvision built for the CUDA torch: ``import torchvision``
     raised RuntimeError in the fork server, which then died, and every run ended in "internal error". Here a

@@ -18,6 +18,8 @@ from ampsuite import ReportSection, analysis
 from ampsuite.browser import find_chromium, load_page
 from ampsuite.report import render_site
 
+pytestmark = pytest.mark.slow  # a headless Chromium per page
+
 FIXTURES = Path(__file__).parent / "fixtures"
 
 if find_chromium() is None and not os.environ.get("CI"):

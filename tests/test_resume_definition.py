@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ampsuite import results
 from ampsuite.host.manager import Registry
 from ampsuite.results import definition
@@ -90,6 +92,7 @@ def test_a_record_written_before_an_option_existed_matches_the_options_default(r
     assert definition.difference(record, cell, registry) == "technique options"
 
 
+@pytest.mark.slow
 def test_resume_runs_a_cell_whose_options_changed_again_and_keeps_the_file_as_it_was(tmp_path: Path) -> None:
     suite_path = tmp_path / "suite.toml"
     out = tmp_path / "results.json"
@@ -115,6 +118,7 @@ def test_resume_runs_a_cell_whose_options_changed_again_and_keeps_the_file_as_it
     assert len(list(tmp_path.glob("results.*.json"))) == 1
 
 
+@pytest.mark.slow
 def test_a_resumed_run_narrowed_by_k_keeps_the_records_it_does_not_select(tmp_path: Path) -> None:
     # `run --resume -k ONE -o results.json` must not write a file with ONE's record alone.
     suite_path = tmp_path / "suite.toml"

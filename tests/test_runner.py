@@ -175,6 +175,7 @@ def _by_combination(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {r["combination"]: r for r in doc["cells"]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", FAULT_KINDS)
 def test_one_record_per_expanded_cell(fault_runs, kind: str) -> None:
     _, doc, expected = fault_runs[kind]
@@ -608,6 +609,7 @@ def _resume(suite_path: Path, out: Path) -> tuple[int, dict[str, Any], str]:
     return proc.returncode, results.load(out), stdout + stderr
 
 
+@pytest.mark.slow
 def test_sigkill_keeps_finished_records_and_resume_completes(tmp_path: Path, write_suite) -> None:
     suite_path = write_suite(SLOW_SUITE)
     out = tmp_path / "results.json"
@@ -638,6 +640,7 @@ def test_sigkill_keeps_finished_records_and_resume_completes(tmp_path: Path, wri
     assert resumed["run"]["finished"] is not None
 
 
+@pytest.mark.slow
 def test_sigint_interrupts_records_the_rest_and_resume_reruns_only_them(tmp_path: Path, write_suite) -> None:
     suite_path = write_suite(SLOW_SUITE)
     out = tmp_path / "results.json"

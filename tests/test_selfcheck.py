@@ -154,6 +154,7 @@ def test_run_check_times_both_sides() -> None:
     assert 5 <= result.steps_per_round <= 10
 
 
+@pytest.mark.slow
 def test_command_writes_its_figures(tmp_path: Path) -> None:
     out = tmp_path / "selfcheck.json"
     proc = subprocess.run(
@@ -182,6 +183,7 @@ def test_command_writes_its_figures(tmp_path: Path) -> None:
     assert doc["environment"]["device"] == "cpu"
 
 
+@pytest.mark.slow
 def test_cells_checks_every_passed_cell_of_a_results_file(tmp_path: Path) -> None:
     suite = tmp_path / "suite.toml"
     suite.write_text(

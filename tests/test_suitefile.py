@@ -390,6 +390,7 @@ def test_cli_reports_a_bad_suite_in_one_line_and_exits_4(write_suite) -> None:
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_cli_reports_an_unknown_plugin_in_one_line_and_exits_4(write_suite) -> None:
     path = write_suite("[workloads.toy]\nbatch_size = 8\nhiden = 3\n", "bad.toml")
     proc = subprocess.run(

@@ -101,6 +101,7 @@ def _tune_cli(tmp_path: Path, suite: Path, *extra: str) -> tuple[int, Path]:
     return code, out
 
 
+@pytest.mark.slow
 def test_tune_end_to_end_on_cpu_within_60s(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     suite = tmp_path / "suite.toml"
     suite.write_text(TOY_SUITE.format(extra='noop = ["noop"]\ntf32 = ["tf32"]'), encoding="utf-8")
@@ -148,6 +149,7 @@ def test_tune_end_to_end_on_cpu_within_60s(tmp_path: Path, capsys: pytest.Captur
     assert f"tuned {winner['cell_id']}: harness" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_a_faster_candidate_with_a_nonfinite_loss_is_never_chosen(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -192,6 +192,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 def test_the_kernel_backward_sums_what_the_inline_gather_does() -> None:
     pytest.importorskip("triton")
     script = textwrap.dedent(KERNEL_CHECK.format(geometries=GEOMETRIES))

@@ -213,6 +213,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 def test_the_kernels_compute_batch_norm_and_relu_and_train_a_resnet_like_pytorch() -> None:
     pytest.importorskip("triton")
     env = {**os.environ, "TRITON_INTERPRET": "1"}

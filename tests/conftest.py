@@ -31,6 +31,27 @@ max_seconds = 0.5
 """A [measure] table that makes a toy cell take well under a second on a CPU."""
 
 
+SLOW_FIXTURES = {
+    ("test_runner", "fault_runs"),
+    ("test_faults", "cpu_run"),
+    ("test_maxbatch", "cpu_search"),
+    ("test_nodes", "nodes_run"),
+    ("test_distributed", "ddp_run"),
+    ("test_inference", "inference_run"),
+    ("test_contracts", "records"),
+}
+"""Module-scoped fixtures that run a real suite in worker processes: every test on one is in the slow tier (the
+fast tier's time would otherwise depend on which of them runs first)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = getattr(item, "module", None)
+        name = module.__name__.rpartition(".")[2] if module is not None else ""
+        if any((name, f) in SLOW_FIXTURES for f in getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # Set before any test imports ampsuite.host.manager, and inherited by every
     # subprocess and worker the tests start.

@@ -1,7 +1,12 @@
-"""Terminal output: a live progress display on a terminal, one plain line per cell otherwise."""
+"""Terminal output: a live progress display on a terminal, one plain line per cell otherwise.
+
+Text a plugin or a file supplies (ids, reasons, messages) reaches the terminal only through
+:func:`ampsuite.terminal.plain`, and is printed as text, never as rich markup.
+"""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -13,8 +18,20 @@ from rich.text import Text
 
 from ampsuite.contract.cell import Cell
 from ampsuite.contract.wire import Record, Status
+from ampsuite.terminal import plain
 
-__all__ = ["Display", "format_bytes", "line_for", "print_summary", "results_table", "untrusted_note"]
+__all__ = [
+    "Display",
+    "format_bytes",
+    "interruption_line",
+    "line_for",
+    "make_console",
+    "never_ran",
+    "print_summary",
+    "resume_command",
+    "results_table",
+    "untrusted_note",
+]
 
 STATUS_STYLE: dict[str, str] = {
     Status.PASSED: "green",
@@ -28,10 +45,11 @@ STATUS_STYLE: dict[str, str] = {
 
 
 def make_console() -> Console:
-    """A console that keeps tables readable in CI logs, where rich would assume 80 columns."""
-    console = Console(highlight=False)
+    """A console that keeps tables readable in CI logs, where rich would assume 80 columns; it never turns
+    ``:name:`` in a plugin's text into an emoji."""
+    console = Console(highlight=False, emoji=False)
     if not console.is_terminal:
-        console = Console(highlight=False, width=max(console.width, 160))
+        console = Console(highlight=False, emoji=False, width=max(console.width, 160))
     return console
 
 
@@ -128,6 +146,8 @@ class Display:
         self.measures_peaks = measures_peaks
         self.total = 0
         self.started = ""
+        self.not_run = 0
+        """Cells recorded as interrupted before they ran: counted, not listed (the summary says it once)."""
         self._progress: Progress | None = None
         self._task: Any = None
 
@@ -136,11 +156,12 @@ class Display:
 
         self.total = total
         self.started = now()
-        self.console.print(f"ampsuite: {total} cells, results in {path}", markup=False)
+        self.console.print(plain(f"ampsuite: {total} cells, results in {path}"), markup=False)
         first = "starting"
         if self.measures_peaks:
-            # Up to ~10 s on a first run (cached per device and torch version afterwards): say what it is.
-            first = "measuring the device's peak rates (cached after the first run; --no-peaks skips it)"
+            # Up to ~10 s when measured (cached per device and torch version): say what the first seconds are.
+            # Which it was, measured or cached, the runner says once it knows.
+            first = "device peak rates: from the cache, else measured (--no-peaks skips them)"
             if not self.live:
                 self.console.print(first, markup=False)
         if self.live:
@@ -157,18 +178,23 @@ class Display:
 
     def cell_started(self, index: int, cell: Cell) -> None:
         if self._progress is not None:
-            self._progress.update(self._task, description=cell.id)
+            self._progress.update(self._task, description=plain(cell.id))
 
     def cell_finished(self, index: int, record: Mapping[str, Any]) -> None:
         status = record["status"]
+        if never_ran(record):  # one line for all of them at the end (print_summary), not one per cell
+            self.not_run += 1
+            if self._progress is not None:
+                self._progress.advance(self._task)
+            return
         width = len(str(self.total))
         # A record kept by --resume started before this run did: say so, or it reads as a new measurement.
         resumed = bool(self.started) and str(record.get("started") or "") < self.started
         kept = " (kept from the earlier run)" if resumed else ""
-        text = (
+        text = plain(
             f"[{index + 1:>{width}}/{self.total}] {record['id']} {status.upper()}{kept} "
-            f"{line_for(record, self.noise_target)}"
-        ).rstrip()
+            f"{line_for(record, self.noise_target)}".rstrip()
+        )
         if self.live:
             self.console.print(text, style=STATUS_STYLE.get(status), markup=False)
             if self._progress is not None:
@@ -178,7 +204,7 @@ class Display:
 
     def message(self, text: str) -> None:
         self.stop()
-        self.console.print(text, markup=False)
+        self.console.print(plain(text), markup=False)
 
     def stop(self) -> None:
         if self._progress is not None:
@@ -188,7 +214,7 @@ class Display:
     def dry_run(self, cells: Sequence[Cell]) -> None:
         for cell in cells:
             state = f"SKIP ({cell.skip_reason})" if cell.skip_reason else "run"
-            self.console.print(f"{cell.id}  {state}", markup=False)
+            self.console.print(plain(f"{cell.id}  {state}"), markup=False)
         runs = sum(1 for c in cells if not c.skip_reason)
         self.console.print(f"{len(cells)} cells: {runs} to run, {len(cells) - runs} skipped", markup=False)
 
@@ -213,6 +239,8 @@ def _row_cells(doc: Mapping[str, Any]) -> tuple[list[str], list[list[str]], list
     rows: list[list[str]] = []
     notes: list[str] = []
     for rec in doc["cells"]:
+        if never_ran(rec):  # counted in the summary's interruption line instead
+            continue
         d = derived.get(rec["id"])
         if rec["status"] == Status.PASSED:
             m = rec["metrics"]
@@ -242,8 +270,8 @@ def _row_cells(doc: Mapping[str, Any]) -> tuple[list[str], list[list[str]], list
             reason = line_for(rec)
             if reason:
                 notes.append(f"  {rec['id']} {rec['status']}: {reason}")
-        rows.append(row)
-    return columns, rows, notes
+        rows.append([plain(c) for c in row])
+    return columns, rows, [plain(n) for n in notes]
 
 
 def _fit(columns: list[str], rows: list[list[str]], width: int) -> list[int]:
@@ -273,7 +301,7 @@ def results_table(doc: Mapping[str, Any], width: int | None = None) -> Table:
     dropped = [c for i, c in enumerate(columns) if i not in keep]
     table = Table(
         # User text (suite and device names) is Text, never rich markup.
-        title=Text(f"{doc['run']['suite']['name']} on {_device_name(doc)}"),
+        title=Text(plain(f"{doc['run']['suite']['name']} on {_device_name(doc)}")),
         caption=f"left out at this width: {', '.join(dropped)} (see the report)" if dropped else None,
         show_lines=False,
     )
@@ -310,6 +338,44 @@ def print_summary(doc: Mapping[str, Any], console: Console | None = None) -> Non
     line = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no cells"
     seconds = _run_seconds(doc.get("run") or {})
     console.print(line + ("" if seconds is None else f" in {_duration(seconds)}"), markup=False)
+    interrupted = interruption_line(doc)
+    if interrupted:
+        console.print(plain(interrupted), markup=False)
+
+
+def never_ran(record: Mapping[str, Any]) -> bool:
+    """Whether ``record`` is a cell the run was interrupted before (or without) measuring at all."""
+    reason = (record.get("evidence") or {}).get("reason")
+    return record["status"] == Status.INTERRUPTED and str(reason).startswith(NEVER_RAN)
+
+
+NEVER_RAN = ("not started", "not finished", "not run")
+"""How the runner's reasons for an interrupted cell that never ran begin (ampsuite.run.runner)."""
+
+
+def interruption_line(doc: Mapping[str, Any]) -> str | None:
+    """One line for an interrupted run: how many cells it never ran, and the command that runs them."""
+    cells = [r for r in doc["cells"] if r["status"] == Status.INTERRUPTED]
+    if not cells:
+        return None
+    waiting = sum(1 for r in cells if never_ran(r))
+    stopped = len(cells) - waiting
+    parts = [f"{n} cell{'s' * (n != 1)} {what}" for n, what in ((stopped, "stopped"), (waiting, "not run")) if n]
+    command = resume_command(doc)
+    how = f"continue with: {command}" if command else "--resume continues it"
+    return f"interrupted: {', '.join(parts)}; {how}"
+
+
+RESUMABLE = ("run", "tune")
+
+
+def resume_command(doc: Mapping[str, Any]) -> str | None:
+    """The command line that continues ``doc``'s run: its own, with ``--resume`` (None when the file does not say
+    which command wrote it)."""
+    argv = [str(a) for a in (doc.get("run") or {}).get("argv") or []]
+    if not any(a in RESUMABLE for a in argv[1:]):
+        return None
+    return shlex.join(["ampsuite", *argv[1:], *(["--resume"] * ("--resume" not in argv))])
 
 
 def _run_seconds(run: Mapping[str, Any]) -> float | None:

@@ -185,6 +185,25 @@ BROKEN_CASES = [
         r"hook ampsuite_techniques raised RuntimeError: cannot find my configuration file",
         id="hook-raises",
     ),
+    # sys.exit() in a plugin is that plugin's error: it must not end the command (exit 0, nothing written)
+    pytest.param(
+        ("bp_sys_exit",),
+        "bp_sys_exit",
+        r"cannot import 'bp_sys_exit': SystemExit: sys\.exit\(None\) was called",
+        id="sys-exit-at-import",
+    ),
+    pytest.param(
+        ("bp_sys_exit_message",),
+        "bp_sys_exit_message",
+        r"cannot import 'bp_sys_exit_message': SystemExit: sys\.exit\('this plugin needs a GPU'\) was called",
+        id="sys-exit-message-at-import",
+    ),
+    pytest.param(
+        ("bp_hook_exits",),
+        "bp_hook_exits",
+        r"hook ampsuite_techniques raised SystemExit: sys\.exit\(3\) was called",
+        id="hook-exits",
+    ),
 ]
 
 

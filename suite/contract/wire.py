@@ -24,12 +24,21 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, Literal, NotRequired, TypedDict
 
-from ampsuite.contract.validate import MAX_DEPTH, MAX_INT, WireError, check, json_problem
+from ampsuite.contract.validate import (
+    MAX_DEPTH,
+    MAX_INT,
+    MAX_RECORD_BYTES,
+    WireError,
+    check,
+    json_problem,
+    size_problem,
+)
 
 __all__ = [
     "FAILURES",
     "MAX_DEPTH",
     "MAX_INT",
+    "MAX_RECORD_BYTES",
     "NOT_RUN",
     "ORDER",
     "TERMINAL",
@@ -49,6 +58,7 @@ __all__ = [
     "json_problem",
     "outcome",
     "record_problem",
+    "size_problem",
 ]
 
 

@@ -40,7 +40,7 @@ from typing import Any
 from ampsuite import analysis, results
 from ampsuite.contract.wire import Status
 from ampsuite.host.session import Plan
-from ampsuite.run.signals import sigterm_interrupts
+from ampsuite.run.signals import interrupts
 from ampsuite.tune import space
 from ampsuite.tune.ablation import _ablation
 from ampsuite.tune.common import _reason, _step
@@ -111,7 +111,7 @@ def tune(plan: Plan, config: TuneConfig, progress: Progress = print, measure: Me
         "workloads": [],
     }
     try:
-        with sigterm_interrupts():
+        with interrupts():
             for workload in space.workload_configs(plan.spec, plan.cells, units):
                 # In the summary before its search starts: an interrupted search keeps what it measured.
                 result: dict[str, Any] = {

@@ -1,0 +1,325 @@
+"""Signals and processes: one policy for SIGINT, SIGTERM and SIGHUP in every command, an interrupted run that
+says in one line how to continue and exits at once, and no process of a cell left behind."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import FAST_MEASURE, alive, children, cmdline, reaped, start_foreground, wait_for, wait_gone
+from rich.console import Console
+
+from ampsuite import results
+from ampsuite.contract.errors import ExitCode
+from ampsuite.display import Display, print_summary, resume_command
+from ampsuite.run import devicepeaks, procs, signals
+
+REPO = Path(__file__).resolve().parents[1]
+
+# --- the policy ---------------------------------------------------------------------------------------------------
+
+
+def test_the_first_signal_interrupts_and_every_later_one_is_ignored() -> None:
+    before = {sig: signal.getsignal(sig) for sig in signals.SIGNALS}
+    with signals.interrupts() as policy:
+        with pytest.raises(KeyboardInterrupt, match="received SIGTERM"):
+            signal.raise_signal(signal.SIGTERM)
+            time.sleep(1)  # the handler runs here
+        signal.raise_signal(signal.SIGINT)  # a second one: nothing stops the writing the first one started
+        signal.raise_signal(signal.SIGTERM)
+        time.sleep(0.01)
+        assert policy.received == "SIGTERM"
+    assert {sig: signal.getsignal(sig) for sig in signals.SIGNALS} == before
+
+
+def test_a_signal_while_outputs_are_written_ends_the_command_after_them() -> None:
+    with signals.interrupts() as policy:
+        with signals.deferred():
+            signal.raise_signal(signal.SIGTERM)
+            time.sleep(0.01)
+            written = True  # reached: the signal did not cut the block short
+        assert written and policy.received == "SIGTERM"
+
+
+def test_nested_policies_are_one() -> None:
+    with signals.interrupts() as outer, signals.interrupts() as inner:
+        assert inner is outer
+
+
+# --- what an interrupted run says -------------------------------------------------------------------------------
+
+
+def _interrupted_doc(healthy_run: Any, argv: list[str]) -> dict[str, Any]:
+    """The healthy run as if Ctrl-C had stopped its second cell and twelve more had never started."""
+    doc = results.load(healthy_run[0])
+    doc["run"]["argv"] = argv
+    stopped = doc["cells"][1]
+    stopped.update(status="interrupted", evidence={"reason": "interrupted while running", "stderr_tail": ""})
+    for n in range(12):
+        waiting = dict(stopped, id=f"toy/later{n}/bs8")
+        waiting["evidence"] = {"reason": "not started: the run was interrupted before this cell"}
+        doc["cells"].append(waiting)
+    return doc
+
+
+def test_an_interrupted_run_ends_in_one_line_with_the_command_that_continues_it(healthy_run: Any) -> None:
+    doc = _interrupted_doc(healthy_run, ["/venv/bin/ampsuite", "run", "my suite.toml", "-o", "r.json"])
+    out = io.StringIO()
+    print_summary(doc, Console(file=out, width=200, color_system=None, force_terminal=False))
+    text = out.getvalue()
+    assert "not started" not in text and "later" not in text
+    (line,) = [line for line in text.splitlines() if line.startswith("interrupted:")]
+    command = "ampsuite run 'my suite.toml' -o r.json --resume"
+    assert line == f"interrupted: 1 cell stopped, 12 cells not run; continue with: {command}"
+
+
+def test_progress_lines_leave_out_the_cells_an_interruption_never_started(
+    healthy_run: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = _interrupted_doc(healthy_run, ["ampsuite", "tune", "s.toml", "--resume"])
+    display = Display(Console(file=io.StringIO(), width=200), live=False)
+    display.run_started(len(doc["cells"]), Path("r.json"))
+    for i, record in enumerate(doc["cells"]):
+        display.cell_finished(i, record)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and lines[1].endswith("INTERRUPTED (kept from the earlier run) interrupted while running")
+    assert display.not_run == 12
+    assert resume_command(doc) == "ampsuite tune s.toml --resume"
+    assert resume_command({"run": {"argv": ["ampsuite", "show", "r.json"]}}) is None
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_the_run_says_whether_the_device_peaks_came_from_the_cache(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cached: bool
+) -> None:
+    cache = "/home/u/.cache/ampsuite/peaks-cpu.json"
+    peaks = {"matmul_tflops": {"float32": 1.0}, "copy_gbps": 10.0, "cached": cached}
+    monkeypatch.setattr(devicepeaks, "in_worker", lambda *args: ("result", {"peaks": peaks, "cache": cache}))
+    said: list[str] = []
+    assert devicepeaks.measure_peaks(None, "cpu", False, tmp_path / "log", said.append) == peaks  # type: ignore[arg-type]
+    if cached:
+        assert said == [f"device peaks: from the cache, {cache} (--refresh-peaks measures them again)"]
+    else:
+        assert said[0].startswith("device peaks: measured in ") and said[0].endswith(f" s, cached in {cache}")
+
+
+# --- a cell's processes end with it -----------------------------------------------------------------------------
+
+
+def test_kill_tree_ends_children_in_other_sessions_and_double_forks() -> None:
+    """A process that starts a child in a session of its own and a double-forked grandchild, then waits."""
+    script = textwrap.dedent(
+        """\
+        import os, subprocess, sys, time
+        from ampsuite.run import procs
+        procs.become_subreaper()
+        a = subprocess.Popen(["sleep", "300"], start_new_session=True)
+        if os.fork() == 0:
+            if os.fork() == 0:
+                os.setsid()
+                os.execvp("sleep", ["sleep", "301"])
+            os._exit(0)
+        time.sleep(0.5)
+        print(" ".join(str(p) for p in procs.descendants(os.getpid())), flush=True)
+        time.sleep(300)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    root = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+    with reaped(root):  # type: ignore[type-var]
+        assert root.stdout is not None
+        below = [int(p) for p in root.stdout.readline().split()]
+        assert len(below) == 2 and all(alive(p) for p in below)  # both in its tree though neither is in its group
+        killed = procs.kill_tree(root.pid)
+        assert set(killed) == {root.pid, *below}
+        root.wait(10)
+        assert wait_gone(below, 10) == []
+
+
+_PLUGIN = '''
+import os
+import subprocess
+import time
+
+from ampsuite import ReportSection, Technique, hookimpl
+
+
+def _children(step):
+    """A child as a build might start one, one in a session of its own, and a double-forked grandchild."""
+    pids = [subprocess.Popen(["sleep", "300"]).pid, subprocess.Popen(["sleep", "301"], start_new_session=True).pid]
+    if os.fork() == 0:
+        if os.fork() == 0:
+            os.setsid()
+            os.execvp("sleep", ["sleep", "302"])
+        os._exit(0)
+    with open(os.environ["CHILD_PIDS"], "a") as f:
+        for pid in pids:
+            f.write(f"{pid}\\n")
+    return step
+
+
+def leave(step, options):
+    return _children(step)
+
+
+def leave_and_hang(step, options):
+    _children(step)
+    time.sleep(600)
+
+
+@hookimpl
+def ampsuite_techniques():
+    return [
+        Technique(name="leaves-children", summary="starts processes", apply=leave),
+        Technique(name="leaves-children-and-hangs", summary="starts processes, then hangs", apply=leave_and_hang),
+    ]
+
+
+@hookimpl
+def ampsuite_report_sections(results):
+    marker = os.environ.get("REPORT_MARKER")
+    if marker:  # lets a test signal the command while its report is being written
+        open(marker, "w").close()
+        time.sleep(3)
+    return [ReportSection(title="slow section", html="<p>slow</p>")]
+'''
+
+
+def _suite(name: str, combinations: str, measure: str = FAST_MEASURE, timeout: float = 120) -> str:
+    return (
+        f'[suite]\nname = "{name}"\ndevice = "cpu"\ntimeout = {timeout}\n\n{measure}\n'
+        f"[workloads.toy]\nbatch_size = 8\nhidden = [16, 17, 18]\n\n[combinations]\n{combinations}"
+    )
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    (tmp_path / "leaky.py").write_text(_PLUGIN)
+    return {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}", **extra}
+
+
+def _all_pids() -> list[int]:
+    return [int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit()]
+
+
+@pytest.mark.slow
+def test_no_process_a_cell_started_outlives_it(tmp_path: Path) -> None:
+    """Passed and timed out alike: a plain child, one in a new session and a double-forked one are all gone."""
+    pids = tmp_path / "pids"
+    (tmp_path / "s.toml").write_text(
+        _suite("leaky", 'leaves = ["leaves-children"]\nhangs = ["leaves-children-and-hangs"]\n', timeout=8)
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "ampsuite", "run", "s.toml", "-p", "leaky", "-k", "hidden=16", "--no-peaks",
+         "--no-report", "-o", "r.json"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=_env(tmp_path, CHILD_PIDS=str(pids)),
+    )  # fmt: skip
+    assert proc.returncode == ExitCode.CELLS_FAILED, proc.stderr
+    statuses = {r["combination"]: r["status"] for r in results.load(tmp_path / "r.json")["cells"]}
+    assert statuses == {"leaves": "passed", "hangs": "timeout"}
+    started = [int(p) for p in pids.read_text().split()]
+    assert len(started) == 4  # two children per cell; the double fork's grandchild is found by its command line
+    assert wait_gone(started, 10) == []
+    assert [cmdline(p) for p in _all_pids() if cmdline(p).startswith("sleep 30") and _ours(p, tmp_path)] == []
+
+
+def _ours(pid: int, tmp_path: Path) -> bool:
+    """Whether ``pid`` has this test's environment (CHILD_PIDS under tmp_path)."""
+    try:
+        return str(tmp_path).encode() in Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+
+
+# --- real signals on a real run ----------------------------------------------------------------------------------
+
+SLOW_MEASURE = """[measure]
+warmup_steps = 1
+min_steps = 3
+max_steps = 100000
+noise_target = 0.0000001
+numerics_steps = 2
+max_seconds = 1.5
+"""
+
+
+def _running_cell(proc: subprocess.Popen[str]) -> bool:
+    """Whether a worker of ``proc``'s fork server runs (a cell is being measured)."""
+    servers = [c for c in children(proc.pid) if "forkserver" in cmdline(c)]
+    return any(children(s) for s in servers)
+
+
+def _stopped(proc: subprocess.Popen[str], at: float) -> tuple[str, str, float]:
+    """stdout, stderr and the seconds from ``at`` to the end of ``proc``."""
+    stdout, stderr = proc.communicate(timeout=120)
+    return stdout, stderr, time.monotonic() - at
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_fork_server_starts_records_every_cell_without_a_traceback(tmp_path: Path) -> None:
+    (tmp_path / "s.toml").write_text(_suite("startup", "fp32 = []\n"))
+    with reaped(start_foreground(["run", "s.toml", "-o", "r.json", "--no-peaks", "--no-report"], tmp_path)) as proc:
+        wait_for(lambda: any("forkserver" in cmdline(c) for c in children(proc.pid)), 120, "the fork server")
+        os.killpg(proc.pid, signal.SIGINT)  # while it imports torch
+        stdout, stderr, _ = _stopped(proc, time.monotonic())
+    assert proc.returncode == ExitCode.INTERRUPTED, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    doc = results.load(tmp_path / "r.json")
+    assert {r["status"] for r in doc["cells"]} == {"interrupted"} and len(doc["cells"]) == 3
+    assert doc["run"]["finished"] is not None
+    assert "continue with: ampsuite run s.toml -o r.json --no-peaks --no-report --resume" in stdout
+
+
+@pytest.mark.slow
+def test_two_ctrl_c_end_the_run_once_with_one_line_and_at_once(tmp_path: Path) -> None:
+    (tmp_path / "s.toml").write_text(_suite("twice", 'fp32 = []\nnoop = ["noop"]\n', SLOW_MEASURE))
+    with reaped(start_foreground(["run", "s.toml", "-o", "r.json", "--no-peaks", "--no-report"], tmp_path)) as proc:
+        wait_for(lambda: _running_cell(proc), 120, "a running cell")
+        at = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.5)  # an impatient second Ctrl-C, while the first one's records are written
+        os.killpg(proc.pid, signal.SIGINT)
+        stdout, stderr, seconds = _stopped(proc, at)
+    assert proc.returncode == ExitCode.INTERRUPTED, stderr
+    assert stderr == "", stderr
+    assert seconds < 10, f"{seconds:.1f} s from Ctrl-C to exit"
+    doc = results.load(tmp_path / "r.json")
+    assert len(doc["cells"]) == 6 and doc["run"]["finished"] is not None
+    assert "not started" not in stdout
+    (line,) = [line for line in stdout.splitlines() if line.startswith("interrupted:")]
+    assert line.endswith("cells not run; continue with: ampsuite run s.toml -o r.json --no-peaks --no-report --resume")
+
+
+@pytest.mark.slow
+def test_sighup_interrupts_a_run_as_ctrl_c_does(tmp_path: Path) -> None:
+    (tmp_path / "s.toml").write_text(_suite("hup", "fp32 = []\n", SLOW_MEASURE))
+    with reaped(start_foreground(["run", "s.toml", "-o", "r.json", "--no-peaks", "--no-report"], tmp_path)) as proc:
+        wait_for(lambda: _running_cell(proc), 120, "a running cell")
+        os.kill(proc.pid, signal.SIGHUP)  # the terminal closed
+        _, stderr, _ = _stopped(proc, time.monotonic())
+    assert proc.returncode == ExitCode.INTERRUPTED, stderr
+    doc = results.load(tmp_path / "r.json")
+    assert doc["cells"][0]["status"] == "interrupted" and doc["cells"][0]["evidence"]["stacks"]
+    assert doc["run"]["finished"] is not None
+
+
+@pytest.mark.slow
+def test_sigterm_while_the_report_is_written_finishes_it_and_exits_2(tmp_path: Path) -> None:
+    marker = tmp_path / "writing"
+    (tmp_path / "s.toml").write_text(_suite("term", "fp32 = []\n"))
+    argv = ["run", "s.toml", "-k", "hidden=16", "-p", "leaky", "-o", "r.json", "--no-peaks"]
+    with reaped(start_foreground(argv, tmp_path, _env(tmp_path, REPORT_MARKER=str(marker)))) as proc:
+        wait_for(marker.exists, 120, "the report being written")
+        os.kill(proc.pid, signal.SIGTERM)
+        stdout, stderr, _ = _stopped(proc, time.monotonic())
+    assert proc.returncode == ExitCode.INTERRUPTED, stderr
+    assert (tmp_path / "reports" / "term" / "index.html").exists()
+    assert "report: reports/term/index.html" in stdout
+    assert results.load(tmp_path / "r.json")["cells"][0]["status"] == "passed"

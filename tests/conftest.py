@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+REPO = Path(__file__).resolve().parents[1]
 AUTOLOAD_ENV = "AMPSUITE_DISABLE_PLUGIN_AUTOLOAD"
 PLUGINS_ENV = "AMPSUITE_PLUGINS"
 FAULTS = "ampsuite.plugins.faults"
@@ -33,6 +34,17 @@ numerics_steps = 2
 max_seconds = 0.5
 """
 """A [measure] table that makes a toy cell take well under a second on a CPU."""
+
+SLOW_MEASURE = """\
+[measure]
+warmup_steps = 1
+min_steps = 3
+max_steps = 100000
+noise_target = 0.0000001
+numerics_steps = 2
+max_seconds = 1.5
+"""
+"""A [measure] table whose cells each measure for 1.5 s: long enough to signal a run while a cell runs."""
 
 
 SLOW_FIXTURES = {
@@ -251,6 +263,22 @@ def as_a_shell_starts_it() -> None:
     exited 0, which is not the behaviour under test."""
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def run_ampsuite(
+    *argv: str, cwd: Path, pythonpath: str | Path = "", timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """``python -m ampsuite ARGV`` in ``cwd`` to its end, output captured; ``pythonpath`` (plugin modules) first
+    on the path, then this checkout."""
+    path = os.pathsep.join(str(p) for p in (pythonpath, REPO) if p)
+    return subprocess.run(
+        [sys.executable, "-m", "ampsuite", *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": path},
+    )
 
 
 def start_foreground(argv: Sequence[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:

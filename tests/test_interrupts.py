@@ -14,15 +14,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FAST_MEASURE, alive, children, cmdline, reaped, start_foreground, wait_for, wait_gone
+from conftest import (
+    FAST_MEASURE,
+    REPO,
+    SLOW_MEASURE,
+    alive,
+    children,
+    cmdline,
+    reaped,
+    start_foreground,
+    wait_for,
+    wait_gone,
+)
 from rich.console import Console
 
 from ampsuite import results
 from ampsuite.contract.errors import ExitCode
 from ampsuite.display import Display, print_summary, resume_command
 from ampsuite.run import devicepeaks, procs, signals
-
-REPO = Path(__file__).resolve().parents[1]
 
 # --- the policy ---------------------------------------------------------------------------------------------------
 
@@ -205,10 +214,6 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}", **extra}
 
 
-def _all_pids() -> list[int]:
-    return [int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit()]
-
-
 @pytest.mark.slow
 def test_no_process_a_cell_started_outlives_it(tmp_path: Path) -> None:
     """Passed and timed out alike: a plain child, one in a new session and a double-forked one are all gone."""
@@ -216,18 +221,29 @@ def test_no_process_a_cell_started_outlives_it(tmp_path: Path) -> None:
     (tmp_path / "s.toml").write_text(
         _suite("leaky", 'leaves = ["leaves-children"]\nhangs = ["leaves-children-and-hangs"]\n', timeout=8)
     )
-    proc = subprocess.run(
-        [sys.executable, "-m", "ampsuite", "run", "s.toml", "-p", "leaky", "-k", "hidden=16", "--no-peaks",
-         "--no-report", "-o", "r.json"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=_env(tmp_path, CHILD_PIDS=str(pids)),
-    )  # fmt: skip
-    assert proc.returncode == ExitCode.CELLS_FAILED, proc.stderr
-    statuses = {r["combination"]: r["status"] for r in results.load(tmp_path / "r.json")["cells"]}
-    assert statuses == {"leaves": "passed", "hangs": "timeout"}
-    started = [int(p) for p in pids.read_text().split()]
-    assert len(started) == 4  # two children per cell; the double fork's grandchild is found by its command line
-    assert wait_gone(started, 10) == []
-    assert [cmdline(p) for p in _all_pids() if cmdline(p).startswith("sleep 30") and _ours(p, tmp_path)] == []
+    argv = ["run", "s.toml", "-p", "leaky", "-k", "hidden=16", "--no-peaks", "--no-report", "-o", "r.json"]
+    try:
+        with (tmp_path / "out.txt").open("w") as out:  # a file: a child left holding a pipe would hang the test
+            code = subprocess.call(
+                [sys.executable, "-m", "ampsuite", *argv], cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT,
+                timeout=300, env=_env(tmp_path, CHILD_PIDS=str(pids)),
+            )  # fmt: skip
+        assert code == ExitCode.CELLS_FAILED, (tmp_path / "out.txt").read_text()
+        statuses = {r["combination"]: r["status"] for r in results.load(tmp_path / "r.json")["cells"]}
+        assert statuses == {"leaves": "passed", "hangs": "timeout"}
+        started = [int(p) for p in pids.read_text().split()]
+        assert len(started) == 4  # two children per cell; the double fork's grandchild is found by its environment
+        assert wait_gone(started, 10) == []
+        assert [cmdline(p) for p in _left_behind(tmp_path)] == []
+    finally:
+        for p in _left_behind(tmp_path):
+            os.kill(p, signal.SIGKILL)
+
+
+def _left_behind(tmp_path: Path) -> list[int]:
+    """The test's sleep processes still alive."""
+    pids = [int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit()]
+    return [p for p in pids if cmdline(p).startswith("sleep 30") and alive(p) and _ours(p, tmp_path)]
 
 
 def _ours(pid: int, tmp_path: Path) -> bool:
@@ -239,15 +255,6 @@ def _ours(pid: int, tmp_path: Path) -> bool:
 
 
 # --- real signals on a real run ----------------------------------------------------------------------------------
-
-SLOW_MEASURE = """[measure]
-warmup_steps = 1
-min_steps = 3
-max_steps = 100000
-noise_target = 0.0000001
-numerics_steps = 2
-max_seconds = 1.5
-"""
 
 
 def _running_cell(proc: subprocess.Popen[str]) -> bool:

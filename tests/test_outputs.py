@@ -4,22 +4,18 @@ record never makes a results file unreadable, and ``--resume`` keeps to its own 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import FAST_MEASURE, run_ampsuite
 
 from ampsuite import cli, results
 from ampsuite.contract.errors import ExitCode, UsageError
 from ampsuite.results import store
 from ampsuite.run.resultcheck import malformed
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _one_error(capsys: pytest.CaptureFixture[str]) -> str:
@@ -152,11 +148,11 @@ def test_a_run_with_its_results_elsewhere_keeps_the_earlier_run_of_its_report_fo
     healthy_run: Any, tmp_path: Path
 ) -> None:
     suite = tmp_path / "mine.toml"
-    suite.write_text(_SUITE.format(name="mine", extra=""))
+    suite.write_text(_SUITE.format(name="mine", extra="", measure=FAST_MEASURE))
     earlier = tmp_path / "reports" / "mine" / "results.json"
     earlier.parent.mkdir(parents=True)
     held = _another_run(healthy_run[0], earlier)
-    proc = _ampsuite("run", "mine.toml", "-o", "int/results.json", "--no-peaks", cwd=tmp_path)
+    proc = run_ampsuite("run", "mine.toml", "-o", "int/results.json", "--no-peaks", cwd=tmp_path)
     assert proc.returncode == ExitCode.OK, proc.stderr
     assert earlier.read_bytes() == (tmp_path / "int" / "results.json").read_bytes()
     kept = list(earlier.parent.glob("results.*.json"))
@@ -171,12 +167,7 @@ _SUITE = """\
 name = "{name}"
 device = "cpu"
 timeout = 120
-[measure]
-warmup_steps = 1
-min_steps = 3
-max_steps = 3
-numerics_steps = 2
-max_seconds = 0.2
+{measure}
 [workloads.toy]
 batch_size = 4
 [combinations]
@@ -197,13 +188,6 @@ def apply(step, options):
 def ampsuite_techniques():
     return [Technique(name="huge-notes", summary="writes 100 MB of notes", apply=apply)]
 """
-
-
-def _ampsuite(*argv: str, cwd: Path, pythonpath: str = "") -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (pythonpath, str(REPO)) if p)}
-    return subprocess.run(
-        [sys.executable, "-m", "ampsuite", *argv], cwd=cwd, capture_output=True, text=True, timeout=300, env=env
-    )
 
 
 def test_a_result_larger_than_a_record_may_be_is_refused_naming_its_part() -> None:
@@ -236,8 +220,8 @@ def test_a_record_that_would_make_the_file_unreadable_is_failed_and_the_others_s
 @pytest.mark.slow
 def test_a_technique_with_100_mb_of_notes_fails_its_cell_and_the_file_stays_readable(tmp_path: Path) -> None:
     (tmp_path / "huge_notes.py").write_text(_HUGE_NOTES)
-    (tmp_path / "big.toml").write_text(_SUITE.format(name="big", extra='huge = ["huge-notes"]\n'))
-    proc = _ampsuite(
+    (tmp_path / "big.toml").write_text(_SUITE.format(name="big", extra='huge = ["huge-notes"]\n', measure=FAST_MEASURE))
+    proc = run_ampsuite(
         "run", "big.toml", "-p", "huge_notes", "-o", "r.json", "--no-peaks", "--no-report", cwd=tmp_path,
         pythonpath=str(tmp_path),
     )  # fmt: skip

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import run_ampsuite
 
 from ampsuite import cli, results
 from ampsuite.contract.errors import ExitCode, OutputError, ResultsLockedError, SuiteFileError
@@ -40,10 +41,7 @@ batch_size = 4
 
 
 def _ampsuite(*argv: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run(
-        [sys.executable, "-m", "ampsuite", *argv], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
-    )
+    return run_ampsuite(*argv, cwd=cwd, timeout=timeout)
 
 
 def _one_line(proc: subprocess.CompletedProcess[str]) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import FAST_MEASURE, QuietObserver, start_foreground
+from conftest import FAST_MEASURE, SLOW_MEASURE, QuietObserver, start_foreground
 from conftest import children as _children
 from conftest import cmdline as _cmdline
 from conftest import descendants as _descendants
@@ -499,24 +499,21 @@ def test_limit_memory_adds_to_the_mapped_size(tmp_path: Path) -> None:
 # SIGKILL and SIGINT on a real ampsuite process
 # ---------------------------------------------------------------------------
 
-SLOW_SUITE = """
+SLOW_SUITE = (
+    """
 [suite]
 name = "slow"
 device = "cpu"
 timeout = 120
 
-[measure]
-warmup_steps = 1
-min_steps = 3
-max_steps = 100000
-noise_target = 0.0000001
-numerics_steps = 2
-max_seconds = 1.5
-
+"""
+    + SLOW_MEASURE
+    + """
 [workloads.toy]
 batch_size = 8
 hidden = [16, 17, 18]
 """
+)
 SLOW_IDS = ["toy[hidden=16]/fp32/bs8", "toy[hidden=17]/fp32/bs8", "toy[hidden=18]/fp32/bs8"]
 
 

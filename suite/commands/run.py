@@ -6,7 +6,9 @@ import argparse
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
+from ampsuite.analysis.estimate import Estimate, earlier_walls
 from ampsuite.commands.common import Command, plugin_settings, render, report_sections
 from ampsuite.contract.errors import ExitCode
 from ampsuite.contract.wire import FAILURES
@@ -43,6 +45,19 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
     )
 
 
+def _earlier(output: Path) -> dict[str, Any] | None:
+    """The results file a run would write, as it stands: the wall times of its cells estimate this run."""
+    from ampsuite import results
+    from ampsuite.contract.errors import AmpsuiteError
+
+    if not output.is_file():
+        return None
+    try:
+        return results.load(output)
+    except AmpsuiteError:  # unreadable or of another version: the run says so itself; no estimate
+        return None
+
+
 def execute(args: argparse.Namespace) -> ExitCode:
     from ampsuite import results
     from ampsuite.display import Display, print_summary
@@ -61,7 +76,10 @@ def execute(args: argparse.Namespace) -> ExitCode:
     chosen = executors.resolve(p.spec, p.registry.executors, args.executor, executor_options)
     # The device's peaks are measured where the cells run: by the local executor only.
     peaks = not args.no_peaks and not args.in_process and chosen.executor.name == executors.DEFAULT
-    display = Display(noise_target=p.spec.measure.noise_target, measures_peaks=peaks)
+    out_dir = Path(args.report_dir or Path("reports") / p.spec.dir_name)
+    output = Path(args.output) if args.output else out_dir / "results.json"
+    estimate = Estimate(p.cells, earlier_walls(_earlier(output)), str(output))
+    display = Display(noise_target=p.spec.measure.noise_target, measures_peaks=peaks, estimate=estimate)
     if not p.cells:
         display.console.print(f"{p.spec.path}: no cells selected", markup=False)
         return ExitCode.NO_CELLS
@@ -77,8 +95,6 @@ def execute(args: argparse.Namespace) -> ExitCode:
             markup=False,
         )
         return ExitCode.NO_CELLS
-    out_dir = Path(args.report_dir or Path("reports") / p.spec.dir_name)
-    output = Path(args.output) if args.output else out_dir / "results.json"
     config = runner.RunConfig(
         output=output,
         resume=args.resume,

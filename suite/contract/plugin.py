@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -145,6 +147,9 @@ class ProbeContext:
         metrics: numbers for the record (JSON values; floats, never NaN).
         diagnostics: structured evidence (tables of shapes, dtype per op, ...).
         warnings: one-line warnings for the record and the report.
+        artifact_dir: the cell's folder beside the results file for files too large for a record (a
+            profiler trace); None when the run keeps none (in-process runs, tests). Use :meth:`save_artifact`.
+        artifact_prefix: ``artifact_dir`` relative to the results file's folder.
     """
 
     step: TrainStep
@@ -153,9 +158,24 @@ class ProbeContext:
     metrics: dict[str, Any] = field(default_factory=dict)
     diagnostics: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    artifact_dir: Path | None = None
+    artifact_prefix: str = ""
 
     def warn(self, message: str) -> None:
         self.warnings.append(message)
+
+    def save_artifact(self, name: str, data: bytes) -> str | None:
+        """Write ``data`` as the file ``name`` of this cell's artifacts; returns the path a record names it by
+        (relative to the results file's folder, so the report can link it), or None when the run keeps none."""
+        if self.artifact_dir is None:
+            return None
+        if not name or Path(name).name != name or name in (".", ".."):
+            raise ValueError(f"an artifact's name is one file name, got {name!r}")
+        self.artifact_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.artifact_dir / f".{name}.tmp"
+        tmp.write_bytes(data)
+        os.replace(tmp, self.artifact_dir / name)
+        return f"{self.artifact_prefix}/{name}" if self.artifact_prefix else name
 
 
 @dataclass(frozen=True)

@@ -119,6 +119,10 @@ class WorkerPayload(TypedDict):
     log_path: str
     memory_limit_bytes: int
     cpu_threads: int | None
+    artifact_dir: NotRequired[str]
+    """The cell's own folder beside the results file, where probes may leave files (a profiler trace)."""
+    artifact_prefix: NotRequired[str]
+    """``artifact_dir`` relative to the results file's folder: how records name those files."""
 
 
 # ---------------------------------------------------------------------------

@@ -266,6 +266,12 @@ def _row_cells(doc: Mapping[str, Any]) -> tuple[list[str], list[list[str]], list
                 row.insert(6, f"{d.scaling_efficiency:.1%}" if d and d.scaling_efficiency is not None else "-")
             if why:
                 notes.append(f"{UNTRUSTED_MARK} {rec['id']}: untrusted, {why}")
+            again = rec.get("remeasured")
+            if again:
+                notes.append(
+                    f"  {rec['id']}: measured again in {again['processes']} processes "
+                    f"(the first figure, {_time(again['first_median'])}, was untrusted: {again['reason']})"
+                )
             bad = _nonfinite_note(rec)
             if bad:
                 notes.append(f"  {rec['id']}: {bad}")

@@ -290,7 +290,15 @@ class GpmNVML(FakeNVML):
         return types.SimpleNamespace(gpu=97, memory=55)
 
 
-def test_gpm_gives_the_dram_bandwidth_used_over_the_timed_steps(use_nvml) -> None:
+@pytest.fixture
+def any_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Utilization recorded however short the timed steps (the tests' windows last microseconds)."""
+    from ampsuite.plugins.probes import _utilization
+
+    monkeypatch.setattr(_utilization, "MIN_WINDOW_SECONDS", 0.0)
+
+
+def test_gpm_gives_the_dram_bandwidth_used_over_the_timed_steps(use_nvml, any_window) -> None:
     fake = use_nvml(GpmNVML())
     util = _measure(_ctx()).metrics["utilization"]
     assert util["source"] == "nvml-gpm"
@@ -300,13 +308,21 @@ def test_gpm_gives_the_dram_bandwidth_used_over_the_timed_steps(use_nvml) -> Non
     assert sorted(map(id, fake.freed)) == sorted(map(id, fake.samples))  # both samples given back
 
 
-def test_without_gpm_only_nvmls_rates_are_recorded_and_no_throughput_is_made_up(use_nvml) -> None:
+def test_without_gpm_only_nvmls_rates_are_recorded_and_no_throughput_is_made_up(use_nvml, any_window) -> None:
     use_nvml(GpmNVML(supported=False))
     util = _measure(_ctx()).metrics["utilization"]
+    assert util.pop("window_seconds") >= 0
     assert util == {"source": "nvml-utilization", "gpu_busy": 0.97, "memory_busy": 0.55}
 
 
-def test_an_nvml_without_either_records_no_utilization(use_nvml) -> None:
+def test_timed_steps_too_short_for_the_counters_record_why_and_no_shares(use_nvml) -> None:
+    use_nvml(GpmNVML())
+    util = _measure(_ctx()).metrics["utilization"]
+    assert util["source"] == "none" and "too short for NVML's counters" in util["why"]
+    assert "dram_bytes_per_s" not in util
+
+
+def test_an_nvml_without_either_records_no_utilization(use_nvml, any_window) -> None:
     use_nvml(FakeNVML(sm=[1980]))
     ctx = _measure(_ctx())
     assert "clocks" in ctx.metrics and "utilization" not in ctx.metrics

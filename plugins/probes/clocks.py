@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import statistics
 import threading
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -215,6 +216,7 @@ def around(ctx: ProbeContext) -> Iterator[None]:
         handle = _handle(nvml, device)
         sampler = _Sampler(nvml, handle)
         window = _utilization.GpmWindow.open(nvml, handle)
+        started = time.monotonic()
         sampler.start()
     except Exception:
         with contextlib.suppress(Exception):
@@ -225,6 +227,7 @@ def around(ctx: ProbeContext) -> Iterator[None]:
         yield
     finally:
         sampler.stop()
+        seconds = time.monotonic() - started
         gpm = window.close() if window is not None else None
         dram_peak = _utilization.dram_peak_bytes_per_s(nvml, handle)
         with contextlib.suppress(Exception):
@@ -232,7 +235,7 @@ def around(ctx: ProbeContext) -> Iterator[None]:
     summary, warnings = summarize(sampler.samples)
     ctx.metrics["clocks"] = summary
     rates = [s["util"] for s in sampler.samples if s.get("util") is not None]
-    utilization = _utilization.summarize(gpm, rates, dram_peak)
+    utilization = _utilization.summarize(gpm, rates, dram_peak, seconds)
     if utilization is not None:
         ctx.metrics["utilization"] = utilization
     for w in warnings:

@@ -40,6 +40,7 @@ from ampsuite.analysis.best import Best as Best
 from ampsuite.analysis.best import PassedOver as PassedOver
 from ampsuite.analysis.best import baseline_lines as baseline_lines
 from ampsuite.analysis.best import best_per_workload as best_per_workload
+from ampsuite.analysis.best import measure_again as measure_again
 from ampsuite.analysis.best import numerics_reason as numerics_reason
 from ampsuite.analysis.best import untrusted_reason as untrusted_reason
 from ampsuite.analysis.compare import MIN_RELATIVE_CHANGE as MIN_RELATIVE_CHANGE
@@ -97,6 +98,7 @@ __all__ = [
     "is_nonfinite",
     "machine_key",
     "machine_name",
+    "measure_again",
     "median_seconds",
     "nodes",
     "noise",

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ampsuite.analysis.estimate import Estimate, earlier_walls
+from ampsuite.commands import again
 from ampsuite.commands.common import Command, plugin_settings, render, report_sections
 from ampsuite.contract.errors import ExitCode
 from ampsuite.contract.wire import FAILURES
@@ -30,6 +31,11 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--refresh-peaks", action="store_true", help="measure the peaks again instead of using the cache")
     run.add_argument(
         "--wait-lock", action="store_true", help="wait for another run on OUTPUT to end instead of refusing"
+    )
+    run.add_argument(
+        "--no-again",
+        action="store_true",
+        help="do not measure a workload's untrusted fastest cell (and its FP32 reference) again in more processes",
     )
     run.add_argument("--allow-large", action="store_true", help="run a matrix of more than 5,000 cells")
     run.add_argument(
@@ -110,6 +116,8 @@ def execute(args: argparse.Namespace) -> ExitCode:
     try:
         with results.locked(output, wait=args.wait_lock):  # one run per results file (--resume included)
             doc, interrupted = runner.run_plan(p, config, display)
+            if not (interrupted or args.no_again or args.in_process):
+                doc, interrupted = again.measure_again(p, config, display, doc)
     finally:
         display.stop()
     print_summary(doc, display.console)

@@ -286,6 +286,16 @@ class Machine(TypedDict):
     max_sm_mhz: int | None
 
 
+class Remeasured(TypedDict):
+    """A record measured a second time in more processes (``ampsuite.commands.again``), and its first figure."""
+
+    processes: int
+    first_median: float
+    first_noise: float
+    reason: str
+    """Why the first figure was not trusted."""
+
+
 class Record(TypedDict):
     """One cell's entry in the results file (docs/architecture.md lists every key)."""
 
@@ -311,6 +321,8 @@ class Record(TypedDict):
     evidence: Evidence | None
     machine: NotRequired[Machine]
     """Absent in files written before records named their machine: such a record is beside no other."""
+    remeasured: NotRequired[Remeasured]
+    """Present when the run measured this cell again, its first figure being an untrusted headline."""
 
 
 def record_problem(record: Record, where: str) -> str | None:

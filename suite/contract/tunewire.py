@@ -36,7 +36,8 @@ class Phase(StrEnum):
 
     @property
     def screened(self) -> bool:
-        """Whether this phase measures screens (short measurements, judged on their numerics only)."""
+        """Whether a step of this phase is judged as a screen (a short measurement: its numerics only) in the
+        step's ``untrusted``; a near miss's repeated screens count as their phase's steps."""
         return self in (Phase.START, Phase.GREEDY)
 
 

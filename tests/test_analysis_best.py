@@ -201,18 +201,11 @@ def test_a_best_faster_than_fp32_is_the_headline() -> None:
 
 
 def test_tune_writes_no_recipe_slower_than_fp32() -> None:
-    from ampsuite.tune.outputs import recipe_toml, tune_markdown
+    from ampsuite.tune import TuneSummary, Winner, WorkloadTune, recipe_toml, tune_markdown
 
-    def summary(speedup: float) -> dict[str, Any]:
-        winner = {
-            "combination": "amp-fp16",
-            "techniques": ["amp-fp16"],
-            "batch_size": 8,
-            "throughput": 100.0,
-            "speedup_vs_fp32": speedup,
-            "options": {},
-        }
-        return {"workloads": [{"key": "bert-tiny", "unit": "sequences", "winner": winner}]}
+    def summary(speedup: float) -> TuneSummary:
+        winner = Winner("amp-fp16", ("amp-fp16",), 8, "bert-tiny/amp-fp16/bs8", 100.0, speedup_vs_fp32=speedup)
+        return TuneSummary(workloads=(WorkloadTune("bert-tiny", "sequences", winner=winner),))
 
     slower = recipe_toml(summary(0.22))
     assert "tuned-bert-tiny =" not in slower

@@ -9,7 +9,8 @@ One module holds them all so that each boundary has one typed definition:
   says about a cell;
 - :class:`Record`, one cell's entry in the results file, and :class:`Document`,
   the file itself;
-- :class:`Status`, the one spelling of every status, with its subsets.
+- :class:`Status`, the one spelling of every status, with its subsets;
+- ``run.tune``, the summary of ``ampsuite tune``: :mod:`ampsuite.contract.tunewire`.
 
 The records are ``TypedDict``s, not classes: a results file is JSON, and readers
 (reports, asv, other tools) index it as such. :func:`check` validates any value
@@ -24,6 +25,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, Literal, NotRequired, TypedDict
 
+from ampsuite.contract.tunewire import TuneData
 from ampsuite.contract.validate import MAX_DEPTH, MAX_INT, WireError, check, json_problem
 
 __all__ = [
@@ -363,6 +365,8 @@ class RunInfo(TypedDict):
     plugins: list[dict[str, Any]]
     resumed: NotRequired[list[str]]
     executor: NotRequired[ExecutorState]
+    tune: NotRequired[TuneData]
+    """A tune results file's summary (:mod:`ampsuite.contract.tunewire`)."""
 
 
 class Document(TypedDict):

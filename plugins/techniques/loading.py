@@ -32,7 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ampsuite import Technique, hookimpl, lazy
+from ampsuite import Technique, hookimpl
+from ampsuite.plugins.techniques.variants import Variant, variants
 
 
 def _workers(default: int) -> Any:
@@ -66,23 +67,20 @@ class PageableOptions(LoadingOptions):
 
 @hookimpl
 def ampsuite_techniques() -> list[Technique]:
-    return [
-        Technique(
-            name="pinned-loading",
-            summary="feed the step from a DataLoader: workers, prefetching, pinned memory, non_blocking copies",
-            apply=lazy("ampsuite.plugins.techniques._loading:apply_pinned"),
-            options=LoadingOptions,
-            order=10,
-            conflicts=frozenset({"pageable-loading"}),
-            check=lazy("ampsuite.plugins.techniques._loading:check_pinned"),
+    return variants(
+        "ampsuite.plugins.techniques._loading",
+        10,
+        Variant(
+            "pinned-loading",
+            "pinned",
+            "feed the step from a DataLoader: workers, prefetching, pinned memory, non_blocking copies",
+            LoadingOptions,
         ),
-        Technique(
-            name="pageable-loading",
-            summary="feed the step from a DataLoader the naive way: pageable memory, synchronous copies",
-            apply=lazy("ampsuite.plugins.techniques._loading:apply_pageable"),
-            options=PageableOptions,
-            order=10,
-            conflicts=frozenset({"pinned-loading"}),
-            check=lazy("ampsuite.plugins.techniques._loading:check_pageable"),
+        Variant(
+            "pageable-loading",
+            "pageable",
+            "feed the step from a DataLoader the naive way: pageable memory, synchronous copies",
+            PageableOptions,
         ),
-    ]
+        checked=True,
+    )

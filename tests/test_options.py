@@ -118,24 +118,22 @@ def _plugin_with(options: type) -> object:
 @pytest.mark.parametrize(
     ("metadata", "default", "message"),
     [
-        ({"choices": ("a", "b")}, "c", "option depth: default: expected one of 'a', 'b', got 'c'"),
-        ({"min_length": 1}, "", "option depth: default: expected a non-empty string, got ''"),
-        ({"choices": "ab"}, "a", "option depth: choices must be a list or tuple of values, got 'ab'"),
+        ({"choices": ("a", "b")}, "c", "option mode: default: expected one of 'a', 'b', got 'c'"),
+        ({"min_length": 1}, "", "option mode: default: expected a non-empty string, got ''"),
+        ({"choices": "ab"}, "a", "option mode: choices must be a list or tuple of values, got 'ab'"),
         (
             {"pattern": "("},
             "a",
-            "option depth: pattern '(' is no regular expression: missing ), unterminated subpattern at position 0",
+            "option mode: pattern '(' is no regular expression: missing ), unterminated subpattern at position 0",
         ),
-        ({"choices": ("a", "b"), "tune": ("c",)}, "a", "option depth: tune[0]: expected one of 'a', 'b', got 'c'"),
-        ({"ge": "1"}, "a", "option depth: ge must be a number, got '1'"),
+        ({"choices": ("a", "b"), "tune": ("c",)}, "a", "option mode: tune[0]: expected one of 'a', 'b', got 'c'"),
+        ({"ge": "1"}, "a", "option mode: ge must be a number, got '1'"),
     ],
 )
-def test_a_declaration_its_own_default_breaks_is_refused_when_the_plugin_loads(
+def test_a_malformed_declaration_or_a_default_outside_it_is_refused_when_the_plugin_loads(
     metadata: dict[str, Any], default: str, message: str
 ) -> None:
-    options = dataclasses.make_dataclass(
-        "Bad", [("depth", str, field(default=default, metadata=metadata))], frozen=True
-    )
+    options = dataclasses.make_dataclass("Bad", [("mode", str, field(default=default, metadata=metadata))], frozen=True)
     with pytest.raises(PluginError) as info:
         load_registry(BUILTINS, objects=[("bad", _plugin_with(options))])
     assert str(info.value) == f"plugin 'bad': technique 'mine': {message}"

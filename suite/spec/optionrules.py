@@ -71,7 +71,18 @@ def _bounds_text(metadata: Mapping[str, Any]) -> str:
     return " and ".join(f"{op} {metadata[name]!r}" for name, (op, _) in BOUNDS.items() if name in metadata)
 
 
-def _length_text(n: int, what: str, unit: str) -> str:
+def _too_short(n: int, value: Any) -> str | None:
+    """What ``value`` should have been when it is shorter than ``n`` (None when it is long enough, or unsized)."""
+    if isinstance(value, str):
+        what, unit = "string", "characters"
+    elif isinstance(value, Mapping):
+        what, unit = "table", "entries"
+    elif isinstance(value, list | tuple):
+        what, unit = "list", "items"
+    else:
+        return None
+    if len(value) >= n:
+        return None
     return f"a non-empty {what}" if n == 1 else f"a {what} of at least {n} {unit}"
 
 
@@ -99,16 +110,9 @@ def check_rules(metadata: Mapping[str, Any], value: Any, key: str) -> Any:
     """
     if value is None:
         return None
-    n = metadata.get("min_length")
-    if n is not None and isinstance(value, str | list | tuple | Mapping) and len(value) < n:
-        what, unit = (
-            ("string", "characters")
-            if isinstance(value, str)
-            else ("table", "entries")
-            if isinstance(value, Mapping)
-            else ("list", "items")
-        )
-        raise OptionError(key, f"expected {_length_text(n, what, unit)}, got {value!r}")
+    expected = _too_short(metadata["min_length"], value) if "min_length" in metadata else None
+    if expected is not None:
+        raise OptionError(key, f"expected {expected}, got {value!r}")
     if isinstance(value, list | tuple):
         return type(value)(_check_item(metadata, item, f"{key}[{i}]") for i, item in enumerate(value))
     if isinstance(value, Mapping):

@@ -40,7 +40,6 @@ class Fp16Options:
 def ampsuite_techniques() -> list[Technique]:
     return variants(
         "ampsuite.plugins.techniques._amp",
-        30,
         Variant(
             "amp-fp16",
             "fp16",
@@ -48,4 +47,5 @@ def ampsuite_techniques() -> list[Technique]:
             Fp16Options,
         ),
         Variant("amp-bf16", "bf16", "autocast to bfloat16; float32's exponent range, so no loss scaling"),
+        order=30,
     )

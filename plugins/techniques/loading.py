@@ -69,7 +69,6 @@ class PageableOptions(LoadingOptions):
 def ampsuite_techniques() -> list[Technique]:
     return variants(
         "ampsuite.plugins.techniques._loading",
-        10,
         Variant(
             "pinned-loading",
             "pinned",
@@ -82,5 +81,6 @@ def ampsuite_techniques() -> list[Technique]:
             "feed the step from a DataLoader the naive way: pageable memory, synchronous copies",
             PageableOptions,
         ),
+        order=10,
         checked=True,
     )

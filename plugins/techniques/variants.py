@@ -23,7 +23,7 @@ class Variant:
     options: type = NoOptions
 
 
-def variants(impl: str, order: int, *each: Variant, checked: bool = False) -> list[Technique]:
+def variants(impl: str, *each: Variant, order: int, checked: bool = False) -> list[Technique]:
     """One record per variant, in the given order; ``impl`` is the torch-dependent module of them all."""
     names = frozenset(v.name for v in each)
     return [

@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NotRequired, Protocol, TypedDict, Unpack
 
 if TYPE_CHECKING:
     import torch
@@ -213,6 +213,23 @@ class ReportSection:
     anchor: str | None = None
 
 
+class NodePlace(TypedDict):
+    """Where one node of a multi-node cell runs: the keywords of :meth:`CellTask.node`.
+
+    Every node of the cell has the same ``nnodes``, ``endpoint`` (``host:port`` of the rendezvous store, on
+    node 0's host) and ``run_id`` (one per cell, a job id, say), and its own ``node_rank``. ``local_addr``: this
+    host's address as the other nodes reach it (None, the default: its host name); ``share_gpus``: several nodes
+    stand in on one host, so each sees only its share of the GPUs (default False).
+    """
+
+    node_rank: int
+    nnodes: int
+    endpoint: str
+    run_id: str
+    local_addr: NotRequired[str | None]
+    share_gpus: NotRequired[bool]
+
+
 class CellTask(Protocol):
     """One cell an executor is handed to run (made by the runner; executors never build one).
 
@@ -237,27 +254,13 @@ class CellTask(Protocol):
         """Run the cell here; its complete record."""
         ...
 
-    def node(
-        self,
-        *,
-        node_rank: int,
-        nnodes: int,
-        endpoint: str,
-        run_id: str,
-        local_addr: str | None = None,
-        share_gpus: bool = False,
-    ) -> dict[str, Any]:
+    def node(self, **place: Unpack[NodePlace]) -> dict[str, Any]:
         """Run one node of a multi-node cell (``cell.nodes`` > 1) here, isolated, with the cell's timeout.
 
-        Every node of the cell calls it once, on its own host, with the same
-        ``endpoint`` (``host:port`` of the rendezvous store, on node 0's host)
-        and ``run_id`` (one per cell, a job id, say), and its own
-        ``node_rank``. Returns the cell's complete record on the node whose
-        ranks included global rank 0, or a failure's record (with the
-        ``node``), else ``{"node_done": {...}, "node": node_rank}``.
-        ``share_gpus``: several nodes stand in on one host, so each sees only
-        its share of the GPUs; ``local_addr``: this host's address as the
-        other nodes reach it (None: its host name).
+        Every node of the cell calls it once, on its own host, with its :class:`NodePlace`
+        (``task.node(node_rank=..., nnodes=..., endpoint=..., run_id=...)``). Returns the cell's
+        complete record on the node whose ranks included global rank 0, or a failure's record (with
+        the ``node``), else ``{"node_done": {...}, "node": node_rank}``.
         """
         ...
 

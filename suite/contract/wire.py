@@ -86,18 +86,9 @@ WORKER_STATUSES: frozenset[Status] = frozenset({Status.PASSED, Status.SKIPPED, S
 # ---------------------------------------------------------------------------
 
 
-class MeasureData(TypedDict):
-    warmup_steps: int
-    min_steps: int
-    max_steps: int
-    max_seconds: float
-    noise_target: float
-    numerics_steps: int
-    processes: int
-
-
-class RecordedMeasure(TypedDict, total=False):
-    """``run.measure`` of a results file: :class:`MeasureData`, where files written before a key existed lack it."""
+class MeasureData(TypedDict, total=False):
+    """The ``[measure]`` table as the parent hands it to a worker (every key: it comes from a ``MeasureSpec``)
+    and as a results file's ``run.measure`` records it, where files written before a key existed lack it."""
 
     warmup_steps: int
     min_steps: int
@@ -361,7 +352,7 @@ class RunInfo(TypedDict):
     finished: str | None
     argv: list[str]
     suite: SuiteInfo
-    measure: RecordedMeasure
+    measure: MeasureData
     plugins: list[dict[str, Any]]
     resumed: NotRequired[list[str]]
     executor: NotRequired[ExecutorState]

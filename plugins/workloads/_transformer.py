@@ -144,4 +144,5 @@ def build(options: BertOptions, ctx: BuildContext) -> TrainStep:
         loss_fn=nn.CrossEntropyLoss(ignore_index=-100),
         dataset=dataset,
         collate=collate,
+        blocks="layers",
     )

@@ -41,4 +41,5 @@ def build(options: ViTOptions, ctx: BuildContext) -> TrainStep:
         loss_fn=nn.CrossEntropyLoss(),
         dataset=dataset,
         collate=image_collate,
+        blocks="encoder.layers",
     )

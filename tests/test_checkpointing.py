@@ -125,14 +125,14 @@ def test_a_workload_without_blocks_is_skipped_with_the_reason() -> None:
         checkpointed(step)
 
 
-def test_a_workload_without_a_model_is_skipped_at_expansion(ampsuite_run: Any) -> None:
+def test_a_workload_without_blocks_is_skipped_at_expansion(ampsuite_run: Any) -> None:
     result = ampsuite_run(
         {
             "workloads": {"gemm": {"batch_size": 1, "m": 16, "n": 16, "k": 16}},
             "combinations": {"ckpt": [checkpointing.NAME]},
         }
     )
-    result.assert_status("gemm/ckpt/bs1", "skipped", reason="without a model")
+    result.assert_status("gemm/ckpt/bs1", "skipped", reason=r"workload 'gemm' names no repeated blocks")
 
 
 PEAK_LLM = {"plugin": "llm", "preset": "tiny", "layers": 4, "dim": 128, "seq_len": 512, "batch_size": 8}

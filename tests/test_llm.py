@@ -24,10 +24,10 @@ def build(options: llm.LlmOptions = TINY, batch_size: int = 4, seed: int = 0) ->
     return REGISTRY.workloads["llm"].build(options, BuildContext(CPU, batch_size, seed, "unused"))
 
 
-def test_registered_in_tokens_with_a_model_and_a_data_path() -> None:
+def test_registered_in_tokens_with_a_model_a_data_path_and_blocks() -> None:
     workload = REGISTRY.workloads["llm"]
     assert workload.unit == "tokens"
-    assert set(workload.traits) == {"model", "data-path"}
+    assert set(workload.traits) == {"model", "data-path", "blocks"}
 
 
 def test_the_09b_preset_is_the_measured_shape() -> None:

@@ -9,7 +9,7 @@ checkpointed blocks, and the step pays one more forward of each.
 Which blocks: the workload's repeated blocks (``TrainStep.blocks``, the
 transformer layers of ``llm``, ``bert`` and ``vit``), every one, or blocks
 0, n, 2n, ... with ``every = n``. A workload that names no blocks is skipped
-with the reason.
+with the reason, when the matrix is expanded (the workload's ``blocks`` trait).
 
 ``mode``:
 
@@ -62,8 +62,8 @@ class CheckpointOptions:
 
 
 def check(ctx: CheckContext) -> str | None:
-    if "model" not in ctx.workload.traits:
-        return f"workload {ctx.workload.name!r} builds its own step without a model; there are no blocks to checkpoint"
+    if "blocks" not in ctx.workload.traits:
+        return f"workload {ctx.workload.name!r} names no repeated blocks (trait 'blocks', TrainStep.blocks)"
     return None
 
 

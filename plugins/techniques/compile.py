@@ -5,6 +5,16 @@ worker times on its own (``first_step_seconds``), so compile time never lands
 in step time. Inductor keeps an on-disk cache between processes; a warm cache
 makes that first step shorter but does not change the timed steps.
 
+``scope = "block"`` compiles each of the workload's repeated blocks
+(``TrainStep.blocks``, the transformer layers) on its own and leaves the rest
+of the model eager, as torchtitan does: every block shares one compiled graph
+(same code, same shapes), so a deep model compiles about as fast as one block,
+and FSDP2's hooks, which ``fsdp2`` (order 85) puts on each block, stay outside
+the compiled code. A workload without the ``blocks`` trait is skipped at
+expansion with the reason. ``scope`` is a string checked when the options are
+built, not a ``Literal``, so ``ampsuite tune`` tries it only where a suite's
+``[tune.torch-compile]`` table lists it (``scope = ["block"]``).
+
 Shapes are compiled static (``dynamic=False``): every workload feeds
 fixed-size batches, and a recompile would show up as a slow timed step.
 
@@ -101,9 +111,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ampsuite import Technique, hookimpl, lazy
+from ampsuite import CheckContext, Technique, hookimpl, lazy
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+SCOPES = ("model", "block")
 
 
 @dataclass(frozen=True)
@@ -111,6 +122,10 @@ class CompileOptions:
     mode: str = field(default="default", metadata={"help": f"inductor mode: {', '.join(MODES)}"})
     fullgraph: bool = field(default=False, metadata={"help": "fail instead of splitting the graph at a graph break"})
     backend: str = field(default="inductor", metadata={"help": "torch.compile backend ('aot_eager' to test plumbing)"})
+    scope: str = field(
+        default="model",
+        metadata={"help": "model: the whole model; block: each of the workload's blocks on its own (torchtitan)"},
+    )
     inductor: dict[str, Any] = field(
         default_factory=dict,
         metadata={
@@ -123,6 +138,8 @@ class CompileOptions:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(map(repr, MODES))}, got {self.mode!r}")
+        if self.scope not in SCOPES:
+            raise ValueError(f"scope must be one of {', '.join(map(repr, SCOPES))}, got {self.scope!r}")
         if not self.backend:
             raise ValueError("backend must name a torch.compile backend, got ''")
         if self.backend != "inductor" and self.mode != "default":
@@ -134,6 +151,12 @@ class CompileOptions:
             )
 
 
+def check(ctx: CheckContext) -> str | None:
+    if ctx.technique_options["torch-compile"].scope == "block" and "blocks" not in ctx.workload.traits:
+        return f"scope 'block': workload {ctx.workload.name!r} names no repeated blocks (trait 'blocks')"
+    return None
+
+
 @hookimpl
 def ampsuite_techniques() -> list[Technique]:
     return [
@@ -143,5 +166,6 @@ def ampsuite_techniques() -> list[Technique]:
             apply=lazy("ampsuite.plugins.techniques._compile:apply"),
             options=CompileOptions,
             order=80,
+            check=check,
         )
     ]

@@ -157,7 +157,7 @@ def ampsuite_workloads() -> list[Workload]:
             build=lazy("ampsuite.plugins.workloads._llm:build"),
             options=LlmOptions,
             unit="tokens",
-            traits=frozenset({"model", "data-path"}),
+            traits=frozenset({"model", "data-path", "blocks"}),
             check=check_optimizer,
         )
     ]

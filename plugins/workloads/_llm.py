@@ -87,9 +87,8 @@ class Block(nn.Module):
 class Decoder(nn.Module):
     """Embedding, blocks (``layers``: the step's ``blocks``), final norm, head.
 
-    ``forward(tokens)`` returns the logits flattened to ``(batch * seq_len, vocab)`` for a plain
-    ``nn.CrossEntropyLoss``; ``forward(tokens, labels)`` (``loss_chunks`` > 1) returns the mean loss,
-    computed a slice of the sequence at a time.
+    ``forward(tokens)`` returns the logits, ``(batch, seq_len, vocab)``; ``forward(tokens, labels)``
+    (``loss_chunks`` > 1) returns the mean loss, computed a slice of the sequence at a time.
     """
 
     cos: torch.Tensor
@@ -122,8 +121,7 @@ class Decoder(nn.Module):
             x = layer(x, cos, sin)
         x = self.norm(x)
         if labels is None:
-            logits = self.output(x)
-            return logits.reshape(-1, logits.shape[-1])
+            return self.output(x)
         total = x.new_zeros((), dtype=torch.float32)
         for h, y in zip(x.chunk(self.loss_chunks, dim=1), labels.chunk(self.loss_chunks, dim=1), strict=True):
             # Recomputed in backward: only this slice's logits are ever alive.
@@ -151,7 +149,7 @@ class RandomTokens(torch.utils.data.Dataset[tuple[torch.Tensor, torch.Tensor]]):
 
 
 def collate(item: list[torch.Tensor]) -> Batch:
-    """``[tokens, next tokens]`` -> a Batch with flat labels, matching the model's flat logits."""
+    """``[tokens, next tokens]`` -> a Batch with flat labels (the loss flattens the logits to match)."""
     tokens, labels = item
     return Batch((tokens,), labels.reshape(-1))
 
@@ -160,6 +158,17 @@ def chunked_collate(item: list[torch.Tensor]) -> Batch:
     """``[tokens, next tokens]`` -> a Batch whose model computes the loss itself (``loss_chunks`` > 1)."""
     tokens, labels = item
     return Batch((tokens, labels))
+
+
+class NextTokenLoss(nn.CrossEntropyLoss):
+    """Cross-entropy of ``(batch, seq_len, vocab)`` logits against flat next-token labels.
+
+    The model returns its logits unflattened: a view as the output of an FSDP2-sharded root would lose
+    FSDP's pre-backward hook to any in-place op on it.
+    """
+
+    def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return super().forward(logits.flatten(0, -2), target)
 
 
 class OwnLoss(nn.Module):
@@ -185,7 +194,7 @@ def build(options: LlmOptions, ctx: BuildContext) -> TrainStep:
         data=cycling(pool),
         model=model,
         optimizer=make_optimizer(options.optimizer, model.parameters(), options.lr, options.weight_decay),
-        loss_fn=OwnLoss() if chunked else nn.CrossEntropyLoss(),
+        loss_fn=OwnLoss() if chunked else NextTokenLoss(),
         dataset=dataset,
         collate=batch_collate,
         blocks="layers",

@@ -106,9 +106,9 @@ def test_the_flop_counter_counts_linears_6x_and_attention_14x() -> None:
 def test_the_tiny_preset_learns_its_repeated_batches() -> None:
     step = build()
     run = step.compose()
-    losses = [float(run(step.data())) for _ in range(40)]
+    losses = [float(run(step.data())) for _ in range(24)]
     assert losses[0] == pytest.approx(torch.log(torch.tensor(256.0)).item(), abs=0.05)
-    assert sum(losses[-4:]) / 4 < losses[0] - 0.3
+    assert sum(losses[-4:]) / 4 < losses[0] - 0.25
 
 
 def test_chunked_loss_gives_the_same_loss_and_gradients() -> None:
@@ -172,3 +172,34 @@ def test_no_datasheet_mfu_for_a_gpu_not_in_the_table() -> None:
 )
 def test_datasheet_peaks_by_the_recorded_gpu_name(name: str | None, tflops: float | None) -> None:
     assert datasheet_bf16_tflops(name) == tflops
+
+
+@pytest.mark.parametrize(
+    ("suite", "cells"),
+    [
+        (
+            "llm.toml",
+            ["fp32", "tf32", "bf16", "bf16-ac", "bf16-compile", "bf16-compile-fp8", "bf16-compile-fp8-rowwise"],
+        ),
+        ("tune-llm.toml", ["fp32", "tf32", "amp-bf16", "amp-fp16", "fused", "compiled", "fp8", "checkpointed"]),
+    ],
+)
+def test_the_gpu_suites_expand_to_the_table_s_recipes(
+    suite: str, cells: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tests/gpu/llm.toml and tune-llm.toml (run on a GPU by hand) are valid: the 0.9B decoder at batch 8."""
+    from pathlib import Path
+
+    from ampsuite.host import environment, session
+    from ampsuite.plugins.techniques import fp8
+
+    monkeypatch.setattr(environment, "gpu_count", lambda: 1)
+    monkeypatch.setattr(session, "resolve_device", lambda spec_device, device: "cuda")
+    plan = session.plan(Path(__file__).parent / "gpu" / suite)
+    expanded = {c.id: c for c in plan.cells if c.batch_size == 8}
+    assert list(expanded) == [f"llm-900m/{name}/bs8" for name in cells]
+    for one in expanded.values():
+        assert one.options["preset"] == "0.9b"
+        assert one.skip_reason is None or ("fp8" in one.technique_names and fp8.torchao_missing())
+    compiled = [dict(c.techniques)["torch-compile"] for c in expanded.values() if "torch-compile" in c.technique_names]
+    assert compiled and all(options["scope"] == "block" for options in compiled)

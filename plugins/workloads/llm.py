@@ -12,7 +12,7 @@ Presets name whole shapes (``preset``); any dimension option given replaces the
 preset's value (an option left unset is the preset's):
 
     preset      dim   layers heads kv_heads  ffn    vocab   seq_len  parameters
-    tiny        64    2      4     2         176    256     32       0.1M (a CPU test)
+    tiny        64    2      4     2         176    256     32       0.13M (a CPU test)
     125m        768   12     12    12        2048   32768   2048     135M
     0.9b        2048  16     16    8         5632   32768   2048     0.89B
     llama3-8b   4096  32     32    8         14336  128256  8192     8.0B (rope_theta 500000)

@@ -404,7 +404,8 @@ def test_the_venv_imports_the_installed_copies(venv):
 def test_list_shows_the_example_plugins_with_their_version(venv):
     out = venv.run("-m", "ampsuite", "list").stdout
     assert "workload lstm-lm (plugin extras-lstm) [unit: tokens]" in out
-    assert "technique extras-checkpointing (plugin extras-checkpointing) [order 25]" in out
+    listed = "technique extras-checkpointing (plugin extras-checkpointing) [order 25; conflicts with activation-"
+    assert listed + "checkpointing]" in out
     assert "every (int, default 1)" in out  # options with their help
     for line in ("extras-lstm", "extras-checkpointing"):
         (row,) = [r for r in out.splitlines() if f" {line} " in r and "ampsuite_extras" in r]

@@ -56,7 +56,7 @@ def test_block_scope_skips_a_workload_without_blocks_at_expansion(ampsuite_run: 
 
 
 def test_an_unknown_scope_is_a_one_line_error() -> None:
-    with pytest.raises(OptionError, match=r"scope must be one of 'model', 'block', got 'layer'") as info:
+    with pytest.raises(OptionError, match=r"scope: expected one of 'model', 'block', got 'layer'") as info:
         build_options(CompileOptions, {"scope": "layer"})
     assert "\n" not in str(info.value)
 

@@ -8,9 +8,12 @@ the peak is reset where the timed region starts and read where it ends:
 
 * CUDA: the allocator's cache is emptied and its peak statistics reset.
 * CPU: memory the C allocator holds free is handed back (glibc's
-  ``malloc_trim``), then the kernel's high-water mark of the resident set is
-  reset to the current size (``/proc/self/clear_refs``, value 5) and read back
-  as ``VmHWM`` from ``/proc/self/status``. Where the kernel refuses the reset
+  ``malloc_trim``) after the other probes' counting steps and before the
+  warm-up (the probe's ``inspect``: the warm-up steps, not the timed ones, pay
+  for faulting the heap in again), then, where timing starts, the kernel's
+  high-water mark of the resident set is reset to the current size
+  (``/proc/self/clear_refs``, value 5) and read back as ``VmHWM`` from
+  ``/proc/self/status``. Where the kernel refuses the reset
   (not Linux, an old kernel) the figure is the whole process's peak
   (``ru_maxrss``) and its ``memory_kind`` says so: ``cpu-rss-process``, never
   compared with ``cpu-rss``.
@@ -26,7 +29,7 @@ from collections.abc import Iterator
 
 from ampsuite import Probe, ProbeContext, hookimpl
 
-__all__ = ["around", "high_water_bytes", "reset_high_water"]
+__all__ = ["around", "high_water_bytes", "release", "reset_high_water"]
 
 _STATUS = "/proc/self/status"
 _CLEAR_REFS = "/proc/self/clear_refs"
@@ -40,9 +43,14 @@ def _release_free_heap() -> None:
         ctypes.CDLL(name).malloc_trim(0)
 
 
+def release(ctx: ProbeContext) -> None:
+    """Hand the heap that earlier, larger steps left free back to the system (a CPU cell's ``inspect``)."""
+    if ctx.step.device.type == "cpu":
+        _release_free_heap()
+
+
 def reset_high_water() -> bool:
     """Reset this process's resident-set high-water mark to its current size; whether the kernel did."""
-    _release_free_heap()
     try:
         with open(_CLEAR_REFS, "w", encoding="ascii") as f:
             f.write("5")
@@ -106,6 +114,7 @@ def ampsuite_probes() -> list[Probe]:
                 "peak memory over the timed steps only: CUDA memory reserved (graph pools included), "
                 "or the worker's resident set on CPU (its high-water mark reset where timing starts)"
             ),
+            inspect=release,
             around=around,
             order=90,
         )

@@ -110,7 +110,6 @@ class Fp8Options:
             "an equivalent one whose projections are nn.Linear layers over the same parameters)"
         },
     )
-
     filter_fqns: list[str] = field(
         default_factory=list,
         metadata={"help": "keep in high precision every nn.Linear whose name contains one of these (torchtitan)"},
@@ -125,8 +124,6 @@ class Fp8Options:
     )
 
     def __post_init__(self) -> None:
-        if self.recipe not in RECIPES:
-            raise ValueError(f"recipe must be one of {', '.join(map(repr, RECIPES))}, got {self.recipe!r}")
         if self.fsdp_all_gather and self.recipe != "tensorwise":
             raise ValueError(f"fsdp_all_gather takes the tensorwise recipe (torchao's), got {self.recipe!r}")
 

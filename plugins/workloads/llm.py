@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ampsuite import Workload, hookimpl, lazy
-from ampsuite.plugins.workloads.optimizers import OPTIMIZER_HELP, OptimizerName, check_optimizer, validate_optimizer
+from ampsuite.plugins.workloads import fields
+from ampsuite.plugins.workloads.optimizers import OptimizerName, check_optimizer
 
 __all__ = ["PRESETS", "LlmOptions", "Shape", "model_flops_per_token"]
 
@@ -102,21 +103,17 @@ class LlmOptions:
             "ge": 1,
         },
     )
-    optimizer: OptimizerName = field(default="adamw", metadata={"help": OPTIMIZER_HELP})
-    lr: float = field(default=3e-4, metadata={"help": "learning rate", "gt": 0})
-    weight_decay: float = field(default=0.1, metadata={"help": "weight decay", "ge": 0})
+    optimizer: OptimizerName = fields.optimizer("adamw")
+    lr: float = fields.learning_rate(3e-4)
+    weight_decay: float = fields.weight_decay(0.1)
 
     def __post_init__(self) -> None:
-        validate_optimizer(self.optimizer)
         shape = self.shape
-        if shape.dim % shape.heads:
-            raise ValueError(f"heads ({shape.heads}) must divide dim ({shape.dim})")
-        if shape.heads % shape.kv_heads:
-            raise ValueError(f"kv_heads ({shape.kv_heads}) must divide heads ({shape.heads})")
+        fields.must_divide("heads", shape.heads, "dim", shape.dim)
+        fields.must_divide("kv_heads", shape.kv_heads, "heads", shape.heads)
         if shape.head_dim % 2:
             raise ValueError(f"dim / heads ({shape.head_dim}) must be even: RoPE rotates pairs of features")
-        if shape.seq_len % self.loss_chunks:
-            raise ValueError(f"loss_chunks ({self.loss_chunks}) must divide seq_len ({shape.seq_len})")
+        fields.must_divide("loss_chunks", self.loss_chunks, "seq_len", shape.seq_len)
 
     @property
     def shape(self) -> Shape:

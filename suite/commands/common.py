@@ -1,0 +1,81 @@
+"""What every subcommand shares: its record, the plugin arguments, the registry, the report rendering."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ampsuite.contract.errors import ExitCode
+
+if TYPE_CHECKING:
+    from ampsuite.host.manager import PluginSettings, Registry
+
+__all__ = ["Command", "add_plugin_args", "plugin_settings", "registry", "render", "report_sections"]
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand, as asv's commands and tox's session/cmd each keep theirs in a module of its own.
+
+    A command module imports only argparse-level names at import time: ``ampsuite --help`` builds every
+    parser, and must not pay for torch or the plugin manager.
+    """
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    execute: Callable[[argparse.Namespace], ExitCode]
+
+
+def add_plugin_args(p: argparse.ArgumentParser, dest: str = "plugin") -> None:
+    p.add_argument(
+        "-p",
+        dest=dest,
+        action="append",
+        metavar="MODULE",
+        help="load plugin MODULE; -p no:NAME blocks the plugin registered as NAME",
+    )
+
+
+def plugin_settings(args: argparse.Namespace) -> PluginSettings:
+    """The plugins to load: ``-p`` given before or after the subcommand, and the environment."""
+    from ampsuite.host.manager import PluginSettings  # imported when needed: `ampsuite --help` stays fast
+
+    # -p before the subcommand (main parser) and after it (subparser) land in different attributes:
+    # argparse lets a subparser's default overwrite the main parser's value for one dest.
+    return PluginSettings.from_args([*(getattr(args, "global_plugin", None) or []), *(args.plugin or [])])
+
+
+def registry(args: argparse.Namespace) -> Registry:
+    from ampsuite.host.manager import load_registry
+
+    return load_registry(plugin_settings(args))
+
+
+def report_sections(registry: Registry, docs: list[dict[str, Any]]) -> list[Any]:
+    """What plugins add to the report, collected once per rendering."""
+    return [s for group in registry.hook.ampsuite_report_sections(results=docs) for s in group]
+
+
+def render(
+    sections: list[Any],
+    docs: list[dict[str, Any]],
+    out_dir: Path,
+    compare_with: Any = None,
+    history: Any = None,
+    files: Sequence[str | Path] = (),
+) -> Path:
+    from ampsuite.contract.errors import OutputError
+    from ampsuite.report import render_site
+
+    try:
+        return Path(
+            render_site(
+                docs, out_dir, compare_with=compare_with, history=history, extra_sections=sections, results_files=files
+            )
+        )
+    except OSError as exc:  # read-only folder, full disk: one line, exit OUTPUT_ERROR
+        raise OutputError(exc.filename or str(out_dir), exc) from None

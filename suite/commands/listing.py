@@ -1,0 +1,64 @@
+"""``ampsuite list``: every plugin, and the workloads, techniques, probes and executors it registers."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from typing import Any
+
+from ampsuite.commands.common import Command, registry
+from ampsuite.contract.errors import ExitCode
+from ampsuite.contract.plugin import Technique, Workload
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """``list`` takes only the plugin arguments every command has."""
+
+
+def _facts(rec: Any) -> str:
+    """What a record adds to its line: a workload's unit; a technique's order, requirements and conflicts."""
+    if isinstance(rec, Workload):
+        return f" [unit: {rec.unit}]"
+    if not isinstance(rec, Technique):
+        return ""
+    bits = [f"order {rec.order}"]
+    if rec.requires:
+        bits.append("requires " + ", ".join(sorted(rec.requires)))
+    if rec.conflicts:
+        bits.append("conflicts with " + ", ".join(sorted(rec.conflicts)))
+    return f" [{'; '.join(bits)}]"
+
+
+def execute(args: argparse.Namespace) -> ExitCode:
+    from rich.table import Table
+
+    from ampsuite.display import make_console
+    from ampsuite.spec.options import describe
+
+    reg = registry(args)
+    console = make_console()  # piped output must not wrap at rich's assumed 80 columns
+    plugins = Table(title="plugins")
+    for col in ("name", "version", "source", "module"):
+        plugins.add_column(col)
+    for p in reg.plugins:
+        plugins.add_row(p.name, p.version, p.source, p.module)
+    console.print(plugins)
+    kinds: tuple[tuple[str, Mapping[str, Any]], ...] = (
+        ("workload", reg.workloads),
+        ("technique", reg.techniques),
+        ("probe", reg.probes),
+        ("executor", reg.executors),
+    )
+    for kind, records in kinds:
+        for name in sorted(records):
+            rec = records[name]
+            console.print(f"{kind} {name} (plugin {reg.owner[(kind, name)]}){_facts(rec)}: {rec.summary}", markup=False)
+            options = getattr(rec, "options", None)
+            for o in describe(options) if options is not None else []:
+                console.print(f"    {o.name} ({o.type}, default {o.default!r}): {o.help}", markup=False)
+    return ExitCode.OK
+
+
+COMMAND = Command(
+    "list", "show plugins, workloads, techniques, probes and executors with their options", add_arguments, execute
+)

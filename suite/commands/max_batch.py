@@ -1,0 +1,68 @@
+"""``ampsuite max-batch``: the largest batch size that runs, per workload and combination."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from ampsuite.commands.common import Command, plugin_settings
+from ampsuite.contract.errors import ExitCode, UsageError
+from ampsuite.contract.wire import Status
+
+
+def add_arguments(mb: argparse.ArgumentParser) -> None:
+    mb.add_argument("suite", nargs="?", help="suite file (TOML)")
+    mb.add_argument("-k", dest="keyword", metavar="EXPR", help="only cells whose id matches EXPR (and, or, not)")
+    mb.add_argument("--start", type=int, help="first batch size (default: the suite's smallest for that workload)")
+    mb.add_argument("--limit", type=int, default=65536, help="largest batch size to try (default 65536)")
+    mb.add_argument("-o", "--output", help="results file (default reports/SUITE-NAME/max-batch.json)")
+    mb.add_argument("--device", choices=("cpu", "cuda"), help="override the suite's device")
+    mb.add_argument("--timeout", type=float, help="seconds per attempt (overrides suite.timeout)")
+    mb.add_argument("--data-dir", default="reports/data", help="where generated data sets live")
+
+
+def _print_record(record: dict[str, Any]) -> None:
+    facts = record["metrics"].get("max_batch")
+    if facts is None:
+        print(f"{record['id']}: {record['status']}", flush=True)
+    elif record["status"] == Status.PASSED:
+        unit = record["workload"]["unit"]
+        print(f"{record['id']}: {facts['largest']} ({record['metrics']['throughput']:,.1f} {unit}/s)", flush=True)
+    else:
+        reason = (record.get("evidence") or {}).get("reason") or (record.get("evidence") or {}).get("message", "")
+        print(f"{record['id']}: {record['status']} {reason}".rstrip(), flush=True)
+
+
+def execute(args: argparse.Namespace) -> ExitCode:
+    from ampsuite.host import session
+    from ampsuite.run import maxbatch
+
+    p = session.plan(args.suite, device=args.device, keyword=args.keyword, settings=plugin_settings(args))
+    if not p.cells:
+        print(f"{p.spec.path}: no cells selected")
+        return ExitCode.NO_CELLS
+    output = Path(args.output) if args.output else Path("reports") / p.spec.dir_name / "max-batch.json"
+    try:
+        config = maxbatch.SearchConfig(
+            output=output,
+            start=args.start,
+            limit=args.limit,
+            plugins=p.settings,
+            data_dir=Path(args.data_dir),
+            timeout=args.timeout,
+            argv=sys.argv,
+        )
+    except ValueError as exc:
+        raise UsageError(f"max-batch: {exc}") from None
+    summaries = maxbatch.search(p, config, _print_record)
+    print(f"results: {output}")
+    return (
+        ExitCode.OK if all(r["status"] in (Status.PASSED, Status.SKIPPED) for r in summaries) else ExitCode.CELLS_FAILED
+    )
+
+
+COMMAND = Command(
+    "max-batch", "find the largest batch size that runs, per workload and combination", add_arguments, execute
+)

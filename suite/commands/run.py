@@ -1,0 +1,135 @@
+"""``ampsuite run``: expand a suite into cells, run each in its own worker, write results and the report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from ampsuite.analysis.estimate import Estimate, earlier_walls
+from ampsuite.commands import again
+from ampsuite.commands.common import Command, plugin_settings, render, report_sections
+from ampsuite.contract.errors import ExitCode
+from ampsuite.contract.wire import FAILURES
+
+
+def add_arguments(run: argparse.ArgumentParser) -> None:
+    run.add_argument("suite", nargs="?", help="suite file (TOML)")
+    run.add_argument("-o", "--output", help="results file (default reports/SUITE-NAME/results.json)")
+    run.add_argument("--report-dir", help="where the HTML report goes (default reports/SUITE-NAME)")
+    run.add_argument("--device", choices=("cpu", "cuda"), help="override the suite's device")
+    run.add_argument("-k", dest="keyword", metavar="EXPR", help="only cells whose id matches EXPR (and, or, not)")
+    run.add_argument("--dry-run", action="store_true", help="list the cells and why any would be skipped")
+    run.add_argument("--resume", action="store_true", help="keep finished records of OUTPUT, run the rest")
+    run.add_argument("--in-process", action="store_true", help="run cells in this process (debugging; no isolation)")
+    run.add_argument("--timeout", type=float, help="seconds per cell (overrides suite.timeout)")
+    run.add_argument("--data-dir", default="reports/data", help="where generated data sets live")
+    run.add_argument("--no-report", action="store_true", help="do not render the HTML report")
+    run.add_argument("--no-peaks", action="store_true", help="do not measure the device's peak rates first")
+    run.add_argument("--refresh-peaks", action="store_true", help="measure the peaks again instead of using the cache")
+    run.add_argument(
+        "--wait-lock", action="store_true", help="wait for another run on OUTPUT to end instead of refusing"
+    )
+    run.add_argument(
+        "--no-again",
+        action="store_true",
+        help="do not measure a workload's untrusted fastest cell (and its FP32 reference) again in more processes",
+    )
+    run.add_argument("--allow-large", action="store_true", help="run a matrix of more than 5,000 cells")
+    run.add_argument(
+        "--executor",
+        metavar="NAME",
+        help="where the cells run: local (default), slurm, or a plugin's (overrides the suite's [executor] name)",
+    )
+    run.add_argument(
+        "--executor-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="an executor option, overriding the suite's [executor] table (repeatable; VALUE is read as TOML)",
+    )
+
+
+def _earlier(output: Path) -> dict[str, Any] | None:
+    """The results file a run would write, as it stands: the wall times of its cells estimate this run."""
+    from ampsuite import results
+    from ampsuite.contract.errors import AmpsuiteError
+
+    if not output.is_file():
+        return None
+    try:
+        return results.load(output)
+    except AmpsuiteError:  # unreadable or of another version: the run says so itself; no estimate
+        return None
+
+
+def execute(args: argparse.Namespace) -> ExitCode:
+    from ampsuite import results
+    from ampsuite.display import Display, print_summary
+    from ampsuite.host import executors, session
+    from ampsuite.run import runner
+
+    executor_options = dict(executors.parse_option(o) for o in args.executor_option or [])
+
+    p = session.plan(
+        args.suite,
+        device=args.device,
+        keyword=args.keyword,
+        settings=plugin_settings(args),
+        allow_large=args.allow_large,
+    )
+    chosen = executors.resolve(p.spec, p.registry.executors, args.executor, executor_options)
+    # The device's peaks are measured where the cells run: by the local executor only.
+    peaks = not args.no_peaks and not args.in_process and chosen.executor.name == executors.DEFAULT
+    out_dir = Path(args.report_dir or Path("reports") / p.spec.dir_name)
+    output = Path(args.output) if args.output else out_dir / "results.json"
+    estimate = Estimate(p.cells, earlier_walls(_earlier(output)), str(output))
+    display = Display(noise_target=p.spec.measure.noise_target, measures_peaks=peaks, estimate=estimate)
+    if not p.cells:
+        display.console.print(f"{p.spec.path}: no cells selected", markup=False)
+        return ExitCode.NO_CELLS
+    if args.dry_run:
+        display.dry_run(p.cells)
+        return ExitCode.OK
+    if all(c.skip_reason for c in p.cells):
+        # As pytest exits 5 when it collects nothing: a run that can measure nothing is no success.
+        reason = Counter(str(c.skip_reason) for c in p.cells).most_common(1)[0][0]
+        display.console.print(
+            f"{p.spec.path}: all {len(p.cells)} cells would be skipped, nothing to measure (most often: {reason}); "
+            "--dry-run lists each reason",
+            markup=False,
+        )
+        return ExitCode.NO_CELLS
+    config = runner.RunConfig(
+        output=output,
+        resume=args.resume,
+        in_process=args.in_process,
+        data_dir=Path(args.data_dir),
+        timeout=args.timeout,
+        measure_peaks=not args.no_peaks,
+        refresh_peaks=args.refresh_peaks,
+        argv=sys.argv,
+        executor=args.executor,
+        executor_options=executor_options,
+    )
+    try:
+        with results.locked(output, wait=args.wait_lock):  # one run per results file (--resume included)
+            doc, interrupted = runner.run_plan(p, config, display)
+            if not (interrupted or args.no_again or args.in_process):
+                doc, interrupted = again.measure_again(p, config, display, doc)
+    finally:
+        display.stop()
+    print_summary(doc, display.console)
+    display.console.print(f"results: {output}", markup=False)
+    if not args.no_report:
+        index = render(report_sections(p.registry, [doc]), [doc], out_dir, files=[output])
+        display.console.print(f"report: {index}", markup=False)
+    if interrupted:
+        return ExitCode.INTERRUPTED
+    if any(r["status"] in FAILURES for r in doc["cells"]):
+        return ExitCode.CELLS_FAILED
+    return ExitCode.OK
+
+
+COMMAND = Command("run", "run a suite (the default one for this device without SUITE)", add_arguments, execute)

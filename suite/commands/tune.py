@@ -1,0 +1,79 @@
+"""``ampsuite tune``: the fastest trustworthy recipe per workload within a budget, and its ablation."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from ampsuite.commands.common import Command, plugin_settings
+from ampsuite.contract.errors import ExitCode
+
+
+def duration(text: str) -> float:
+    """``90``, ``90s``, ``15m`` or ``1h`` as seconds (the tune budget)."""
+    scale = {"s": 1.0, "m": 60.0, "h": 3600.0}.get(text[-1:].lower(), 0.0)
+    try:
+        value = float(text[:-1] if scale else text) * (scale or 1.0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a duration like 90s, 15m or 1h, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"the budget must be > 0, got {text!r}")
+    return value
+
+
+def add_arguments(tn: argparse.ArgumentParser) -> None:
+    tn.add_argument("suite", nargs="?", help="suite file (TOML)")
+    tn.add_argument("-k", dest="keyword", metavar="EXPR", help="only workloads of cells whose id matches EXPR")
+    tn.add_argument("--budget", type=duration, default=900.0, help="wall-clock budget: 90s, 15m, 1h (default 15m)")
+    tn.add_argument("--resume", action="store_true", help="keep candidates already measured in the tune results")
+    tn.add_argument("--report-dir", help="output directory (default reports/SUITE-NAME-tune)")
+    tn.add_argument("--device", choices=("cpu", "cuda"), help="override the suite's device")
+    tn.add_argument("--timeout", type=float, help="seconds per cell (overrides suite.timeout)")
+    tn.add_argument("--data-dir", default="reports/data", help="where generated data sets live")
+
+
+def execute(args: argparse.Namespace) -> ExitCode:
+    from ampsuite import results
+    from ampsuite.host import session
+    from ampsuite.report.tune_page import render_tune_page
+    from ampsuite.tune import TuneConfig, recipe_toml, tune, tune_markdown
+
+    p = session.plan(args.suite, device=args.device, keyword=args.keyword, settings=plugin_settings(args))
+    if not p.cells:
+        print(f"{p.spec.path}: no cells selected")
+        return ExitCode.NO_CELLS
+    out_dir = Path(args.report_dir or Path("reports") / f"{p.spec.dir_name}-tune")
+    config = TuneConfig(
+        output=out_dir / "results.json",
+        budget_seconds=args.budget,
+        resume=args.resume,
+        plugins=p.settings,
+        data_dir=Path(args.data_dir),
+        timeout=args.timeout,
+        argv=sys.argv,
+    )
+
+    def write_outputs(summary: dict[str, Any]) -> Path:
+        recipe = recipe_toml(summary)
+        (out_dir / "recipe.toml").write_text(recipe, encoding="utf-8")
+        (out_dir / "tune.md").write_text(tune_markdown(summary), encoding="utf-8")
+        print(recipe, end="")
+        return render_tune_page(summary, out_dir)
+
+    with results.locked(config.output, wait=False):
+        try:
+            summary = tune(p, config, lambda line: print(line, flush=True))
+        except KeyboardInterrupt:
+            # The results file holds the summary so far: the outputs beside it must not be an older run's.
+            write_outputs(results.load(config.output)["run"]["tune"])
+            raise
+    page = write_outputs(summary)
+    print(f"results: {config.output}\nrecipe: {out_dir / 'recipe.toml'}\npage: {page}")
+    return ExitCode.OK if all(w.get("winner") for w in summary["workloads"]) else ExitCode.CELLS_FAILED
+
+
+COMMAND = Command(
+    "tune", "search the suite's techniques for the fastest trustworthy recipe per workload", add_arguments, execute
+)

@@ -90,7 +90,5 @@ def _command(argv: Sequence[str] | None) -> int:
     except Exception:
         for line in traceback.format_exc().splitlines():  # an exception's message may be a plugin's text
             echo(line, file=sys.stderr)
-        echo(
-            "ampsuite: internal error (a bug in ampsuite; please report it with the traceback above)", file=sys.stderr
-        )
+        echo("ampsuite: internal error (a bug in ampsuite; please report it with the traceback above)", file=sys.stderr)
         return int(ExitCode.INTERNAL_ERROR)

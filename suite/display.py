@@ -6,7 +6,7 @@ Text a plugin or a file supplies (ids, reasons, messages) reaches the terminal o
 
 from __future__ import annotations
 
-import shlex
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -16,19 +16,18 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from ampsuite.analysis.estimate import Estimate, duration_text, is_compiled
 from ampsuite.contract.cell import Cell
 from ampsuite.contract.wire import Record, Status
+from ampsuite.interrupted import interruption_line, never_ran
 from ampsuite.terminal import plain
 
 __all__ = [
     "Display",
     "format_bytes",
-    "interruption_line",
     "line_for",
     "make_console",
-    "never_ran",
     "print_summary",
-    "resume_command",
     "results_table",
     "untrusted_note",
 ]
@@ -137,17 +136,21 @@ class Display:
         live: bool | None = None,
         noise_target: float | None = None,
         measures_peaks: bool = False,
+        estimate: Estimate | None = None,
     ) -> None:
         """``noise_target``: the run's, so that progress lines mark untrusted figures;
-        ``measures_peaks``: the runner measures (or reads the cached) device peaks before the first cell."""
+        ``measures_peaks``: the runner measures (or reads the cached) device peaks before the first cell;
+        ``estimate``: the run's cells and their expected wall times, for the time left on each line."""
         self.console = console or make_console()
         self.live = self.console.is_terminal if live is None else live
         self.noise_target = noise_target
         self.measures_peaks = measures_peaks
+        self.estimate = estimate
         self.total = 0
         self.started = ""
         self.not_run = 0
         """Cells recorded as interrupted before they ran: counted, not listed (the summary says it once)."""
+        self._clock_start = 0.0
         self._progress: Progress | None = None
         self._task: Any = None
 
@@ -156,6 +159,7 @@ class Display:
 
         self.total = total
         self.started = now()
+        self._clock_start = time.monotonic()
         self.console.print(plain(f"ampsuite: {total} cells, results in {path}"), markup=False)
         first = "starting"
         if self.measures_peaks:
@@ -170,35 +174,59 @@ class Display:
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
+                TextColumn("{task.fields[left]}", markup=False),
                 console=self.console,
                 transient=True,
             )
             self._progress.start()
-            self._task = self._progress.add_task(first, total=total)
+            self._task = self._progress.add_task(first, total=total, left=self._left())
+
+    def _left(self) -> str:
+        """``~5 min 10 s left`` (``+`` when some cells have no estimate yet), or "" without an estimate."""
+        if self.estimate is None:
+            return ""
+        seconds, unknown = self.estimate.remaining()
+        if unknown and not seconds:
+            return ""
+        return f"~{duration_text(seconds)}{'+' if unknown else ''} left"
+
+    def _position(self, index: int) -> str:
+        """``12/40``, then the elapsed time and the time left when the run has an estimate."""
+        width = len(str(self.total))
+        text = f"{index + 1:>{width}}/{self.total}"
+        if self.estimate is None:
+            return text
+        elapsed = duration_text(time.monotonic() - self._clock_start)
+        left = self._left()
+        return f"{text} {elapsed}" + (f", {left}" if left else "")
 
     def cell_started(self, index: int, cell: Cell) -> None:
+        # The first step of a compiled cell compiles (a minute or more on a GPU): name that phase.
+        doing = f"{cell.id} (its first step compiles)" if is_compiled(cell.technique_names) else cell.id
         if self._progress is not None:
-            self._progress.update(self._task, description=plain(cell.id))
+            self._progress.update(self._task, description=plain(doing), left=self._left())
+        elif is_compiled(cell.technique_names) and self.estimate is not None:
+            print(plain(f"[{self._position(index)}] {doing}"), flush=True)
 
     def cell_finished(self, index: int, record: Mapping[str, Any]) -> None:
         status = record["status"]
+        if self.estimate is not None:
+            self.estimate.finished(record)
         if never_ran(record):  # one line for all of them at the end (print_summary), not one per cell
             self.not_run += 1
             if self._progress is not None:
                 self._progress.advance(self._task)
             return
-        width = len(str(self.total))
         # A record kept by --resume started before this run did: say so, or it reads as a new measurement.
         resumed = bool(self.started) and str(record.get("started") or "") < self.started
         kept = " (kept from the earlier run)" if resumed else ""
         text = plain(
-            f"[{index + 1:>{width}}/{self.total}] {record['id']} {status.upper()}{kept} "
-            f"{line_for(record, self.noise_target)}".rstrip()
-        )
+            f"[{self._position(index)}] {record['id']} {status.upper()}{kept} {line_for(record, self.noise_target)}"
+        ).rstrip()
         if self.live:
             self.console.print(text, style=STATUS_STYLE.get(status), markup=False)
             if self._progress is not None:
-                self._progress.advance(self._task)
+                self._progress.update(self._task, advance=1, left=self._left())
         else:
             print(text, flush=True)
 
@@ -217,6 +245,8 @@ class Display:
             self.console.print(plain(f"{cell.id}  {state}"), markup=False)
         runs = sum(1 for c in cells if not c.skip_reason)
         self.console.print(f"{len(cells)} cells: {runs} to run, {len(cells) - runs} skipped", markup=False)
+        if self.estimate is not None:
+            self.console.print(self.estimate.describe(), markup=False)
 
 
 _DROP_ORDER = ("peak mem", "scaling", "numerics", "throughput", "vs FP32", "noise", "step time")
@@ -261,6 +291,12 @@ def _row_cells(doc: Mapping[str, Any]) -> tuple[list[str], list[list[str]], list
                 row.insert(6, f"{d.scaling_efficiency:.1%}" if d and d.scaling_efficiency is not None else "-")
             if why:
                 notes.append(f"{UNTRUSTED_MARK} {rec['id']}: untrusted, {why}")
+            again = rec.get("remeasured")
+            if again:
+                notes.append(
+                    f"  {rec['id']}: measured again in {again['processes']} processes "
+                    f"(the first figure, {_time(again['first_median'])}, was untrusted: {again['reason']})"
+                )
             bad = _nonfinite_note(rec)
             if bad:
                 notes.append(f"  {rec['id']}: {bad}")
@@ -337,45 +373,10 @@ def print_summary(doc: Mapping[str, Any], console: Console | None = None) -> Non
         counts[rec["status"]] = counts.get(rec["status"], 0) + 1
     line = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no cells"
     seconds = _run_seconds(doc.get("run") or {})
-    console.print(line + ("" if seconds is None else f" in {_duration(seconds)}"), markup=False)
+    console.print(line + ("" if seconds is None else f" in {duration_text(seconds)}"), markup=False)
     interrupted = interruption_line(doc)
     if interrupted:
         console.print(plain(interrupted), markup=False)
-
-
-def never_ran(record: Mapping[str, Any]) -> bool:
-    """Whether ``record`` is a cell the run was interrupted before (or without) measuring at all."""
-    reason = (record.get("evidence") or {}).get("reason")
-    return record["status"] == Status.INTERRUPTED and str(reason).startswith(NEVER_RAN)
-
-
-NEVER_RAN = ("not started", "not finished", "not run")
-"""How the runner's reasons for an interrupted cell that never ran begin (ampsuite.run.runner)."""
-
-
-def interruption_line(doc: Mapping[str, Any]) -> str | None:
-    """One line for an interrupted run: how many cells it never ran, and the command that runs them."""
-    cells = [r for r in doc["cells"] if r["status"] == Status.INTERRUPTED]
-    if not cells:
-        return None
-    waiting = sum(1 for r in cells if never_ran(r))
-    stopped = len(cells) - waiting
-    parts = [f"{n} cell{'s' * (n != 1)} {what}" for n, what in ((stopped, "stopped"), (waiting, "not run")) if n]
-    command = resume_command(doc)
-    how = f"continue with: {command}" if command else "--resume continues it"
-    return f"interrupted: {', '.join(parts)}; {how}"
-
-
-RESUMABLE = ("run", "tune")
-
-
-def resume_command(doc: Mapping[str, Any]) -> str | None:
-    """The command line that continues ``doc``'s run: its own, with ``--resume`` (None when the file does not say
-    which command wrote it)."""
-    argv = [str(a) for a in (doc.get("run") or {}).get("argv") or []]
-    if not any(a in RESUMABLE for a in argv[1:]):
-        return None
-    return shlex.join(["ampsuite", *argv[1:], *(["--resume"] * ("--resume" not in argv))])
 
 
 def _run_seconds(run: Mapping[str, Any]) -> float | None:
@@ -388,8 +389,3 @@ def _run_seconds(run: Mapping[str, Any]) -> float | None:
         return (dt.datetime.fromisoformat(str(end)) - dt.datetime.fromisoformat(str(start))).total_seconds()
     except (TypeError, ValueError):
         return None
-
-
-def _duration(seconds: float) -> str:
-    minutes, rest = divmod(round(seconds), 60)
-    return f"{minutes} min {rest} s" if minutes else f"{rest} s"

@@ -30,7 +30,8 @@ from rich.console import Console
 
 from ampsuite import results
 from ampsuite.contract.errors import ExitCode
-from ampsuite.display import Display, print_summary, resume_command
+from ampsuite.display import Display, print_summary
+from ampsuite.interrupted import resume_command
 from ampsuite.run import devicepeaks, procs, signals
 
 # --- the policy ---------------------------------------------------------------------------------------------------

@@ -5,6 +5,16 @@ worker times on its own (``first_step_seconds``), so compile time never lands
 in step time. Inductor keeps an on-disk cache between processes; a warm cache
 makes that first step shorter but does not change the timed steps.
 
+``scope = "block"`` compiles each of the workload's repeated blocks
+(``TrainStep.blocks``, the transformer layers) on its own and leaves the rest
+of the model eager, as torchtitan does: every block shares one compiled graph
+(same code, same shapes), so a deep model compiles about as fast as one block,
+and FSDP2's hooks, which ``fsdp2`` (order 85) puts on each block, stay outside
+the compiled code. A workload without the ``blocks`` trait is skipped at
+expansion with the reason. ``ampsuite tune`` tries ``scope`` only where a
+suite's ``[tune.torch-compile]`` table lists it (``scope = ["block"]``): on a
+model without blocks every such candidate would be a skip.
+
 Shapes are compiled static (``dynamic=False``): every workload feeds
 fixed-size batches, and a recompile would show up as a slow timed step.
 
@@ -99,18 +109,27 @@ off.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from ampsuite import Technique, hookimpl, lazy
-
-MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+from ampsuite import CheckContext, Technique, hookimpl, lazy
 
 
 @dataclass(frozen=True)
 class CompileOptions:
-    mode: str = field(default="default", metadata={"help": f"inductor mode: {', '.join(MODES)}"})
+    mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = field(
+        default="default",
+        # tune leaves out the max-autotune modes: compiling ResNet-50 with max-autotune ran past 7 minutes on an
+        # H200, more than a tune budget of minutes; a suite that wants them declares them in [tune.torch-compile].
+        metadata={"help": "inductor mode", "tune": ("default", "reduce-overhead")},
+    )
     fullgraph: bool = field(default=False, metadata={"help": "fail instead of splitting the graph at a graph break"})
-    backend: str = field(default="inductor", metadata={"help": "torch.compile backend ('aot_eager' to test plumbing)"})
+    backend: str = field(
+        default="inductor", metadata={"help": "torch.compile backend ('aot_eager' to test plumbing)", "min_length": 1}
+    )
+    scope: Literal["model", "block"] = field(
+        default="model",
+        metadata={"help": "model: the whole model; block: each of the workload's blocks on its own", "tune": ()},
+    )
     inductor: dict[str, Any] = field(
         default_factory=dict,
         metadata={
@@ -121,10 +140,6 @@ class CompileOptions:
     )
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {', '.join(map(repr, MODES))}, got {self.mode!r}")
-        if not self.backend:
-            raise ValueError("backend must name a torch.compile backend, got ''")
         if self.backend != "inductor" and self.mode != "default":
             raise ValueError(f"mode {self.mode!r} applies to the inductor backend only, got backend {self.backend!r}")
         if self.backend != "inductor" and self.inductor:
@@ -132,6 +147,12 @@ class CompileOptions:
                 f"inductor settings ({', '.join(self.inductor)}) apply to the inductor backend only, "
                 f"got backend {self.backend!r}"
             )
+
+
+def check(ctx: CheckContext) -> str | None:
+    if ctx.technique_options["torch-compile"].scope == "block" and "blocks" not in ctx.workload.traits:
+        return f"scope 'block': workload {ctx.workload.name!r} names no repeated blocks (trait 'blocks')"
+    return None
 
 
 @hookimpl
@@ -143,5 +164,6 @@ def ampsuite_techniques() -> list[Technique]:
             apply=lazy("ampsuite.plugins.techniques._compile:apply"),
             options=CompileOptions,
             order=80,
+            check=check,
         )
     ]

@@ -43,6 +43,13 @@ Numerics verdict
     by that check alone: ``"ok"`` when its ``rel_error`` is within its
     ``tolerance``, else ``"drift"``.
 
+Model FLOPs and MFU as LLM training reports it (cells whose workload declares ``model_flops_per_step``)
+    ``model_tflops`` = model FLOPs per step / median (per GPU in a data-parallel cell, like ``tflops``);
+    ``mfu_datasheet`` = that over the GPU's published dense bf16 peak (:mod:`ampsuite.analysis.datasheet`),
+    ``mfu_measured`` = over the bf16 matmul peak measured on the machine (``environment.peaks``), whatever the
+    cell's own precision: ``mfu_basis`` is ``"bf16"`` for a cell whose products ran in 16 bits and
+    ``"bf16-equivalent"`` otherwise (FP8, TF32, FP32).
+
 Scaling efficiency (data-parallel cells, suite-file ``gpus``)
     For a cell of world size N > 1: its total throughput / (N x the throughput
     of the *one-process cell* of the same workload id, workload options,
@@ -64,6 +71,8 @@ from ampsuite.analysis.access import (
     REFERENCE_PRECISION,
     AnyDocument,
     GroupKey,
+    copy_bytes_per_s,
+    dram_bytes_per_s,
     finite,
     group_key,
     instability_warnings,
@@ -80,6 +89,7 @@ from ampsuite.analysis.access import (
     throughput,
     world_size,
 )
+from ampsuite.analysis.datasheet import datasheet_bf16_tflops, environment_gpu_name
 from ampsuite.contract.wire import Record
 
 __all__ = ["Derived", "Verdict", "derive", "is_nonfinite", "output_check"]
@@ -96,6 +106,8 @@ class Derived:
     Attributes:
         tflops: achieved TFLOP/s (the record's, else ``flops_per_step / median``).
         mfu: ``tflops`` over the measured matmul peak for the cell's matmul dtype.
+        bandwidth_util: achieved DRAM throughput over the timed steps (NVML GPM, the clocks probe) over the
+            device's measured copy bandwidth (bytes read + written), the memory-side twin of ``mfu``.
         speedup_vs_fp32: FP32 median step time / this cell's (FP32 = no technique, TF32 off,
             float32 in the workload's precision option where it has one).
         speedup_vs_tf32: TF32 cell's median / this cell's (TF32 = FP32 storage, TF32 matmuls).
@@ -109,11 +121,16 @@ class Derived:
         scaling_efficiency: for a data-parallel cell (world size N > 1), total
             throughput / (N x the one-process cell's throughput); None otherwise.
         single_id: the one-process cell that ``scaling_efficiency`` used.
+        model_tflops: the workload's declared model FLOPs per step / median, in TFLOP/s.
+        mfu_datasheet: ``model_tflops`` over the GPU's published dense bf16 peak.
+        mfu_measured: ``model_tflops`` over the machine's measured bf16 matmul peak.
+        mfu_basis: ``"bf16"`` or ``"bf16-equivalent"`` (the cell's products were not 16-bit), with model FLOPs.
     """
 
     cell_id: str
     tflops: float | None = None
     mfu: float | None = None
+    bandwidth_util: float | None = None
     speedup_vs_fp32: float | None = None
     speedup_vs_tf32: float | None = None
     speedup_vs_baseline: float | None = None
@@ -127,6 +144,10 @@ class Derived:
     baseline_id: str | None = None
     scaling_efficiency: float | None = None
     single_id: str | None = None
+    model_tflops: float | None = None
+    mfu_datasheet: float | None = None
+    mfu_measured: float | None = None
+    mfu_basis: str | None = None
 
 
 def _ratio(reference: Record | None, record: Record) -> float | None:
@@ -143,6 +164,28 @@ def _tflops(record: Record) -> float | None:
         return value
     flops, median = finite(metrics.get("flops_per_step")), median_seconds(record)
     return None if flops is None or median is None else flops / median / 1e12
+
+
+HALF_PRECISION = ("bfloat16", "float16")
+"""Matmul dtypes whose cells' model MFU is plain "bf16" (float16's Tensor Core peak is bf16's); others: equivalent."""
+
+
+def _model_mfu(doc: AnyDocument, record: Record) -> dict[str, Any]:
+    """The model-FLOPs figures of a passed cell whose workload declared them (module docstring)."""
+    metrics = record.get("metrics", {})
+    flops, median = finite(metrics.get("model_flops_per_step")), median_seconds(record)
+    if flops is None or median is None:
+        return {}
+    tflops = flops / median / 1e12
+    datasheet, measured = datasheet_bf16_tflops(environment_gpu_name(doc)), peak_tflops(doc, "bfloat16")
+    return {
+        "model_tflops": tflops,
+        "mfu_datasheet": None if datasheet is None else tflops / datasheet,
+        "mfu_measured": None if measured is None else tflops / measured,
+        "mfu_basis": "bf16"
+        if metrics.get("matmul_dtype") in HALF_PRECISION and "fp8" not in technique_names(record)
+        else "bf16-equivalent",
+    }
 
 
 def _memory_saving(reference: Record | None, record: Record) -> float | None:
@@ -302,9 +345,15 @@ def _reference_cell(
     return _first(members, lambda r: frozenset(reference_names(r)) == names and _reference(r))
 
 
+def _bandwidth_util(record: Record, copy_peak: float | None) -> float | None:
+    achieved = dram_bytes_per_s(record) if passed(record) else None
+    return None if achieved is None or copy_peak is None else achieved / copy_peak
+
+
 def derive(doc: AnyDocument) -> dict[str, Derived]:
     """Every cell's derived figures, keyed by cell id (in matrix order)."""
     tolerance, target = numerics_tolerance(doc), noise_target(doc)
+    copy_peak = copy_bytes_per_s(doc)
     derived: dict[str, Derived] = {}
     singles: dict[tuple[Any, ...], Record] = {}
     for record in doc["cells"]:
@@ -326,6 +375,7 @@ def derive(doc: AnyDocument) -> dict[str, Derived]:
                 cell_id=cell_id,
                 tflops=tflops,
                 mfu=None if tflops is None or peak is None else tflops / peak,
+                bandwidth_util=_bandwidth_util(record, copy_peak),
                 speedup_vs_fp32=_ratio(fp32, record),
                 speedup_vs_tf32=_ratio(tf32, record),
                 speedup_vs_baseline=_ratio(baseline, record),
@@ -339,6 +389,7 @@ def derive(doc: AnyDocument) -> dict[str, Derived]:
                 baseline_id=None if baseline is None else baseline["id"],
                 scaling_efficiency=efficiency,
                 single_id=single_id,
+                **_model_mfu(doc, record),
             )
     order = [r["id"] for r in doc["cells"]]
     return {cell_id: derived[cell_id] for cell_id in order if cell_id in derived}

@@ -218,7 +218,7 @@ def _too_large(record: dict[str, Any], exc: TooLarge) -> dict[str, Any]:
         f"the record ({size:,} bytes) would make the results file {exc.size:,} bytes, more than any results "
         f"file may hold ({exc.limit:,}); its measured parts are left out"
     )
-    empty = {"metrics": {}, "numerics": None, "diagnostics": {}, "notes": {}, "warnings": []}
+    empty: dict[str, Any] = {"metrics": {}, "numerics": None, "diagnostics": {}, "notes": {}, "warnings": []}
     return {
         **record,
         **empty,

@@ -231,7 +231,8 @@ class Display:
             print(text, flush=True)
 
     def message(self, text: str) -> None:
-        self.stop()
+        # Printed above the live progress (as the cells' lines are), which goes on: the device peaks line
+        # comes before the first cell.
         self.console.print(plain(text), markup=False)
 
     def stop(self) -> None:

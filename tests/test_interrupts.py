@@ -331,3 +331,20 @@ def test_sigterm_while_the_report_is_written_finishes_it_and_exits_2(tmp_path: P
     assert (tmp_path / "reports" / "term" / "index.html").exists()
     assert "report: reports/term/index.html" in stdout
     assert results.load(tmp_path / "r.json")["cells"][0]["status"] == "passed"
+
+
+@pytest.mark.slow
+def test_two_ctrl_c_during_a_tune_start_no_worker_and_print_no_traceback(tmp_path: Path) -> None:
+    (tmp_path / "s.toml").write_text(_suite("tune2", 'fp32 = []\nnoop = ["noop"]\n', SLOW_MEASURE))
+    argv = ["tune", "s.toml", "-k", "hidden=16", "--budget", "120s", "--report-dir", "out"]
+    with reaped(start_foreground(argv, tmp_path)) as proc:
+        wait_for(lambda: _running_cell(proc), 120, "a running candidate")
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGINT)
+        stdout, stderr, _ = _stopped(proc, time.monotonic())
+    assert proc.returncode == ExitCode.INTERRUPTED, stderr
+    assert stderr == "ampsuite: interrupted\n", stderr
+    assert "interrupted: the search so far" in stdout
+    doc = results.load(tmp_path / "out" / "results.json")
+    assert doc["run"]["tune"]["incomplete"] is True

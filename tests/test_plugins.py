@@ -65,7 +65,7 @@ def test_entry_point_plugin_is_listed_with_its_version(venv: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     row = next((line for line in proc.stdout.splitlines() if re.search(r"\bexample\b.*\b1\.2\.3\b", line)), None)
     assert row is not None, proc.stdout
-    assert "entry point (ampsuite-example-plugin)" in row
+    assert [c.strip() for c in row.split("│")][1:5] == ["example", "ampsuite-example-plugin", "1.2.3", "entry point"]
     assert "workload example-regression (plugin example) [unit: rows]: linear regression from the example plugin" in (
         proc.stdout
     )

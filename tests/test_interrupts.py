@@ -4,6 +4,7 @@ says in one line how to continue and exits at once, and no process of a cell lef
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
 import subprocess
@@ -348,3 +349,74 @@ def test_two_ctrl_c_during_a_tune_start_no_worker_and_print_no_traceback(tmp_pat
     assert "interrupted: the search so far" in stdout
     doc = results.load(tmp_path / "out" / "results.json")
     assert doc["run"]["tune"]["incomplete"] is True
+
+
+# --- on a GPU: compile workers, CUDA contexts -------------------------------------------------------------------
+
+CUDA_SUITE = """\
+[suite]
+name = "cuda-lifetimes"
+device = "cuda"
+timeout = 600
+
+[measure]
+warmup_steps = 2
+min_steps = 10
+max_steps = 50
+max_seconds = 1.0
+numerics_steps = 3
+
+[workloads.toy]
+batch_size = 64
+hidden = 256
+
+[combinations]
+fp32 = []
+leaves = ["amp-bf16", "leaves-children"]
+compiled = ["amp-bf16", "torch-compile"]
+"""
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.cuda
+@pytest.mark.slow
+@pytest.mark.skipif(not _cuda(), reason="needs CUDA")
+def test_a_cuda_run_leaves_no_process_and_ctrl_c_in_a_compile_ends_at_once(tmp_path: Path) -> None:
+    """torch.compile's worker pool and a plugin's children end with their cells; Ctrl-C during a compile stops the
+    run with the compiling cell's stacks, exit 2, no traceback, and nothing of the run left running."""
+    (tmp_path / "s.toml").write_text(CUDA_SUITE)
+    env = _env(tmp_path, CHILD_PIDS=str(tmp_path / "pids"))
+    argv = ["run", "s.toml", "-p", "leaky", "-o", "r.json", "--no-peaks", "--no-report", "--no-again"]
+    try:
+        with reaped(start_foreground(argv, tmp_path, env)) as proc:
+            stdout, stderr = proc.communicate(timeout=900)
+        assert proc.returncode == ExitCode.OK, stdout + stderr
+        assert [cmdline(p) for p in _left_behind(tmp_path)] == []
+        (tmp_path / "r.json").unlink()
+        with reaped(start_foreground(argv, tmp_path, env)) as proc:
+            wait_for(lambda: _records(tmp_path / "r.json") == 2 and _running_cell(proc), 600, "the compiling cell")
+            family = [p for c in children(proc.pid) for p in [c, *children(c)]]
+            at = time.monotonic()
+            os.killpg(proc.pid, signal.SIGINT)
+            _, stderr, seconds = _stopped(proc, at)
+        assert proc.returncode == ExitCode.INTERRUPTED and "Traceback" not in stderr, stderr
+        assert seconds < 30, f"{seconds:.1f} s from Ctrl-C to exit"
+        assert wait_gone(family, 20) == [] and _left_behind(tmp_path) == []
+        compiled = next(r for r in results.load(tmp_path / "r.json")["cells"] if r["combination"] == "compiled")
+        assert compiled["status"] == "interrupted" and compiled["evidence"]["stacks"]
+    finally:
+        for p in _left_behind(tmp_path):
+            os.kill(p, signal.SIGKILL)
+
+
+def _records(path: Path) -> int:
+    """How many records the results file being written holds (every write is atomic)."""
+    try:
+        return len(json.loads(path.read_text())["cells"])
+    except (OSError, ValueError):
+        return 0

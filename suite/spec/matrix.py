@@ -150,8 +150,8 @@ def matrix_size(spec: SuiteSpec, registry: Catalog) -> int:
     """How many cells the suite expands to before include/exclude rules, computed without building one."""
     total = 0
     for entry in spec.workloads:
-        _lookup(spec, f"workloads.{entry.id}.plugin", registry.workloads, "workload", entry.plugin)
-        axes, _ = _split_axes(entry, registry.workloads[entry.plugin])
+        _lookup(spec, f"workloads.{entry.id}.{entry.key}", registry.workloads, "workload", entry.workload)
+        axes, _ = _split_axes(entry, registry.workloads[entry.workload])
         total += math.prod(len(v) for v in axes.values()) * len(entry.batch_sizes) * len(entry.gpus) * len(entry.nodes)
     return total * len(spec.combinations)
 
@@ -176,8 +176,8 @@ def _workload_configs(spec: SuiteSpec, registry: Catalog) -> list[tuple[Any, Wor
     configs = []
     for entry in spec.workloads:
         key = f"workloads.{entry.id}"
-        _lookup(spec, f"{key}.plugin", registry.workloads, "workload", entry.plugin)
-        record = registry.workloads[entry.plugin]
+        _lookup(spec, f"{key}.{entry.key}", registry.workloads, "workload", entry.workload)
+        record = registry.workloads[entry.workload]
         axes, fixed = _split_axes(entry, record)
         for point in itertools.product(*axes.values()):
             axis_values = dict(zip(axes, point, strict=True))
@@ -239,7 +239,7 @@ def _skip_reason(
 def _check_rules(spec: SuiteSpec, registry: Catalog) -> None:
     """Refuse rule values that name nothing in the suite: such a rule would silently match no cell."""
     workload_ids = {e.id: e for e in spec.workloads}
-    plugins_used = {e.plugin for e in spec.workloads}
+    plugins_used = {e.workload for e in spec.workloads}
     techniques_used = {t for combo in spec.combinations.values() for t in combo}
     for kind, rules in (("include", spec.include), ("exclude", spec.exclude)):
         for i, rule in enumerate(rules):
@@ -252,7 +252,9 @@ def _check_rules(spec: SuiteSpec, registry: Catalog) -> None:
                 _lookup(spec, f"{key}.plugin", registry.workloads, "workload", rule.plugin)
                 if rule.plugin not in plugins_used:
                     raise SuiteFileError(
-                        spec.path, f"{key}.plugin", f"no workload of this suite uses plugin {rule.plugin!r}"
+                        spec.path,
+                        f"{key}.plugin",
+                        f"no [workloads.ID] table of this suite runs workload {rule.plugin!r}",
                     )
             if rule.technique is not None:
                 _lookup(spec, f"{key}.technique", registry.techniques, "technique", rule.technique)
@@ -334,9 +336,9 @@ def expand(
                     world_size=world,
                     nodes=nodes,
                 )
-                if spec.include and not any(_matches(r, cell, entry.plugin) for r in spec.include):
+                if spec.include and not any(_matches(r, cell, entry.workload) for r in spec.include):
                     continue
-                if any(_matches(r, cell, entry.plugin) for r in spec.exclude):
+                if any(_matches(r, cell, entry.workload) for r in spec.exclude):
                     continue
                 reason = _skip_reason(spec, registry, record, opts_obj, techs, device, bs, tech_options[cid], preview)
                 if reason is None and world > 1:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -11,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from ampsuite.analysis.estimate import Estimate, duration_text, is_compiled
 from ampsuite.contract.cell import Cell
 from ampsuite.contract.wire import Record, Status
 
@@ -119,15 +121,19 @@ class Display:
         live: bool | None = None,
         noise_target: float | None = None,
         measures_peaks: bool = False,
+        estimate: Estimate | None = None,
     ) -> None:
         """``noise_target``: the run's, so that progress lines mark untrusted figures;
-        ``measures_peaks``: the runner measures (or reads the cached) device peaks before the first cell."""
+        ``measures_peaks``: the runner measures (or reads the cached) device peaks before the first cell;
+        ``estimate``: the run's cells and their expected wall times, for the time left on each line."""
         self.console = console or make_console()
         self.live = self.console.is_terminal if live is None else live
         self.noise_target = noise_target
         self.measures_peaks = measures_peaks
+        self.estimate = estimate
         self.total = 0
         self.started = ""
+        self._clock_start = 0.0
         self._progress: Progress | None = None
         self._task: Any = None
 
@@ -136,6 +142,7 @@ class Display:
 
         self.total = total
         self.started = now()
+        self._clock_start = time.monotonic()
         self.console.print(f"ampsuite: {total} cells, results in {path}", markup=False)
         first = "starting"
         if self.measures_peaks:
@@ -149,30 +156,54 @@ class Display:
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
+                TextColumn("{task.fields[left]}", markup=False),
                 console=self.console,
                 transient=True,
             )
             self._progress.start()
-            self._task = self._progress.add_task(first, total=total)
+            self._task = self._progress.add_task(first, total=total, left=self._left())
+
+    def _left(self) -> str:
+        """``~5 min 10 s left`` (``+`` when some cells have no estimate yet), or "" without an estimate."""
+        if self.estimate is None:
+            return ""
+        seconds, unknown = self.estimate.remaining()
+        if unknown and not seconds:
+            return ""
+        return f"~{duration_text(seconds)}{'+' if unknown else ''} left"
+
+    def _position(self, index: int) -> str:
+        """``12/40``, then the elapsed time and the time left when the run has an estimate."""
+        width = len(str(self.total))
+        text = f"{index + 1:>{width}}/{self.total}"
+        if self.estimate is None:
+            return text
+        elapsed = duration_text(time.monotonic() - self._clock_start)
+        left = self._left()
+        return f"{text} {elapsed}" + (f", {left}" if left else "")
 
     def cell_started(self, index: int, cell: Cell) -> None:
+        # The first step of a compiled cell compiles (a minute or more on a GPU): name that phase.
+        doing = f"{cell.id} (its first step compiles)" if is_compiled(cell.technique_names) else cell.id
         if self._progress is not None:
-            self._progress.update(self._task, description=cell.id)
+            self._progress.update(self._task, description=doing, left=self._left())
+        elif is_compiled(cell.technique_names) and self.estimate is not None:
+            print(f"[{self._position(index)}] {doing}", flush=True)
 
     def cell_finished(self, index: int, record: Mapping[str, Any]) -> None:
         status = record["status"]
-        width = len(str(self.total))
+        if self.estimate is not None:
+            self.estimate.finished(record)
         # A record kept by --resume started before this run did: say so, or it reads as a new measurement.
         resumed = bool(self.started) and str(record.get("started") or "") < self.started
         kept = " (kept from the earlier run)" if resumed else ""
         text = (
-            f"[{index + 1:>{width}}/{self.total}] {record['id']} {status.upper()}{kept} "
-            f"{line_for(record, self.noise_target)}"
+            f"[{self._position(index)}] {record['id']} {status.upper()}{kept} {line_for(record, self.noise_target)}"
         ).rstrip()
         if self.live:
             self.console.print(text, style=STATUS_STYLE.get(status), markup=False)
             if self._progress is not None:
-                self._progress.advance(self._task)
+                self._progress.update(self._task, advance=1, left=self._left())
         else:
             print(text, flush=True)
 
@@ -191,6 +222,8 @@ class Display:
             self.console.print(f"{cell.id}  {state}", markup=False)
         runs = sum(1 for c in cells if not c.skip_reason)
         self.console.print(f"{len(cells)} cells: {runs} to run, {len(cells) - runs} skipped", markup=False)
+        if self.estimate is not None:
+            self.console.print(self.estimate.describe(), markup=False)
 
 
 _DROP_ORDER = ("peak mem", "scaling", "numerics", "throughput", "vs FP32", "noise", "step time")
@@ -233,6 +266,12 @@ def _row_cells(doc: Mapping[str, Any]) -> tuple[list[str], list[list[str]], list
                 row.insert(6, f"{d.scaling_efficiency:.1%}" if d and d.scaling_efficiency is not None else "-")
             if why:
                 notes.append(f"{UNTRUSTED_MARK} {rec['id']}: untrusted, {why}")
+            again = rec.get("remeasured")
+            if again:
+                notes.append(
+                    f"  {rec['id']}: measured again in {again['processes']} processes "
+                    f"(the first figure, {_time(again['first_median'])}, was untrusted: {again['reason']})"
+                )
             bad = _nonfinite_note(rec)
             if bad:
                 notes.append(f"  {rec['id']}: {bad}")
@@ -309,7 +348,7 @@ def print_summary(doc: Mapping[str, Any], console: Console | None = None) -> Non
         counts[rec["status"]] = counts.get(rec["status"], 0) + 1
     line = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no cells"
     seconds = _run_seconds(doc.get("run") or {})
-    console.print(line + ("" if seconds is None else f" in {_duration(seconds)}"), markup=False)
+    console.print(line + ("" if seconds is None else f" in {duration_text(seconds)}"), markup=False)
 
 
 def _run_seconds(run: Mapping[str, Any]) -> float | None:
@@ -322,8 +361,3 @@ def _run_seconds(run: Mapping[str, Any]) -> float | None:
         return (dt.datetime.fromisoformat(str(end)) - dt.datetime.fromisoformat(str(start))).total_seconds()
     except (TypeError, ValueError):
         return None
-
-
-def _duration(seconds: float) -> str:
-    minutes, rest = divmod(round(seconds), 60)
-    return f"{minutes} min {rest} s" if minutes else f"{rest} s"

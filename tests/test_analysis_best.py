@@ -201,21 +201,41 @@ def test_a_best_faster_than_fp32_is_the_headline() -> None:
 
 
 def test_tune_writes_no_recipe_slower_than_fp32() -> None:
-    from ampsuite.tune.outputs import recipe_toml, tune_markdown
+    from ampsuite.tune import TuneSummary, Winner, WorkloadTune, recipe_toml, tune_markdown
 
-    def summary(speedup: float) -> dict[str, Any]:
-        winner = {
-            "combination": "amp-fp16",
-            "techniques": ["amp-fp16"],
-            "batch_size": 8,
-            "throughput": 100.0,
-            "speedup_vs_fp32": speedup,
-            "options": {},
-        }
-        return {"workloads": [{"key": "bert-tiny", "unit": "sequences", "winner": winner}]}
+    def summary(speedup: float) -> TuneSummary:
+        winner = Winner("amp-fp16", ("amp-fp16",), 8, "bert-tiny/amp-fp16/bs8", 100.0, speedup_vs_fp32=speedup)
+        return TuneSummary(workloads=(WorkloadTune("bert-tiny", "sequences", winner=winner),))
 
     slower = recipe_toml(summary(0.22))
     assert "tuned-bert-tiny =" not in slower
     assert "# bert-tiny: no recipe beats FP32 on this machine" in slower
     assert "No recipe beats FP32 on this machine" in tune_markdown(summary(0.22))
     assert 'tuned-bert-tiny = ["amp-fp16"]' in recipe_toml(summary(1.5))
+
+
+# ---------------------------------------------------------------------------
+# measure_again: an untrusted headline is measured again before anything is crowned
+# ---------------------------------------------------------------------------
+
+
+def test_a_noisy_fastest_cell_and_its_fp32_reference_are_measured_again() -> None:
+    d = doc(
+        cell("fp32", median=0.04),
+        cell("tf32", median=0.02),
+        cell("amp", median=0.01, noise=0.05),  # fastest, noise 5% over the 1% target
+        cell("fp32", median=0.04, workload="other"),
+        cell("amp", median=0.02, workload="other"),  # fastest and trusted: nothing to do
+    )
+    assert analysis.measure_again(d) == ["toy/fp32/bs32", "toy/amp/bs32"]
+
+
+def test_a_fastest_cell_ruled_out_by_its_numerics_is_not_measured_again() -> None:
+    d = doc(cell("fp32", median=0.04), cell("amp", median=0.01, noise=0.05, nonfinite="loss", loss=None))
+    assert analysis.measure_again(d) == []
+
+
+def test_an_unstable_spread_counts_as_untrusted_timing_too() -> None:
+    unstable = ["unstable: interquartile range is 40% of the median"]  # the worker's words for a wide spread
+    d = doc(cell("fp32", median=0.04), cell("amp", median=0.01, warnings=unstable))
+    assert analysis.measure_again(d) == ["toy/fp32/bs32", "toy/amp/bs32"]

@@ -12,12 +12,12 @@ import threading
 import time
 import types
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
 
-from ampsuite import ProbeContext
+from ampsuite import ProbeContext, analysis
 from ampsuite.analysis import instability_warnings
 from ampsuite.plugins.probes import clocks
 
@@ -230,3 +230,139 @@ def test_reasons_come_from_the_older_query_on_older_drivers(use_nvml) -> None:
     ctx = _measure(_ctx())
     assert ctx.metrics["clocks"]["throttle_reasons"] == ["hw_thermal_slowdown"]
     assert ctx.warnings == ["clocks throttled: hw_thermal_slowdown during the timed steps"]
+
+
+# ---------------------------------------------------------------------------
+# utilization over the same window: NVML GPM (Hopper and newer), else NVML's rates
+# ---------------------------------------------------------------------------
+
+BUS_BITS, MEM_MHZ = 6144, 3201
+DRAM_PEAK = BUS_BITS * MEM_MHZ * 1e6 * 2 / 8  # 4.92 TB/s: an H200's HBM3e as NVML describes it
+
+
+class GpmNVML(FakeNVML):
+    """A Hopper as NVML's GPM sees it: DRAM 62.5% busy, SMs 90%, Tensor Cores 40% between two samples."""
+
+    NVML_SUCCESS = 0
+    NVML_GPM_METRICS_GET_VERSION = 1
+    NVML_GPM_METRIC_DRAM_BW_UTIL = 10
+    NVML_GPM_METRIC_SM_UTIL = 2
+    NVML_GPM_METRIC_ANY_TENSOR_UTIL = 5
+    VALUES: ClassVar[dict[int, float]] = {10: 62.5, 2: 90.0, 5: 40.0}
+
+    def __init__(self, supported: bool = True, **kw: Any) -> None:
+        super().__init__(sm=[1980], **kw)
+        self.supported = supported
+        self.samples: list[Any] = []
+        self.freed: list[Any] = []
+
+    def nvmlGpmQueryDeviceSupport(self, handle: str) -> Any:
+        return types.SimpleNamespace(isSupportedDevice=int(self.supported))
+
+    def nvmlGpmSampleAlloc(self) -> Any:
+        sample = object()
+        self.samples.append(sample)
+        return sample
+
+    def nvmlGpmSampleGet(self, handle: str, sample: Any) -> Any:
+        return sample
+
+    def nvmlGpmSampleFree(self, sample: Any) -> None:
+        self.freed.append(sample)
+
+    class c_nvmlGpmMetricsGet_t:
+        def __init__(self) -> None:
+            self.metrics = [types.SimpleNamespace(metricId=0, nvmlReturn=1, value=0.0) for _ in range(8)]
+
+    def nvmlGpmMetricsGet(self, request: Any) -> Any:
+        assert request.sample1 is self.samples[0] and request.sample2 is self.samples[1]
+        for metric in request.metrics[: request.numMetrics]:
+            metric.value, metric.nvmlReturn = self.VALUES[metric.metricId], 0
+        return request
+
+    def nvmlDeviceGetMemoryBusWidth(self, handle: str) -> int:
+        return BUS_BITS
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: str, kind: int) -> int:
+        return MEM_MHZ
+
+    def nvmlDeviceGetUtilizationRates(self, handle: str) -> Any:
+        return types.SimpleNamespace(gpu=97, memory=55)
+
+
+@pytest.fixture
+def any_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Utilization recorded however short the timed steps (the tests' windows last microseconds)."""
+    from ampsuite.plugins.probes import _utilization
+
+    monkeypatch.setattr(_utilization, "MIN_WINDOW_SECONDS", 0.0)
+
+
+def test_gpm_gives_the_dram_bandwidth_used_over_the_timed_steps(use_nvml, any_window) -> None:
+    fake = use_nvml(GpmNVML())
+    util = _measure(_ctx()).metrics["utilization"]
+    assert util["source"] == "nvml-gpm"
+    assert util["dram_bw"] == 0.625 and util["sm_active"] == 0.9 and util["tensor_active"] == 0.4
+    assert util["dram_peak_bytes_per_s"] == DRAM_PEAK
+    assert util["dram_bytes_per_s"] == pytest.approx(0.625 * DRAM_PEAK)
+    assert sorted(map(id, fake.freed)) == sorted(map(id, fake.samples))  # both samples given back
+
+
+def test_without_gpm_only_nvmls_rates_are_recorded_and_no_throughput_is_made_up(use_nvml, any_window) -> None:
+    use_nvml(GpmNVML(supported=False))
+    util = _measure(_ctx()).metrics["utilization"]
+    assert util.pop("window_seconds") >= 0
+    assert util == {"source": "nvml-utilization", "gpu_busy": 0.97, "memory_busy": 0.55}
+
+
+def test_timed_steps_too_short_for_the_counters_record_why_and_no_shares(use_nvml) -> None:
+    use_nvml(GpmNVML())
+    util = _measure(_ctx()).metrics["utilization"]
+    assert util["source"] == "none" and "too short for NVML's counters" in util["why"]
+    assert "dram_bytes_per_s" not in util
+
+
+def test_an_nvml_without_either_records_no_utilization(use_nvml, any_window) -> None:
+    use_nvml(FakeNVML(sm=[1980]))
+    ctx = _measure(_ctx())
+    assert "clocks" in ctx.metrics and "utilization" not in ctx.metrics
+
+
+def _doc(dram: float | None, copy_gbps: float | None) -> dict[str, Any]:
+    metrics: dict[str, Any] = {"step_time": {"median": 0.1, "noise": 0.001}, "throughput": 10.0}
+    if dram is not None:
+        metrics["utilization"] = {"source": "nvml-gpm", "dram_bw": 0.5, "dram_bytes_per_s": dram}
+    peaks = {"matmul_tflops": {}, "copy_gbps": copy_gbps} if copy_gbps is not None else None
+    return {
+        "run": {"suite": {"name": "s"}, "noise_target": 0.01},
+        "environment": {"peaks": peaks},
+        "cells": [
+            {
+                "id": "w/fp32/bs8",
+                "status": "passed",
+                "combination": "fp32",
+                "baseline": "fp32",
+                "batch_size": 8,
+                "world_size": 1,
+                "workload": {"id": "w", "plugin": "toy", "options": {}, "axes": {}, "unit": "samples"},
+                "techniques": [],
+                "metrics": metrics,
+            }
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("dram", "copy_gbps", "expected"),
+    [(2.15e12, 4300.0, 0.5), (None, 4300.0, None), (2.15e12, None, None)],
+)
+def test_bandwidth_utilization_is_achieved_dram_throughput_over_the_measured_copy_bandwidth(
+    dram: float | None, copy_gbps: float | None, expected: float | None
+) -> None:
+    d = analysis.derive(_doc(dram, copy_gbps))["w/fp32/bs8"]
+    assert d.bandwidth_util == (None if expected is None else pytest.approx(expected))
+
+
+def test_the_probe_says_what_it_measures(registry) -> None:
+    assert "DRAM bandwidth" in registry.probes["clocks"].summary
+    assert clocks.around is registry.probes["clocks"].around

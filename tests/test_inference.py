@@ -145,8 +145,8 @@ def test_int8_requires_inference_and_says_how_to_install() -> None:
 
 
 def test_int8_options_are_checked() -> None:
-    with pytest.raises(ValueError, match="mode must be 'dynamic' or 'weight-only', got 'int4'"):
-        int8.Int8Options(mode="int4")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^mode: expected one of 'dynamic', 'weight-only', got 'int4'$"):
+        build_options(int8.Int8Options, {"mode": "int4"})
 
 
 def test_int8_quantizes_through_torchaos_quantize(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -191,8 +191,8 @@ def test_tensorrt_only_with_a_build_for_the_installed_torch() -> None:
     assert missing is not None
     assert missing.startswith("torch-tensorrt is not installed (pip install torch-tensorrt==2.11.*")
     assert "drop torch-compile" in check_reason("tensorrt", ("inference", "torch-compile"))
-    with pytest.raises(ValueError, match="precision must be one of"):
-        tensorrt.TensorRTOptions(precision="int4")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^precision: expected one of 'fp32', 'fp16', 'bf16', got 'int4'$"):
+        build_options(tensorrt.TensorRTOptions, {"precision": "int4"})
 
 
 def test_tensorrt_skips_in_the_worker_off_cuda(tmp_path: Any) -> None:

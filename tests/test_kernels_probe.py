@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
+import json
+import types
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -148,14 +152,83 @@ def test_report_section_lists_profiled_cells_escaped() -> None:
     assert list(kernels.ampsuite_report_sections([{"cells": []}])) == []
 
 
+def _profiled(monkeypatch: pytest.MonkeyPatch, artifact_dir: Path | None) -> ProbeContext:
+    """The probe on a step labelled CUDA, its profiler replaced by a trace of one 800 us kernel in 1 ms."""
+    trace = {"traceEvents": [event("gemm", 0, 800)]}
+    monkeypatch.setattr(kernels, "_profile", lambda ctx, steps: (trace, 0.001 * steps))
+    step = types.SimpleNamespace(device=torch.device("cuda", 0))
+    ctx = ProbeContext(step=step, run=lambda b: None, cell={}, artifact_dir=artifact_dir, artifact_prefix="artifacts/c")  # type: ignore[arg-type]
+    kernels.inspect(ctx)
+    return ctx
+
+
+def test_the_timeline_is_saved_beside_the_results_and_named_in_the_record(monkeypatch, tmp_path: Path) -> None:
+    ctx = _profiled(monkeypatch, tmp_path / "artifacts" / "c")
+    assert ctx.diagnostics["kernels"]["trace"] == "artifacts/c/kernels-trace.json.gz"
+    saved = json.loads(gzip.decompress((tmp_path / "artifacts" / "c" / kernels.TRACE_NAME).read_bytes()))
+    assert saved["traceEvents"][0]["name"] == "gemm"  # what Perfetto and chrome://tracing open
+
+
+def test_a_run_that_keeps_no_artifacts_records_no_trace(monkeypatch) -> None:
+    ctx = _profiled(monkeypatch, None)
+    assert "trace" not in ctx.diagnostics["kernels"] and ctx.metrics["gpu_busy_share"] == pytest.approx(0.16)
+
+
+def test_an_artifact_name_is_one_file_name(tmp_path: Path) -> None:
+    ctx = ProbeContext(step=None, run=lambda b: None, cell={}, artifact_dir=tmp_path)  # type: ignore[arg-type]
+    for bad in ("../x", "a/b", "", ".."):
+        with pytest.raises(ValueError, match="one file name"):
+            ctx.save_artifact(bad, b"")
+
+
+def _traced_doc(trace: str) -> dict[str, Any]:
+    summary = kernels.summarize_trace({"traceEvents": [event("gemm", 0, 800)]}, wall_seconds=0.001, steps=1)
+    doc = json.loads((Path(__file__).parent / "fixtures" / "results_a.json").read_text(encoding="utf-8"))
+    passed = next(r for r in doc["cells"] if r["status"] == "passed")
+    passed.setdefault("diagnostics", {})["kernels"] = {**summary, "trace": trace}
+    return doc
+
+
+def test_the_report_copies_each_trace_into_the_site_and_links_it(tmp_path: Path) -> None:
+    from ampsuite.report import render_site
+
+    results = tmp_path / "run" / "results.json"
+    (results.parent / "artifacts" / "c").mkdir(parents=True)
+    trace = gzip.compress(b"{}")
+    (results.parent / "artifacts" / "c" / kernels.TRACE_NAME).write_bytes(trace)
+    doc = _traced_doc("artifacts/c/kernels-trace.json.gz")
+    results.write_text(json.dumps(doc), encoding="utf-8")
+    site = tmp_path / "site"
+    render_site([doc], site, results_files=[results])
+    assert (site / "artifacts" / "c" / kernels.TRACE_NAME).read_bytes() == trace
+    pages = "".join(p.read_text(encoding="utf-8") for p in site.glob("workload-*.html"))
+    assert 'href="artifacts/c/kernels-trace.json.gz"' in pages and "Perfetto" in pages
+
+
+def test_a_trace_path_outside_the_results_folder_is_neither_read_nor_linked(tmp_path: Path) -> None:
+    from ampsuite.report import render_site
+
+    secret = tmp_path / "secret.json.gz"
+    secret.write_bytes(b"x")
+    results = tmp_path / "run" / "results.json"
+    results.parent.mkdir()
+    doc = _traced_doc("../secret.json.gz")
+    results.write_text(json.dumps(doc), encoding="utf-8")
+    site = tmp_path / "site"
+    render_site([doc], site, results_files=[results])
+    assert not any(p.name == "secret.json.gz" for p in site.rglob("*"))
+    assert "secret.json.gz" not in "".join(p.read_text(encoding="utf-8") for p in site.glob("workload-*.html"))
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_profile_of_a_real_step() -> None:
+def test_cuda_profile_of_a_real_step(tmp_path: Path) -> None:
     step = tiny_resnet_step(torch.device("cuda"))
-    ctx = ProbeContext(step=step, run=step.compose(), cell={})
+    ctx = ProbeContext(step=step, run=step.compose(), cell={}, artifact_dir=tmp_path, artifact_prefix="a")
     kernels.inspect(ctx)
     assert ctx.warnings == []
     k = ctx.diagnostics["kernels"]
+    assert k["trace"] == "a/kernels-trace.json.gz" and (tmp_path / kernels.TRACE_NAME).stat().st_size > 1000
     assert 0.0 < ctx.metrics["gpu_busy_share"] <= 1.0
     assert k["kernels_per_step"] > 20
     assert "matmul/conv" in k["classes"] and "normalization" in k["classes"]

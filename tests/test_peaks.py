@@ -110,7 +110,9 @@ def test_cuda_peaks(cache: Path) -> None:
     result = peaks.measure_peaks("cuda")
     assert torch.backends.cuda.matmul.allow_tf32 == before  # the TF32 flag is restored
     table = result["matmul_tflops"]
-    assert set(table) == {"float32", "tf32", "float16", "bfloat16"}
+    fp8 = {"float8_e4m3fn", "float8_e5m2"} if torch.cuda.get_device_capability() >= peaks.FP8_MIN_CAPABILITY else set()
+    assert set(table) == {"float32", "tf32", "float16", "bfloat16"} | fp8
     assert table["bfloat16"] > table["tf32"] > table["float32"] > 0
+    assert all(table[k] > table["bfloat16"] for k in fp8)  # FP8 Tensor Cores: twice bf16's rate
     assert result["copy_gbps"] > 0
     assert peaks.measure_peaks("cuda")["cached"] is True

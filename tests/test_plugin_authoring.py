@@ -437,7 +437,7 @@ def test_list_shows_the_example_plugins_with_their_version(venv):
     out = venv.run("-m", "ampsuite", "list").stdout
     assert "workload lstm-lm (plugin extras-lstm) [unit: tokens]" in out
     assert "technique activation-checkpointing (plugin extras-checkpointing) [order 25]" in out
-    assert "every (int, default 1)" in out  # options with their help
+    assert "every (int >= 1, default 1)" in out  # options with their rules and help
     for line in ("extras-lstm", "extras-checkpointing"):
         (row,) = [r for r in out.splitlines() if f" {line} " in r and "ampsuite_extras" in r]
         assert "0.1.0" in row and "entry point (ampsuite-extras)" in row

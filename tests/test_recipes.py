@@ -19,7 +19,7 @@ from ampsuite import BuildContext, CheckContext, SkipCell, Technique, TrainStep,
 from ampsuite.contract.errors import SuiteFileError
 from ampsuite.host import session
 from ampsuite.plugins.techniques import amp, fused_optimizer, grad_accumulation, half_weights, inference
-from ampsuite.plugins.workloads import _cnn, _optim, _toy, _transformer, cnn, toy, transformer, vit
+from ampsuite.plugins.workloads import _cnn, _toy, _transformer, cnn, optimizers, toy, transformer, vit
 from ampsuite.spec.options import build_options
 
 MODULES = (amp, fused_optimizer, grad_accumulation, half_weights, inference)
@@ -89,7 +89,7 @@ def test_orders_put_each_recipe_where_it_composes() -> None:
     [
         ("grad-accumulation", {"steps": 0}, "steps: expected an integer >= 1, got 0"),
         ("half-weights", {"dtype": "float8"}, "dtype"),
-        ("half-weights", {"init_scale": 0}, "init_scale must be > 0, got 0"),
+        ("half-weights", {"init_scale": 0}, "init_scale: expected a number > 0, got 0.0"),
     ],
 )
 def test_bad_options_are_refused_in_one_line(name: str, options: dict[str, Any], message: str) -> None:
@@ -110,8 +110,9 @@ def test_bad_options_in_a_suite_file_are_one_line_errors(write_suite: Any, fast_
 
 
 def test_an_unknown_optimizer_is_refused_in_one_line() -> None:
-    with pytest.raises(ValueError, match="optimizer must be one of 'sgd', 'adamw', 'lamb', got 'adam'"):
-        cnn.ResNetOptions(optimizer="adam")  # type: ignore[arg-type]
+    for workload in (cnn, transformer, vit):
+        with pytest.raises(ValueError, match=r"^optimizer: expected one of 'sgd', 'adamw', 'lamb', got 'adam'$"):
+            build_options(workload.ampsuite_workloads()[0].options, {"optimizer": "adam"})
 
 
 # -- grad-accumulation -------------------------------------------------------------
@@ -283,13 +284,13 @@ def test_adamw_is_an_option_of_every_model_workload(tmp_path: Any) -> None:
 
 
 def test_lamb_without_timm_is_skipped_with_the_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_optim, "lamb_available", lambda: False)
+    monkeypatch.setattr(optimizers, "lamb_available", lambda: False)
     for workload in (cnn, transformer, vit):
         record = workload.ampsuite_workloads()[0]
         assert record.check is not None
         options = record.options(optimizer="lamb")
-        assert record.check(options, "cpu") == _optim.LAMB_HINT
-        assert "pip install 'ampsuite[lamb]'" in _optim.LAMB_HINT
+        assert record.check(options, "cpu") == optimizers.LAMB_HINT
+        assert "pip install 'ampsuite[lamb]'" in optimizers.LAMB_HINT
         assert record.check(record.options(), "cpu") is None
 
 
@@ -298,7 +299,7 @@ def test_lamb_is_timms_lamb(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> N
         def __init__(self, params: Any, lr: float, weight_decay: float) -> None:
             super().__init__(params, lr=lr, weight_decay=weight_decay)
 
-    if _optim.lamb_available():
+    if optimizers.lamb_available():
         from timm.optim import Lamb as Real
 
         expected: type = Real

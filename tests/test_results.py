@@ -194,6 +194,52 @@ def test_run_executor_jobs_are_part_of_the_format(tmp_path: Path) -> None:
             results.load(_write(tmp_path, _sealed(doc)))
 
 
+def _tune_summary() -> dict[str, Any]:
+    """run.tune of a tune results file: one workload, its FP32 reference step and winner."""
+    step = {
+        "phase": "reference",
+        "combination": "fp32",
+        "batch_size": 8,
+        "cell_id": "toy/fp32/bs8",
+        "status": "passed",
+        "throughput": 800.0,
+        "untrusted": None,
+        "decision": "reference",
+        "detail": "",
+    }
+    winner = {"combination": "fp32", "techniques": [], "batch_size": 8, "cell_id": "toy/fp32/bs8", "throughput": 800.0}
+    workload = {"key": "toy", "unit": "samples", "steps": [step], "winner": winner, "ablation": []}
+    return {"device": "cpu", "budget_seconds": 60.0, "workloads": [workload], "confirmations": []}
+
+
+def test_run_tune_is_part_of_the_format(tmp_path: Path) -> None:
+    """A tune summary loads, this version's and an earlier one's (a decision as free text); a run.tune no reader
+    could use is refused, naming its key, before any reader (tune --resume, the tune page) sees it."""
+    doc = _doc()
+    doc["run"]["tune"] = _tune_summary()
+    earlier = doc["run"]["tune"]["workloads"][0]["steps"][0]
+    earlier.pop("detail")
+    earlier["decision"] = "not measured again: the file's record stays"
+    assert results.load(_write(tmp_path, _sealed(doc)))["run"]["tune"] == doc["run"]["tune"]
+    stopped = {"confirmations": [{"key": "toy"}]}  # a run killed before its summary; a damaged verdict decides nothing
+    doc["run"]["tune"] = stopped
+    assert results.load(_write(tmp_path, _sealed(doc)))["run"]["tune"] == stopped
+    odd_winner = _tune_summary()
+    odd_winner["workloads"][0]["winner"]["batch_size"] = "abc"
+    odd_phase = _tune_summary()
+    odd_phase["workloads"][0]["steps"][0]["phase"] = "screen"
+    for bad, where in (
+        ("a summary", r"run\.tune: expected an object, got str 'a summary'"),
+        (odd_winner, r"run\.tune\.workloads\[0\]\.winner\.batch_size: expected an integer, got str 'abc'"),
+        ({"workloads": [1, "x", None]}, r"run\.tune\.workloads\[0\]: expected an object, got int '1'"),
+        (odd_phase, r"run\.tune\.workloads\[0\]\.steps\[0\]\.phase: expected one of reference, start, .*'screen'"),
+    ):
+        doc["run"]["tune"] = bad
+        with pytest.raises(ResultsFileError, match=where) as info:
+            results.load(_write(tmp_path, _sealed(doc)))
+        assert "\n" not in str(info.value)
+
+
 def test_written_files_are_strict_json(tmp_path: Path) -> None:
     metrics = {**_PASSED_METRICS, "x": math.nan, "y": [1.0, math.inf, -math.inf]}
     doc = _doc(cells=[_record("a", metrics=metrics)])

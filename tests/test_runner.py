@@ -31,7 +31,7 @@ from ampsuite.contract.errors import ExitCode
 from ampsuite.host import session
 from ampsuite.run import runner
 from ampsuite.run.runner import RunConfig
-from tests.conftest import wait_for
+from tests.conftest import HEALTHY_SUITE, wait_for
 
 HANG_TIMEOUT = 10.0
 
@@ -681,3 +681,34 @@ def test_sigint_interrupts_records_the_rest_and_resume_reruns_only_them(tmp_path
     assert resumed["cells"][0] == doc["cells"][0]  # not run again
     for old, new in zip(doc["cells"][1:], resumed["cells"][1:], strict=True):
         assert new["started"] >= old["started"] and new["metrics"]["step_time"]["n"] >= 3
+
+
+# ---------------------------------------------------------------------------
+# an untrusted headline is measured again in more processes
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("again", [True, False])
+def test_a_noisy_fastest_cell_and_its_reference_are_measured_again_in_three_processes(
+    write_suite, tmp_path: Path, again: bool
+) -> None:
+    out = tmp_path / "r.json"
+    suite = write_suite(HEALTHY_SUITE.replace("[workloads.toy]", "noise_target = 1e-9\n\n[workloads.toy]"))
+    argv = ["run", str(suite), "-o", str(out), "--no-peaks", "--no-report"]
+    assert cli.main(argv if again else [*argv, "--no-again"]) == 0
+    doc = results.load(out)
+    remeasured = {r["id"]: r.get("remeasured") for r in doc["cells"]}
+    if not again:
+        assert remeasured == {"toy/fp32/bs8": None, "toy/noop/bs8": None}
+        return
+    # A 1e-9 noise target leaves every figure untrusted: the fastest one and FP32 are measured again
+    # (one cell when FP32 itself was the faster of the two).
+    assert remeasured["toy/fp32/bs8"] is not None
+    for record in doc["cells"]:
+        info = record.get("remeasured")
+        if info is None:
+            continue
+        assert info["processes"] == 3 and info["reason"].startswith("noise")
+        assert len(record["metrics"]["step_time"]["processes"]) == 3  # the new figure pools three processes
+    assert not list(tmp_path.glob(".r.json.again*"))  # the scratch file is gone

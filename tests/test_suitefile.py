@@ -253,7 +253,7 @@ PLUGIN_ERRORS = [
         "tune-choices-bad-value",
         GOOD_TOY
         + "[combinations]\nfp32 = []\nc = ['torch-compile']\n[tune.torch-compile]\nmode = ['default', 'turbo']\n",
-        r"tune\.torch-compile\.mode\[1\]: mode must be one of .*, got 'turbo'",
+        r"tune\.torch-compile\.mode\[1\]: expected one of 'default', .*, got 'turbo'",
     ),
     (
         "inductor-setting-unknown",

@@ -351,8 +351,10 @@ def test_fp32_islands_are_refused_before_running_where_there_is_no_model() -> No
 
 
 def test_fp32_islands_reject_an_unknown_layer_kind() -> None:
-    with pytest.raises(ValueError, match="unknown layer kind 'gelu'"):
-        build_options(islands.IslandsOptions, {"layers": ["gelu"]})
+    with pytest.raises(ValueError, match=r"^layers\[1\]: expected one of 'layernorm', 'softmax', .*, got 'gelu'$"):
+        build_options(islands.IslandsOptions, {"layers": ["softmax", "gelu"]})
+    with pytest.raises(ValueError, match=r"^layers: expected a non-empty list, got \(\)$"):
+        build_options(islands.IslandsOptions, {"layers": []})
 
 
 # -- channels-last ----------------------------------------------------------------
@@ -444,7 +446,7 @@ def test_cudnn_benchmark_times_as_many_algorithms_as_its_limit_says(baseline_fla
 @pytest.mark.parametrize(
     ("limit", "match"),
     [
-        (-1, "limit must be an integer >= 0, got -1"),
+        (-1, "limit: expected an integer >= 0, got -1"),
         (True, "expected an integer, got True"),
         (2.5, "expected an integer"),
     ],
@@ -729,7 +731,8 @@ def test_torch_compile_without_extra_settings_passes_the_mode(tmp_path: Any, mon
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"mode": "fast"}, "mode must be one of .* got 'fast'"),
+        ({"mode": "fast"}, "mode: expected one of 'default', 'reduce-overhead', .* got 'fast'"),
+        ({"backend": ""}, "backend: expected a non-empty string, got ''"),
         ({"mode": "max-autotune", "backend": "eager"}, "applies to the inductor backend only"),
         (
             {"inductor": {"combo_kernels": True}, "backend": "aot_eager"},

@@ -129,14 +129,15 @@ def test_a_dataset_smaller_than_one_batch_is_a_skip(tmp_path: Any) -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"num_workers": -1}, "num_workers must be >= 0, got -1"),
-        ({"prefetch_factor": 0}, "prefetch_factor must be >= 1, got 0"),
-        ({"start_method": "thread"}, "start_method must be one of .* got 'thread'"),
+        ({"num_workers": -1}, "num_workers: expected an integer >= 0, got -1"),
+        ({"prefetch_factor": 0}, "prefetch_factor: expected an integer >= 1, got 0"),
+        ({"start_method": "thread"}, "start_method: expected one of '', 'fork', 'spawn', 'forkserver', got 'thread'"),
     ],
 )
 def test_loading_options_are_validated(options: dict[str, Any], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        build_options(loading.LoadingOptions, options)
+    for options_type in (loading.LoadingOptions, loading.PageableOptions):
+        with pytest.raises(ValueError, match=f"^{message}$"):
+            build_options(options_type, options)
 
 
 @pytest.mark.cuda

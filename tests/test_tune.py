@@ -6,6 +6,7 @@ import dataclasses
 import json
 import tempfile
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,19 @@ from ampsuite.spec.matrix import expand
 from ampsuite.spec.screens import screen_id, screened_cell
 from ampsuite.spec.suitefile import loads
 from ampsuite.spec.suitespec import SuiteSpec
-from ampsuite.tune import TuneConfig, common, confirm, recipe_toml, tune, untrusted_reason
-from ampsuite.tune.finals import STOOD_IN
-from ampsuite.tune.greedy import HEAD_START
+from ampsuite.tune import (
+    Decision,
+    Phase,
+    RowKind,
+    Step,
+    TuneConfig,
+    TuneSummary,
+    Winner,
+    WorkloadTune,
+    recipe_toml,
+    tune_summary,
+    untrusted_reason,
+)
 from ampsuite.tune.space import Candidate, option_choices, workload_configs
 
 TOY_SUITE = """\
@@ -109,23 +120,24 @@ def test_tune_end_to_end_on_cpu_within_60s(tmp_path: Path, capsys: pytest.Captur
     printed = capsys.readouterr().out
     assert code == 0, printed
     doc = results.load(out / "results.json")
-    summary = doc["run"]["tune"]
-    assert summary["elapsed_seconds"] <= 60.0 + 6.0  # a capped cell may take its kill grace
-    (toy,) = summary["workloads"]
-    winner = toy["winner"]
-    assert winner is not None and winner["throughput"] > 0
+    summary = TuneSummary.from_json(doc["run"]["tune"])
+    assert summary.elapsed_seconds <= 60.0 + 6.0  # a capped cell may take its kill grace
+    (toy,) = summary.workloads
+    winner = toy.winner
+    assert winner is not None and winner.throughput > 0
     # The FP32 cell is measured first, in full.
     assert doc["cells"][0]["id"] == "toy/fp32/bs64" and doc["cells"][0]["status"] == Status.PASSED
     # Every record is an ordinary cell record; amp-fp16 was tried although the suite does not declare it.
     assert any(r["combination"] == "amp-fp16" for r in doc["cells"])
-    labels = [row["label"] for row in toy["ablation"]]
-    assert labels[:2] == ["FP32", "TF32"] and "winner" in labels
-    tf32 = toy["ablation"][1]
-    assert tf32["status"] == Status.SKIPPED and "CUDA" in tf32["reason"]
+    kinds = [row.kind for row in toy.ablation]
+    assert kinds[:2] == [RowKind.FP32, RowKind.TF32] and RowKind.WINNER in kinds
+    assert [row.label for row in toy.ablation][:3] == ["FP32", "TF32", "winner"]
+    tf32 = toy.ablation[1]
+    assert tf32.status == Status.SKIPPED and "CUDA" in tf32.note
     recipe = (out / "recipe.toml").read_text(encoding="utf-8")
     assert "tuned-toy = " in recipe and recipe in printed
     combos = tomllib.loads(recipe)["combinations"]
-    assert combos["tuned-toy"] == winner["techniques"]
+    assert combos["tuned-toy"] == list(winner.techniques)
     # The snippet is a suite file's own syntax: it drops into a suite that loads.
     loads(
         TOY_SUITE.format(extra="").replace(
@@ -140,13 +152,13 @@ def test_tune_end_to_end_on_cpu_within_60s(tmp_path: Path, capsys: pytest.Captur
     assert results.load(out / "results.json")["run"]["tune"]["started_cells"] == 0
     # The winner's fidelity check is built from its record: same workload options, techniques and their options.
     (check,) = selfcheck.tuned_checks(doc)
-    record = next(r for r in doc["cells"] if r["id"] == winner["cell_id"])
+    record = next(r for r in doc["cells"] if r["id"] == winner.cell_id)
     assert check.batch_size == 64 and check.options == record["workload"]["options"]
     assert list(check.techniques) == [t["name"] for t in record["techniques"]]
     assert check.technique_options == {t["name"]: t["options"] for t in record["techniques"]}
     capsys.readouterr()
     main(["selfcheck", "--tuned", str(out / "results.json"), "--rounds", "1", "--min-ratio", "0"])
-    assert f"tuned {winner['cell_id']}: harness" in capsys.readouterr().out
+    assert f"tuned {winner.cell_id}: harness" in capsys.readouterr().out
 
 
 @pytest.mark.slow
@@ -165,8 +177,8 @@ def test_a_faster_candidate_with_a_nonfinite_loss_is_never_chosen(
     fastest = max(doc["cells"], key=lambda r: r["metrics"].get("throughput") or 0.0)
     assert "cheat" in [t["name"] for t in fastest["techniques"]]  # it was the fastest cell...
     assert untrusted_reason(fastest, doc) is not None and "non-finite" in str(untrusted_reason(fastest, doc))
-    winner = doc["run"]["tune"]["workloads"][0]["winner"]
-    assert "cheat" not in winner["techniques"]  # ...and never chosen
+    winner = TuneSummary.from_json(doc["run"]["tune"]).workloads[0].winner
+    assert winner is not None and "cheat" not in winner.techniques  # ...and never chosen
     assert "cheat" not in recipe_toml(doc["run"]["tune"])
 
 
@@ -237,18 +249,18 @@ def test_no_candidate_starts_after_the_budget(tmp_path: Path, registry: Any, cos
     budget = 30.0
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=budget, clock=fake.clock)
     lines: list[str] = []
-    summary = tune(plan, config, lines.append, measure=fake)
+    summary = tune_summary(plan, config, lines.append, measure=fake)
     assert fake.starts, "something was measured"
     for start, timeout in fake.starts:
         assert start < budget and start + timeout <= budget + 1e-9  # a cell's timeout never reaches past the budget
     assert fake.now <= budget + 1e-9
-    assert summary["budget_spent"] and all("left]" in line for line in lines)
+    assert summary.budget_spent and all("left]" in line for line in lines)
     if cost < budget:
-        assert summary["refused_cells"] > 0 and any("not started" in line for line in lines)
+        assert summary.refused_cells > 0 and any("not started" in line for line in lines)
     # A candidate the budget left out was not found wanting: its step says so, so that a tune page never calls
     # "not better" an option variant it never measured.
-    unmeasured = [s for w in summary["workloads"] for s in w["steps"] if s["status"] == "not started (budget)"]
-    assert all(s["decision"].startswith("not measured") for s in unmeasured)
+    unmeasured = [s for w in summary.workloads for s in w.steps if s.cell_id is None]
+    assert all(s.decision is Decision.NOT_MEASURED and s.status == "not started (budget)" for s in unmeasured)
     doc = results.load(config.output)
     if cost > budget:  # the one cell that ran was cut by the budget: interrupted, so --resume runs it again
         assert doc["cells"][0]["status"] == Status.INTERRUPTED
@@ -338,16 +350,16 @@ def test_declared_choices_are_measured_against_the_winner(tmp_path: Path) -> Non
     plan = session.plan(tmp_path / "s.toml")
     fake = FakeWorker(plan.registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
-    summary = tune(plan, config, lambda line: None, measure=fake)
-    (toy,) = summary["workloads"]
-    assert "torch-compile" in toy["winner"]["techniques"]
-    options = [s for s in toy["steps"] if s["phase"] == "option"]
-    tried = [s["combination"] for s in options if "coordinate_descent_tuning" in s["combination"]]
+    summary = tune_summary(plan, config, lambda line: None, measure=fake)
+    (toy,) = summary.workloads
+    assert "torch-compile" in toy.winner.techniques
+    options = [s for s in toy.steps if s.phase is Phase.OPTION]
+    tried = [s.combination for s in options if "coordinate_descent_tuning" in s.combination]
     assert len(tried) == 1 and tried[0].endswith("+torch-compile@torch-compile.inductor.coordinate_descent_tuning=True")
-    assert tried[0].split("@")[0] == toy["winner"]["combination"].split("@")[0]
+    assert tried[0].split("@")[0] == toy.winner.combination.split("@")[0]
     # FP32 is measured once, in full, and that record is also its starting point.
     assert [r["combination"] for r in results.load(config.output)["cells"]].count("fp32") == 1
-    assert next(s for s in toy["steps"] if s["phase"] == "start")["combination"] == "fp32"
+    assert next(s for s in toy.steps if s.phase is Phase.START).combination == "fp32"
 
 
 class TieWorker(FakeWorker):
@@ -371,25 +383,25 @@ def test_between_figures_within_noise_bf16_wins_and_resume_keeps_the_best_so_far
     plan = session.plan(tmp_path / "s.toml")
     fake = TieWorker(plan.registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
-    (toy,) = tune(plan, config, lambda line: None, measure=fake)["workloads"]
+    (toy,) = tune_summary(plan, config, lambda line: None, measure=fake).workloads
     finals = {
-        s["combination"]: s["throughput"]
-        for s in toy["steps"]
-        if s["phase"] == "final" and "/screen" not in str(s["cell_id"])
+        s.combination: s.throughput for s in toy.steps if s.phase is Phase.FINAL and "/screen" not in str(s.cell_id)
     }
     assert finals["amp-fp16+fused-optimizer"] > finals["amp-bf16+fused-optimizer"]  # fp16 was (slightly) faster...
-    assert toy["winner"]["combination"] == "amp-bf16+fused-optimizer"  # ...and bf16 won: no loss scale to collapse
-    (settled,) = [d for c, d in _decisions(toy, "final") if d.startswith("not confirmed")]  # screened: no clear gain
-    assert settled.startswith("not confirmed: screens ")
+    assert toy.winner.combination == "amp-bf16+fused-optimizer"  # ...and bf16 won: no loss scale to collapse
+    # screened against each other: no clear gain
+    (settled,) = [s for c, s in _decisions(toy, Phase.FINAL) if s.decision is Decision.NOT_CONFIRMED]
+    assert settled.detail.startswith("screens ") and " against " in settled.detail
     # --resume after the last ablation row was lost: only that row is measured again, and the records
     # taken from the file count for "best so far" as fresh ones do.
     doc = results.load(config.output)
-    last = toy["ablation"][-1]["cell_id"]
+    last = toy.ablation[-1].cell_id
+    assert last is not None
     doc["cells"] = [r for r in doc["cells"] if r["id"] != last]
     doc["integrity"] = {"sha256": results.store.checksum(doc)}
     config.output.write_text(json.dumps(doc), encoding="utf-8")
     lines: list[str] = []
-    tune(plan, dataclasses.replace(config, resume=True), lines.append, measure=fake)
+    tune_summary(plan, dataclasses.replace(config, resume=True), lines.append, measure=fake)
     (line,) = [line for line in lines if "best so far" in line or "no trusted" in line]
     assert f"{last.split('/')[1]}/bs64 (ablation)" in line
     fp16 = finals["amp-fp16+fused-optimizer"]
@@ -399,9 +411,9 @@ def test_between_figures_within_noise_bf16_wins_and_resume_keeps_the_best_so_far
 def test_a_finalist_a_little_faster_than_the_simpler_choice_wins_when_its_screens_confirm_it(tmp_path: Path) -> None:
     # the ends of two paths (fp16's, bf16's), 0.5% apart: no greedy step held them against each other
     toy = _tune_toy(tmp_path, TieWorker, "", holds=True)
-    assert toy["winner"]["combination"] == "amp-fp16+fused-optimizer"
-    (settled,) = [(c, d) for c, d in _decisions(toy, "final") if d.startswith("kept: confirmed")]
-    assert settled[0] == "amp-fp16+fused-optimizer" and " against " in settled[1]
+    assert toy.winner.combination == "amp-fp16+fused-optimizer"
+    (settled,) = [(c, s) for c, s in _decisions(toy, Phase.FINAL) if s.decision is Decision.CONFIRMED]
+    assert settled[0] == "amp-fp16+fused-optimizer" and " against " in settled[1].detail
 
 
 class DtypeWorker(FakeWorker):
@@ -427,12 +439,12 @@ def test_the_search_follows_each_amp_dtype_not_only_the_faster_eager_one(tmp_pat
     plan = session.plan(tmp_path / "s.toml")
     fake = DtypeWorker(plan.registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
-    summary = tune(plan, config, lambda line: None, measure=fake)
-    (toy,) = summary["workloads"]
-    assert sorted(toy["winner"]["techniques"]) == ["amp-bf16", "fused-optimizer"]
-    greedy = [s["combination"] for s in toy["steps"] if s["phase"] == "greedy"]
+    summary = tune_summary(plan, config, lambda line: None, measure=fake)
+    (toy,) = summary.workloads
+    assert sorted(toy.winner.techniques) == ["amp-bf16", "fused-optimizer"]
+    greedy = [s.combination for s in toy.steps if s.phase is Phase.GREEDY]
     assert greedy.index("amp-fp16+fused-optimizer") < greedy.index("amp-bf16+fused-optimizer")  # fp16's path first
-    finals = {s["combination"] for s in toy["steps"] if s["phase"] == "final"}
+    finals = {s.combination for s in toy.steps if s.phase is Phase.FINAL}
     assert {"amp-fp16+fused-optimizer", "amp-bf16+fused-optimizer"} <= finals  # both paths' ends in full
 
 
@@ -458,12 +470,12 @@ class CompanionWorker(FakeWorker):
         return record
 
 
-def _tune_with_noop(tmp_path: Path, worker: type[FakeWorker], **settings: Any) -> dict[str, Any]:
+def _tune_with_noop(tmp_path: Path, worker: type[FakeWorker], **settings: Any) -> WorkloadTune:
     """A fresh tune of the toy suite with ``noop`` in its space, measured by ``worker`` given ``settings``."""
     return _tune_toy(tmp_path, worker, 'noop = ["noop"]', **settings)
 
 
-def _tune_toy(tmp_path: Path, worker: type[FakeWorker], extra: str, **settings: Any) -> dict[str, Any]:
+def _tune_toy(tmp_path: Path, worker: type[FakeWorker], extra: str, **settings: Any) -> WorkloadTune:
     """A fresh tune of the toy suite with ``extra`` in its file, measured by ``worker`` given ``settings``."""
     (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra=extra), encoding="utf-8")
     plan = session.plan(tmp_path / "s.toml")
@@ -472,29 +484,29 @@ def _tune_toy(tmp_path: Path, worker: type[FakeWorker], extra: str, **settings: 
     for name, value in settings.items():
         setattr(fake, name, value)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=budget, clock=fake.clock)
-    (toy,) = tune(plan, config, lambda line: None, measure=fake)["workloads"]
-    return dict(toy)
+    (toy,) = tune_summary(plan, config, lambda line: None, measure=fake).workloads
+    return toy
 
 
 @pytest.mark.parametrize("spoils", [False, True])
 def test_a_later_path_starts_from_the_leading_paths_companions(tmp_path: Path, spoils: bool) -> None:
     toy = _tune_with_noop(tmp_path, CompanionWorker, spoils=spoils)
-    bf16 = [s for s in toy["steps"] if s["phase"] == "greedy" and "amp-bf16" in s["combination"]]
+    bf16 = [s for s in toy.steps if s.phase is Phase.GREEDY and "amp-bf16" in s.combination]
     # fp16's path ran first and ended with both companions; bf16's first screen is bf16 with both
     head = bf16[0]
-    assert set(head["combination"].split("+")) == {"amp-bf16", "fused-optimizer", "noop"}
+    assert set(head.combination.split("+")) == {"amp-bf16", "fused-optimizer", "noop"}
     if not spoils:
         # one screen instead of a round of one companion each and then the pair: the path goes on from there
-        assert head["decision"] == HEAD_START and len(bf16) == 1
-        finals = {s["combination"] for s in toy["steps"] if s["phase"] == "final"}
-        assert head["combination"] in finals  # the bf16 path's end, in full
-        assert sorted(toy["winner"]["techniques"]) == ["amp-fp16", "fused-optimizer", "noop"]
+        assert head.decision is Decision.HEAD_START and len(bf16) == 1
+        finals = {s.combination for s in toy.steps if s.phase is Phase.FINAL}
+        assert head.combination in finals  # the bf16 path's end, in full
+        assert sorted(toy.winner.techniques) == ["amp-fp16", "fused-optimizer", "noop"]
     else:
         # slower than bf16 alone: the path starts from bf16 alone and finds fused-optimizer on its own
-        assert head["decision"] == "not faster"
-        kept = [s["combination"] for s in bf16 if s["decision"] == "kept"]
+        assert head.decision is Decision.NOT_FASTER
+        kept = [s.combination for s in bf16 if s.decision is Decision.KEPT]
         assert kept == ["amp-bf16+fused-optimizer"]
-        finals = {s["combination"] for s in toy["steps"] if s["phase"] == "final"}
+        finals = {s.combination for s in toy.steps if s.phase is Phase.FINAL}
         assert "amp-bf16+fused-optimizer" in finals
 
 
@@ -522,14 +534,14 @@ def test_a_technique_that_replaces_autocast_starts_a_path_of_its_own(tmp_path: P
     plan = session.plan(tmp_path / "s.toml", objects=NEEDS_COMPILE)
     fake = HalfWeightsWorker(plan.registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
-    (toy,) = tune(plan, config, lambda line: None, measure=fake)["workloads"]
-    starts = {s["combination"]: s["decision"] for s in toy["steps"] if s["phase"] == "start"}
-    assert starts == {"fp32": "healthy", "amp-fp16": "healthy", "amp-bf16": "healthy", "half-weights": "healthy"}
-    greedy = [s["combination"] for s in toy["steps"] if s["phase"] == "greedy"]
+    (toy,) = tune_summary(plan, config, lambda line: None, measure=fake).workloads
+    starts = {s.combination: s.decision for s in toy.steps if s.phase is Phase.START}
+    assert starts == dict.fromkeys(["fp32", "amp-fp16", "amp-bf16", "half-weights"], Decision.HEALTHY)
+    greedy = [s.combination for s in toy.steps if s.phase is Phase.GREEDY]
     # Never grown onto an AMP path, which prunes it, nor onto its own: a path of its own, after the faster fp16's.
     assert not [c for c in greedy if "half-weights" in c and "amp-" in c]
     assert greedy.index("amp-fp16+noop") < greedy.index("half-weights+noop")
-    assert toy["winner"]["techniques"] == ["half-weights", "noop"]
+    assert toy.winner is not None and toy.winner.techniques == ("half-weights", "noop")
 
 
 class NearMissWorker(FakeWorker):
@@ -551,44 +563,44 @@ class NearMissWorker(FakeWorker):
         return record
 
 
-def _decisions(toy: dict[str, Any], phase: str) -> list[tuple[str, str]]:
-    """(combination, decision) of each step in ``phase`` but the repeated screens (``.../screen-N``), in order."""
+def _decisions(toy: WorkloadTune, phase: Phase) -> list[tuple[str, Step]]:
+    """(combination, step) of each step in ``phase`` but the repeated screens (``.../screen-N``), in order."""
     return [
-        (s["combination"], s["decision"])
-        for s in toy["steps"]
-        if s["phase"] == phase and not str(s["cell_id"]).rsplit("/", 1)[-1].startswith("screen-")
+        (s.combination, s)
+        for s in toy.steps
+        if s.phase is phase and not str(s.cell_id).rsplit("/", 1)[-1].startswith("screen-")
     ]
 
 
 @pytest.mark.parametrize("gain", [1.011, 1.004])
 def test_near_misses_of_a_greedy_round_are_screened_together(tmp_path: Path, gain: float) -> None:
     toy = _tune_with_noop(tmp_path, NearMissWorker, gain=gain)
-    bf16 = [(c, d) for c, d in _decisions(toy, "greedy") if c.startswith("amp-bf16+")]
+    bf16 = [(c, s) for c, s in _decisions(toy, Phase.GREEDY) if c.startswith("amp-bf16+")]
     both = {"amp-bf16", "noop", "fused-optimizer"}
     # The first round: neither alone clears the screens' noise, then both together.
     together, joint = bf16[2]
     assert set(together.split("+")) == both
+    assert toy.winner is not None
     if gain > 1.01:
         # Together they do (+2.2%): the path takes both, and in full each is clearly worth its place.
-        assert [d for c, d in bf16[:2]] == ["not faster", "not faster"]
-        assert joint == "kept: the round's near misses together" and len(bf16) == 3
-        assert sorted(toy["winner"]["techniques"]) == sorted(both)
-        contributions = {r["label"]: r["contribution"] for r in toy["ablation"]}
+        assert [s.decision for c, s in bf16[:2]] == [Decision.NOT_FASTER, Decision.NOT_FASTER]
+        assert joint.decision is Decision.KEPT_TOGETHER and len(bf16) == 3
+        assert sorted(toy.winner.techniques) == sorted(both)
+        contributions = {r.label: r.contribution for r in toy.ablation}
         assert contributions["without noop"] == contributions["without fused-optimizer"] == pytest.approx(gain - 1)
     else:
         # +0.8% together is no clear gain either. The round's fastest near miss is then screened beside the path until
         # each has three screens, and each of its is faster each time: kept; the next round's likewise.
-        assert joint == "not faster"
-        assert sorted(d.split(",")[0] for c, d in bf16[:2]) == ["kept: confirmed", "not faster"]
-        confirmed = [c for c, d in bf16 if d.startswith("kept: confirmed, each of its screens faster")]
-        assert [len(c.split("+")) for c in confirmed] == [2, 3] and set(confirmed[1].split("+")) == both
-        repeats = [
-            s for s in toy["steps"] if s["combination"].startswith("amp-bf16") and "/screen-" in str(s["cell_id"])
-        ]
+        assert joint.decision is Decision.NOT_FASTER
+        assert {s.decision for c, s in bf16[:2]} == {Decision.CONFIRMED, Decision.NOT_FASTER}
+        confirmed = [(c, s.detail) for c, s in bf16 if s.decision is Decision.CONFIRMED]
+        assert [len(c.split("+")) for c, _ in confirmed] == [2, 3] and set(confirmed[1][0].split("+")) == both
+        assert all(d.startswith("each of its screens faster than each of the incumbent's (") for _, d in confirmed)
+        repeats = [s for s in toy.steps if s.combination.startswith("amp-bf16") and "/screen-" in str(s.cell_id)]
         # round 1: two repeats each of the path and the near miss; round 2: the near miss's, the path's already taken
-        assert len(repeats) == 6 and {s["decision"] for s in repeats} == {confirm.CONFIRMING}
+        assert len(repeats) == 6 and {s.decision for s in repeats} == {Decision.CONFIRMING}
         # The finalists lie within 1% of each other: the simplest would win, but each step was confirmed.
-        assert sorted(toy["winner"]["techniques"]) == sorted(both)
+        assert sorted(toy.winner.techniques) == sorted(both)
 
 
 def test_progress_names_each_repeated_screen(tmp_path: Path) -> None:
@@ -598,33 +610,34 @@ def test_progress_names_each_repeated_screen(tmp_path: Path) -> None:
     fake.gain = 1.004
     lines: list[str] = []
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
-    tune(session.plan(suite), config, lines.append, measure=fake)
+    tune_summary(session.plan(suite), config, lines.append, measure=fake)
     assert [line for line in lines if "amp-bf16/bs64 (screen 2) " in line and "best so far" in line]
     assert [line for line in lines if "amp-bf16/bs64 (screen 3) " in line]
 
 
 def test_a_near_miss_that_repeated_screens_do_not_confirm_is_turned_down(tmp_path: Path) -> None:
     toy = _tune_with_noop(tmp_path, NearMissWorker, gain=1.004, holds=False)
-    greedy = [(c, d) for c, d in _decisions(toy, "greedy") if c.startswith("amp-bf16+")]
-    unconfirmed = [d for c, d in greedy if d.startswith("not confirmed")]
+    greedy = [s for c, s in _decisions(toy, Phase.GREEDY) if c.startswith("amp-bf16+")]
+    (unconfirmed,) = [s for s in greedy if s.decision is Decision.NOT_CONFIRMED]
     # The round's fastest near miss screened again, three times each: it lost its lead, and the path ended.
-    assert len(unconfirmed) == 1
-    assert unconfirmed[0].startswith("not confirmed: screens 12,") and " against 12,800.0, 12,800.0" in unconfirmed[0]
-    assert not [d for c, d in greedy if d.startswith("kept")]
-    assert toy["winner"]["techniques"] == ["amp-bf16"]
+    assert unconfirmed.detail.startswith("screens 12,") and " against 12,800.0, 12,800.0" in unconfirmed.detail
+    assert unconfirmed.describe() == f"not confirmed: {unconfirmed.detail}"
+    assert not [s for s in greedy if s.decision.kept]
+    assert toy.winner is not None and toy.winner.techniques == ("amp-bf16",)
 
 
 def test_a_near_miss_the_budget_cannot_screen_again_is_not_confirmed(tmp_path: Path) -> None:
     # At 1 s a cell: FP32, two starts, the first round's two screens and the joint one take 6 s, and the search phases
     # leave 20% of the budget to the ablation: with 10 s, one repeat fits, the next does not.
     toy = _tune_with_noop(tmp_path, NearMissWorker, gain=1.004, budget=10.0)
-    decisions = [d for c, d in _decisions(toy, "greedy")]
-    assert "not confirmed: the budget left a repeat unmeasured" in decisions
-    assert not [d for d in decisions if d.startswith("kept")]
-    repeats = [s for s in toy["steps"] if s["decision"] == confirm.CONFIRMING]
-    assert len(repeats) == 1 and str(repeats[0]["cell_id"]).endswith("/screen-2")
-    refused = [s for s in toy["steps"] if s["phase"] == "greedy" and s["cell_id"] is None]
-    assert refused and {s["decision"] for s in refused} == {common.NOT_MEASURED}
+    greedy = [s for c, s in _decisions(toy, Phase.GREEDY)]
+    unconfirmed = [s for s in greedy if s.decision is Decision.NOT_CONFIRMED]
+    assert [s.detail for s in unconfirmed] == ["the budget left a repeat unmeasured"]
+    assert not [s for s in greedy if s.decision.kept]
+    repeats = [s for s in toy.steps if s.decision is Decision.CONFIRMING]
+    assert len(repeats) == 1 and str(repeats[0].cell_id).endswith("/screen-2")
+    refused = [s for s in toy.steps if s.phase is Phase.GREEDY and s.cell_id is None]
+    assert refused and {s.decision for s in refused} == {Decision.NOT_MEASURED}
 
 
 class RecordingNearMissWorker(NearMissWorker):
@@ -645,7 +658,7 @@ def _a_near_miss_tuned(tmp_path: Path, budget: float) -> tuple[Path, RecordingNe
     fake = RecordingNearMissWorker(session.plan(suite).registry, 1.0)
     fake.gain, fake.ids = 1.004, []
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=budget, clock=fake.clock)
-    tune(session.plan(suite), config, lambda line: None, measure=fake)
+    tune_summary(session.plan(suite), config, lambda line: None, measure=fake)
     return suite, fake, config
 
 
@@ -707,11 +720,11 @@ def test_an_interrupted_tune_keeps_its_search_and_writes_outputs_of_this_run(
     monkeypatch.setattr(tune_module, "tune", fake_tune)
     code = main(["tune", str(suite), "--budget", "600s", "--report-dir", str(out)])
     assert code == int(ExitCode.INTERRUPTED), capsys.readouterr()
-    summary = results.load(out / "results.json")["run"]["tune"]
-    assert summary["incomplete"] is True
-    (toy,) = summary["workloads"]
-    assert toy["winner"] is not None and toy["steps"]  # the search so far is kept...
-    statuses = [row["status"] for row in toy["ablation"]]
+    summary = TuneSummary.from_json(results.load(out / "results.json")["run"]["tune"])
+    assert summary.incomplete is True
+    (toy,) = summary.workloads
+    assert toy.winner is not None and toy.steps  # the search so far is kept...
+    statuses = [row.status for row in toy.ablation]
     # ...with the ablation rows measured before the interruption, then the rest marked for --resume.
     assert statuses[0] == Status.PASSED and "interrupted" in statuses[1:]
     assert all(s in (Status.PASSED, "interrupted") for s in statuses)
@@ -751,10 +764,10 @@ def test_disturbed_timings_are_never_chosen_and_neither_the_power_cap_nor_a_grap
     plan = session.plan(tmp_path / "s.toml")
     fake = ClockWorker(plan.registry, warning)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
-    (toy,) = tune(plan, config, lambda line: None, measure=fake)["workloads"]
-    assert ("fused-optimizer" in toy["winner"]["techniques"]) is chosen
-    finals = [s for s in toy["steps"] if s["phase"] == "final" and "fused-optimizer" in s["combination"]]
-    assert finals and all((s["untrusted"] is None) is chosen for s in finals)
+    (toy,) = tune_summary(plan, config, lambda line: None, measure=fake).workloads
+    assert ("fused-optimizer" in toy.winner.techniques) is chosen
+    finals = [s for s in toy.steps if s.phase is Phase.FINAL and "fused-optimizer" in s.combination]
+    assert finals and all((s.untrusted is None) is chosen for s in finals)
 
 
 class CoordinateWorker(FakeWorker):
@@ -778,23 +791,22 @@ def test_an_option_value_tune_chose_has_its_own_ablation_row(tmp_path: Path) -> 
     plan = session.plan(tmp_path / "s.toml")
     fake = CoordinateWorker(plan.registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
-    summary = tune(plan, config, lambda line: None, measure=fake)
-    (toy,) = summary["workloads"]
-    assert toy["winner"]["combination"].endswith("@torch-compile.inductor.coordinate_descent_tuning=True")
-    rows = {row["label"]: row for row in toy["ablation"]}
+    summary = tune_summary(plan, config, lambda line: None, measure=fake)
+    (toy,) = summary.workloads
+    assert toy.winner.combination.endswith("@torch-compile.inductor.coordinate_descent_tuning=True")
+    rows = {row.label: row for row in toy.ablation}
     row = rows["without torch-compile.inductor.coordinate_descent_tuning=True"]
-    assert row["removed"] == "torch-compile.inductor.coordinate_descent_tuning=True"
-    assert row["combination"] == toy["winner"]["combination"].split("@")[0]  # the winner before the option step
-    assert row["contribution"] == pytest.approx(0.05)
-    assert (
-        rows["winner"]["options"] == ["torch-compile.inductor.coordinate_descent_tuning=True"] and row["options"] == []
-    )
+    assert row.removed == "torch-compile.inductor.coordinate_descent_tuning=True"
+    assert row.combination == toy.winner.combination.split("@")[0]  # the winner before the option step
+    assert row.contribution == pytest.approx(0.05)
+    assert rows["winner"].kind is RowKind.WINNER and row.kind is RowKind.WITHOUT
+    assert rows["winner"].options == ("torch-compile.inductor.coordinate_descent_tuning=True",) and row.options == ()
     page = tune_module.tune_markdown(summary)
-    techniques = " + ".join(toy["winner"]["techniques"])
+    techniques = " + ".join(toy.winner.techniques)
     assert f"| winner | {techniques} (torch-compile.inductor.coordinate_descent_tuning=True) | passed |" in page
     # Leaving a technique out drops its options with it; the other techniques' rows keep them.
-    assert "coordinate_descent" not in rows["without torch-compile"]["combination"]
-    assert rows["without amp-bf16"]["combination"].endswith("@torch-compile.inductor.coordinate_descent_tuning=True")
+    assert "coordinate_descent" not in rows["without torch-compile"].combination
+    assert rows["without amp-bf16"].combination.endswith("@torch-compile.inductor.coordinate_descent_tuning=True")
 
 
 class ThrottledOnceWorker(ClockWorker):
@@ -820,8 +832,8 @@ def test_resume_measures_a_throttled_record_again_and_keeps_it_when_cut_short(tm
     fake = ThrottledOnceWorker(plan.registry, "clocks throttled: sw_thermal_slowdown during the timed steps")
     fake.ids = []
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
-    (toy,) = tune(plan, config, lambda line: None, measure=fake)["workloads"]
-    assert "fused-optimizer" not in toy["winner"]["techniques"]
+    (toy,) = tune_summary(plan, config, lambda line: None, measure=fake).workloads
+    assert "fused-optimizer" not in toy.winner.techniques
     throttled = {r["id"] for r in results.load(config.output)["cells"] if r.get("warnings")}
     assert {i for i in throttled if not i.endswith("/screen")}  # full records the search passed over
 
@@ -829,15 +841,15 @@ def test_resume_measures_a_throttled_record_again_and_keeps_it_when_cut_short(tm
     fake.ids, fake.cut = [], True
     before = {r["id"]: r for r in results.load(config.output)["cells"]}
     with pytest.raises(KeyboardInterrupt):
-        tune(plan, dataclasses.replace(config, resume=True), lambda line: None, measure=fake)
+        tune_summary(plan, dataclasses.replace(config, resume=True), lambda line: None, measure=fake)
     assert len(fake.ids) == 1 and fake.ids[0] in throttled
     assert results.load(config.output)["cells"] == list(before.values())
 
     # Cooled down: each throttled full record is measured again (screens are not), and now the fastest wins.
     fake.ids, fake.cut, fake.cooled = [], False, True
     lines: list[str] = []
-    (toy,) = tune(plan, dataclasses.replace(config, resume=True), lines.append, measure=fake)["workloads"]
-    assert "fused-optimizer" in toy["winner"]["techniques"]
+    (toy,) = tune_summary(plan, dataclasses.replace(config, resume=True), lines.append, measure=fake).workloads
+    assert "fused-optimizer" in toy.winner.techniques
     again = {i for i in fake.ids if i in throttled}
     assert again == {i for i in throttled if not i.endswith("/screen")}
     assert sum("measured again, the file's record says clocks throttled" in line for line in lines) == len(again)
@@ -868,9 +880,10 @@ class RoundsWorker(FakeWorker):
         return record
 
 
-def _verdict(decision: str) -> str:
-    """A step's decision without its figures: "kept", "not better", "not confirmed"."""
-    return next((v for v in ("not confirmed", "kept") if decision.startswith(v)), decision)
+def _options(toy: WorkloadTune) -> list[tuple[str, Decision]]:
+    """(the option settings, decision) of each option variant step but the screens that confirm a near miss."""
+    steps = _decisions(toy, Phase.OPTION)
+    return [(c.split("@", 1)[1], s.decision) for c, s in steps if s.decision is not Decision.CONFIRMING]
 
 
 def test_an_option_passed_over_is_tried_again_on_top_of_a_value_kept_after_it(tmp_path: Path) -> None:
@@ -881,14 +894,13 @@ def test_an_option_passed_over_is_tried_again_on_top_of_a_value_kept_after_it(tm
     plan = session.plan(tmp_path / "s.toml")
     fake = RoundsWorker(plan.registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
-    (toy,) = tune(plan, config, lambda line: None, measure=fake)["workloads"]
-    options = [(c.split("@", 1)[1], d) for c, d in _decisions(toy, "option") if d != confirm.CONFIRMING]
-    assert [(c, _verdict(d)) for c, d in options] == [
-        ("torch-compile.mode=reduce-overhead", "not confirmed"),
-        ("torch-compile.inductor.coordinate_descent_tuning=True", "kept"),
-        ("torch-compile.inductor.coordinate_descent_tuning=True@torch-compile.mode=reduce-overhead", "kept"),
+    (toy,) = tune_summary(plan, config, lambda line: None, measure=fake).workloads
+    assert _options(toy) == [
+        ("torch-compile.mode=reduce-overhead", Decision.NOT_CONFIRMED),
+        ("torch-compile.inductor.coordinate_descent_tuning=True", Decision.KEPT),
+        ("torch-compile.inductor.coordinate_descent_tuning=True@torch-compile.mode=reduce-overhead", Decision.KEPT),
     ]
-    assert toy["winner"]["combination"].endswith(
+    assert toy.winner.combination.endswith(
         "@torch-compile.inductor.coordinate_descent_tuning=True@torch-compile.mode=reduce-overhead"
     )
 
@@ -912,7 +924,7 @@ def test_a_verdict_is_in_the_results_file_before_the_next_cell_runs(tmp_path: Pa
     fake = FileReadingWorker(session.plan(suite).registry, 1.0)
     fake.gain, fake.ids, fake.seen, fake.output = 1.004, [], [], tmp_path / "out" / "results.json"
     config = TuneConfig(output=fake.output, budget_seconds=600.0, clock=fake.clock)
-    tune(session.plan(suite), config, lambda line: None, measure=fake)
+    tune_summary(session.plan(suite), config, lambda line: None, measure=fake)
     last_repeat = max(i for i, c in enumerate(fake.ids) if c.endswith("/screen-3"))
     first_after = next(seen for i, seen in enumerate(fake.seen) if i > last_repeat)
     assert first_after and first_after[0]["confirmed"] is True and " against " in first_after[0]["screens"]
@@ -928,17 +940,16 @@ def test_a_damaged_verdict_in_the_file_is_tested_again_not_trusted(tmp_path: Pat
     doc["integrity"] = {"sha256": results.store.checksum(doc)}
     config.output.write_text(json.dumps(doc), encoding="utf-8")
     fake.ids = []
-    (toy,) = tune(session.plan(suite), dataclasses.replace(config, resume=True), lambda line: None, measure=fake)[
-        "workloads"
-    ]
+    resumed = dataclasses.replace(config, resume=True)
+    (toy,) = tune_summary(session.plan(suite), resumed, lambda line: None, measure=fake).workloads
     near = first["near"].rsplit("/", 1)[0]
     # The damaged pair is decided again, from its six screens in the file (all of one run: nothing to measure), the
     # others are taken as they stand; the file's entries are whole again.
-    decisions = {c: d for c, d in _decisions(toy, "greedy") if d.startswith("kept")}
-    assert decisions[near].startswith("kept: confirmed, each of its screens faster")
-    assert [d for c, d in decisions.items() if c != near and "as decided on" in d]
+    confirmed = {c: s.detail for c, s in _decisions(toy, Phase.GREEDY) if s.decision is Decision.CONFIRMED}
+    assert confirmed[near].startswith("each of its screens faster")
+    assert [d for c, d in confirmed.items() if c != near and d.startswith("as decided on ")]
     assert not [i for i in fake.ids if "/screen-" in i]
-    assert sorted(toy["winner"]["techniques"]) == ["amp-bf16", "fused-optimizer", "noop"]
+    assert sorted(toy.winner.techniques) == ["amp-bf16", "fused-optimizer", "noop"]
     saved = results.load(config.output)["run"]["tune"]["confirmations"]
     assert {v["near"]: v["confirmed"] for v in saved}[first["near"]] is True and len(saved) == len(verdicts) - 2
 
@@ -952,14 +963,14 @@ class HoldingRoundsWorker(RoundsWorker):
 def test_an_option_value_within_noise_is_kept_when_its_screens_confirm_it(tmp_path: Path) -> None:
     extra = 'compiled = ["amp-bf16", "torch-compile"]\n[tune.torch-compile]\nmode = ["reduce-overhead"]'
     toy = _tune_toy(tmp_path, HoldingRoundsWorker, extra)
-    (option,) = [(c, d) for c, d in _decisions(toy, "option") if "@" in c and d != confirm.CONFIRMING]
-    assert option[0].endswith("@torch-compile.mode=reduce-overhead")
-    assert option[1].startswith("kept: confirmed, each of its screens faster than each of the incumbent's (")
-    assert toy["winner"]["combination"] == option[0]
+    (option,) = [(c, s) for c, s in _decisions(toy, Phase.OPTION) if "@" in c and s.decision is not Decision.CONFIRMING]
+    assert option[0].endswith("@torch-compile.mode=reduce-overhead") and option[1].decision is Decision.CONFIRMED
+    assert option[1].describe().startswith("kept, confirmed: each of its screens faster than each of the incumbent's (")
+    assert toy.winner.combination == option[0]
     # the winner's full record, not a screen, is the recipe's figure
-    assert not str(toy["winner"]["cell_id"]).endswith("/screen")
-    screens = [s for s in toy["steps"] if s["phase"] == "option" and s["decision"] == confirm.CONFIRMING]
-    assert {str(s["cell_id"]).rsplit("/", 1)[1] for s in screens} == {"screen", "screen-2", "screen-3"}
+    assert not str(toy.winner.cell_id).endswith("/screen")
+    screens = [s for s in toy.steps if s.phase is Phase.OPTION and s.decision is Decision.CONFIRMING]
+    assert {str(s.cell_id).rsplit("/", 1)[1] for s in screens} == {"screen", "screen-2", "screen-3"}
 
 
 class ModesWorker(RoundsWorker):
@@ -986,22 +997,21 @@ def test_resume_tries_the_option_values_already_measured_before_new_ones(tmp_pat
     suite.write_text(TOY_SUITE.format(extra=extra + 'mode = ["reduce-overhead"]'), encoding="utf-8")
     fake = ModesWorker(session.plan(suite).registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
-    (first,) = tune(session.plan(suite), config, lambda line: None, measure=fake)["workloads"]
+    (first,) = tune_summary(session.plan(suite), config, lambda line: None, measure=fake).workloads
     best = "@torch-compile.inductor.coordinate_descent_tuning=True@torch-compile.mode=reduce-overhead"
-    assert first["winner"]["combination"].endswith(best)
+    assert first.winner.combination.endswith(best)
 
     suite.write_text(TOY_SUITE.format(extra=extra + 'mode = ["reduce-overhead", "max-autotune"]'), encoding="utf-8")
     fake.starts = []
     lines: list[str] = []
-    (toy,) = tune(session.plan(suite), dataclasses.replace(config, resume=True), lines.append, measure=fake)[
-        "workloads"
-    ]
-    assert toy["winner"]["combination"] == first["winner"]["combination"]
-    options = [(c.split("@", 1)[1], d) for c, d in _decisions(toy, "option") if d != confirm.CONFIRMING]
-    assert [(c, _verdict(d)) for c, d in options[:3]] == [
-        ("torch-compile.mode=reduce-overhead", "not confirmed"),
-        ("torch-compile.inductor.coordinate_descent_tuning=True", "kept"),
-        ("torch-compile.inductor.coordinate_descent_tuning=True@torch-compile.mode=reduce-overhead", "kept"),
+    resumed = dataclasses.replace(config, resume=True)
+    (toy,) = tune_summary(session.plan(suite), resumed, lines.append, measure=fake).workloads
+    assert toy.winner.combination == first.winner.combination
+    options = _options(toy)
+    assert options[:3] == [
+        ("torch-compile.mode=reduce-overhead", Decision.NOT_CONFIRMED),
+        ("torch-compile.inductor.coordinate_descent_tuning=True", Decision.KEPT),
+        ("torch-compile.inductor.coordinate_descent_tuning=True@torch-compile.mode=reduce-overhead", Decision.KEPT),
     ]
     # One cell: max-autotune on top of coordinate descent; the winner (this machine's record) and its ablation
     # rows were all at hand.
@@ -1009,7 +1019,7 @@ def test_resume_tries_the_option_values_already_measured_before_new_ones(tmp_pat
     assert not [line for line in lines if "measured again" in line]
     assert (
         "torch-compile.inductor.coordinate_descent_tuning=True@torch-compile.mode=max-autotune",
-        "not better",
+        Decision.NOT_BETTER,
     ) in options
 
 
@@ -1017,20 +1027,13 @@ def test_the_recipe_keeps_each_winners_own_option_values(registry: Any) -> None:
     """Two workloads whose winners want different compile modes: each combination carries its own, and the
     snippet expands to cells that run with them (a suite-wide [techniques] table could hold one)."""
 
-    def winner(key: str, mode: str) -> dict[str, Any]:
-        return {
-            "key": key,
-            "unit": "samples",
-            "winner": {
-                "techniques": ["amp-bf16", "torch-compile"],
-                "overrides": {"torch-compile": {"mode": mode}},
-                "batch_size": 8,
-                "throughput": 100.0,
-                "speedup_vs_fp32": 2.0,
-            },
-        }
+    def winner(key: str, mode: str) -> WorkloadTune:
+        # Only tune's own choice, as summaries of early versions kept it.
+        techniques = ("amp-bf16", "torch-compile")
+        recipe = Winner(f"{'+'.join(techniques)}@torch-compile.mode={mode}", techniques, 8, f"{key}/x/bs8", 100.0)
+        return WorkloadTune(key, "samples", winner=replace(recipe, overrides={"torch-compile": {"mode": mode}}))
 
-    summary = {"device": "cpu", "workloads": [winner("a", "reduce-overhead"), winner("b", "max-autotune")]}
+    summary = TuneSummary(device="cpu", workloads=(winner("a", "reduce-overhead"), winner("b", "max-autotune")))
     recipe = recipe_toml(summary)
     assert "one per suite" not in recipe and "[techniques." not in recipe
     suite = "[workloads.a]\nplugin = 'toy'\nbatch_size = 8\n[workloads.b]\nplugin = 'toy'\nbatch_size = 8\n"
@@ -1043,25 +1046,16 @@ def test_the_recipe_keeps_each_winners_own_option_values(registry: Any) -> None:
 def test_the_recipe_carries_the_tune_suites_own_option_values(registry: Any) -> None:
     """A winner measured with the tune suite's [techniques.torch-compile] values: the snippet sets them on its
     combination, so a suite without that table runs the recipe as measured (as ResNet-50's tuned winner needs)."""
-    summary = {
-        "device": "cuda",
-        "workloads": [
-            {
-                "key": "a",
-                "unit": "samples",
-                "winner": {
-                    "techniques": ["amp-fp16", "torch-compile"],
-                    "options": {
-                        "torch-compile": {"mode": "reduce-overhead", "inductor": {"triton.tile_reductions": True}}
-                    },
-                    "overrides": {},
-                    "batch_size": 8,
-                    "throughput": 100.0,
-                    "speedup_vs_fp32": 2.0,
-                },
-            }
-        ],
-    }
+    winner = Winner(
+        combination="amp-fp16+torch-compile",
+        techniques=("amp-fp16", "torch-compile"),
+        batch_size=8,
+        cell_id="a/amp-fp16+torch-compile/bs8",
+        throughput=100.0,
+        speedup_vs_fp32=2.0,
+        options={"torch-compile": {"mode": "reduce-overhead", "inductor": {"triton.tile_reductions": True}}},
+    )
+    summary = TuneSummary(device="cuda", workloads=(WorkloadTune("a", "samples", winner=winner),))
     recipe = recipe_toml(summary)
     suite = "[workloads.a]\nplugin = 'toy'\nbatch_size = 8\n"
     (cell,) = [c for c in expand(loads(suite + recipe, "recipe.toml"), registry, "cpu") if c.combination == "tuned-a"]
@@ -1087,8 +1081,8 @@ def test_tune_builds_its_own_candidates_whatever_a_combination_sets(tmp_path: Pa
         return fake(cell, spec, timeout)
 
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
-    (toy,) = tune(plan, config, lambda line: None, measure=measure)["workloads"]
-    assert toy["winner"] is not None and seen
+    (toy,) = tune_summary(plan, config, lambda line: None, measure=measure).workloads
+    assert toy.winner is not None and seen
     assert all(o["backend"] == "aot_eager" and o["fullgraph"] is False for o in seen)
 
 
@@ -1101,14 +1095,15 @@ def test_a_resumed_search_reports_its_screens_against_the_files_last_winner(tmp_
     plan = session.plan(suite)
     fake = FakeWorker(plan.registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
-    (first,) = tune(plan, config, lambda line: None, measure=fake)["workloads"]
-    winner = first["winner"]
+    (first,) = tune_summary(plan, config, lambda line: None, measure=fake).workloads
+    winner = first.winner
     suite.write_text(TOY_SUITE.format(extra='compiled = ["amp-bf16", "torch-compile"]'), encoding="utf-8")
     plan = session.plan(suite)
     lines: list[str] = []
-    tune(plan, dataclasses.replace(config, resume=True), lines.append, measure=fake)
+    tune_summary(plan, dataclasses.replace(config, resume=True), lines.append, measure=fake)
     screen = next(line for line in lines if "torch-compile" in line and "(screen)" in line)
-    expected = f"best so far {winner['combination']}/bs64 (the file's last winner) {winner['throughput']:,.0f}"
+    assert winner is not None
+    expected = f"best so far {winner.name} (the file's last winner) {winner.throughput:,.0f}"
     assert expected in screen, screen
 
 
@@ -1121,7 +1116,7 @@ def test_tune_leaves_no_temporary_folder(tmp_path: Path, monkeypatch: pytest.Mon
     plan = session.plan(tmp_path / "s.toml")
     fake = FakeWorker(plan.registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
-    tune(plan, config, lambda line: None, measure=fake)
+    tune_summary(plan, config, lambda line: None, measure=fake)
     assert not list(scratch.glob("ampsuite-tune-*"))
 
 
@@ -1145,7 +1140,7 @@ def test_resume_measures_again_a_record_whose_options_the_suite_file_changed(tmp
     fake = IdsWorker(plan.registry, 1.0)
     fake.ids = []
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
-    tune(plan, config, lambda line: None, measure=fake)
+    tune_summary(plan, config, lambda line: None, measure=fake)
     first = {r["id"]: r for r in results.load(config.output)["cells"]}
     accumulated = {i for i, r in first.items() if "grad-accumulation" in {t["name"] for t in r["techniques"]}}
     assert accumulated
@@ -1153,7 +1148,7 @@ def test_resume_measures_again_a_record_whose_options_the_suite_file_changed(tmp
     suite.write_text(TOY_SUITE.format(extra=extra.format(steps=4)), encoding="utf-8")
     plan = session.plan(suite)
     fake.ids, lines = [], []
-    tune(plan, dataclasses.replace(config, resume=True), lines.append, measure=fake)
+    tune_summary(plan, dataclasses.replace(config, resume=True), lines.append, measure=fake)
     changed = [i for i in fake.ids if i in accumulated]
     assert changed and sum("the file's record measured other technique options" in line for line in lines) == len(
         changed
@@ -1177,15 +1172,15 @@ def test_resume_measures_again_a_record_whose_options_the_suite_file_changed(tmp
     assert {r["id"]: r for r in results.load(backup)["cells"]} == first
 
 
-def _then_noop(tmp_path: Path, worker: type[FakeWorker], budget: float) -> tuple[Path, Any, TuneConfig, dict[str, Any]]:
+def _then_noop(tmp_path: Path, worker: type[FakeWorker], budget: float) -> tuple[Path, Any, TuneConfig, WorkloadTune]:
     """A first tune of the toy suite (winner bf16 + fused-optimizer), then noop added to the suite's space: the suite
     file, the worker, the first run's config (for a ``--resume`` of it) and its result."""
     suite = tmp_path / "s.toml"
     suite.write_text(TOY_SUITE.format(extra=""), encoding="utf-8")
     fake = worker(session.plan(suite).registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=budget, clock=fake.clock)
-    (first,) = tune(session.plan(suite), config, lambda line: None, measure=fake)["workloads"]
-    assert sorted(first["winner"]["techniques"]) == ["amp-bf16", "fused-optimizer"]
+    (first,) = tune_summary(session.plan(suite), config, lambda line: None, measure=fake).workloads
+    assert sorted(first.winner.techniques) == ["amp-bf16", "fused-optimizer"]
     suite.write_text(TOY_SUITE.format(extra='noop = ["noop"]'), encoding="utf-8")
     return suite, fake, config, first
 
@@ -1210,12 +1205,12 @@ def _as_if_elsewhere(path: Path, factor: float) -> dict[str, dict[str, Any]]:
     return {r["id"]: r for r in doc["cells"]}
 
 
-def _first_tune(tmp_path: Path, budget: float = 600.0) -> tuple[Path, FakeWorker, TuneConfig, dict[str, Any]]:
+def _first_tune(tmp_path: Path, budget: float = 600.0) -> tuple[Path, FakeWorker, TuneConfig, WorkloadTune]:
     suite = tmp_path / "s.toml"
     suite.write_text(TOY_SUITE.format(extra=""), encoding="utf-8")
     fake = FakeWorker(session.plan(suite).registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=budget, clock=fake.clock)
-    (first,) = tune(session.plan(suite), config, lambda line: None, measure=fake)["workloads"]
+    (first,) = tune_summary(session.plan(suite), config, lambda line: None, measure=fake).workloads
     return suite, fake, config, first
 
 
@@ -1232,9 +1227,9 @@ def test_a_resumed_tune_on_this_machine_takes_the_files_records_as_they_are(tmp_
     before = len(fake.starts)
     lines: list[str] = []
     resumed = dataclasses.replace(config, resume=True)
-    (again,) = tune(session.plan(suite), resumed, lines.append, measure=fake)["workloads"]
+    (again,) = tune_summary(session.plan(suite), resumed, lines.append, measure=fake).workloads
     assert len(fake.starts) == before  # nothing measured again
-    assert again["winner"]["cell_id"] == first["winner"]["cell_id"]
+    assert again.winner.cell_id == first.winner.cell_id
     assert not any("another machine" in line for line in lines)
 
 
@@ -1248,18 +1243,18 @@ def test_a_resumed_tune_measures_another_machines_records_again_before_holding_t
     fake.now, before = 0.0, len(fake.starts)
     lines: list[str] = []
     resumed = dataclasses.replace(config, resume=True)
-    summary = tune(session.plan(suite), resumed, lines.append, measure=fake)
-    (again,) = summary["workloads"]
+    summary = tune_summary(session.plan(suite), resumed, lines.append, measure=fake)
+    (again,) = summary.workloads
     assert len(fake.starts) > before
     assert any("measured on another machine (elsewhere)" in line for line in lines)
     doc = results.load(config.output)
-    used = {s["cell_id"] for s in again["steps"] if s["cell_id"]} | {r["cell_id"] for r in again["ablation"]}
+    used = {s.cell_id for s in again.steps if s.cell_id} | {r.cell_id for r in again.ablation}
     for record in doc["cells"]:
         if record["id"] in used:
             assert record["machine"]["host"] != "elsewhere", record["id"]
-    assert again["winner"]["combination"] == first["winner"]["combination"]
-    assert again["winner"]["throughput"] == pytest.approx(first["winner"]["throughput"])
-    assert again["winner"]["throughput"] < elsewhere[first["winner"]["cell_id"]]["metrics"]["throughput"]
+    assert again.winner.combination == first.winner.combination
+    assert again.winner.throughput == pytest.approx(first.winner.throughput)
+    assert again.winner.throughput < elsewhere[first.winner.cell_id]["metrics"]["throughput"]
     assert list(config.output.parent.glob("results.*.json"))  # the file as it was, kept aside
 
 
@@ -1268,11 +1263,37 @@ def test_another_machines_record_the_budget_cannot_measure_again_is_not_used(tmp
     _as_if_elsewhere(config.output, 1.2)
     fake.now = 0.0
     resumed = dataclasses.replace(config, resume=True, budget_seconds=0.5)  # less than one cell costs
-    (again,) = tune(session.plan(suite), resumed, lambda line: None, measure=fake)["workloads"]
-    assert again["winner"] is None
-    assert again["reason"] == "the FP32 cell did not pass (not measured: the budget was spent)"
+    (again,) = tune_summary(session.plan(suite), resumed, lambda line: None, measure=fake).workloads
+    assert again.winner is None
+    assert again.reason == "the FP32 cell did not pass (not measured: the budget was spent)"
     # the file keeps every record it had: nothing measured is lost
     assert all(r["machine"]["host"] == "elsewhere" for r in results.load(config.output)["cells"])
+
+
+@pytest.mark.parametrize(
+    ("odd", "where"),
+    [
+        ("a summary", "run.tune: expected an object"),
+        ({"workloads": [1, "x", None]}, "run.tune.workloads[0]: expected an object"),
+        ("winner batch abc", "run.tune.workloads[0].winner.batch_size: expected an integer, got str 'abc'"),
+    ],
+)
+def test_resume_over_a_file_whose_summary_no_reader_could_use_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], odd: Any, where: str
+) -> None:
+    """It ended in an internal error (exit 3) when the search read the file's last winner."""
+    suite, _, config, _ = _first_tune(tmp_path)
+    doc = results.load(config.output)
+    if odd == "winner batch abc":
+        doc["run"]["tune"]["workloads"][0]["winner"]["batch_size"] = "abc"
+    else:
+        doc["run"]["tune"] = odd
+    results.ResultsWriter(config.output, doc)  # sealed: only its content is odd
+    capsys.readouterr()
+    code = main(["tune", str(suite), "--resume", "--report-dir", str(config.output.parent)])
+    err = capsys.readouterr().err
+    assert code == ExitCode.USAGE_ERROR and err.count("\n") == 1
+    assert err.startswith(f"ampsuite: error: {config.output}: corrupt results file: {where}"), err
 
 
 # -- the budget's estimates -------------------------------------------------------------------------------
@@ -1346,13 +1367,13 @@ def test_a_finalist_whose_screen_compiled_its_graph_is_priced_without_a_compile(
     fake = CacheWorker(plan.registry, 1.0)
     fake.graphs = set()
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=250.0, clock=fake.clock)
-    (toy,) = tune(plan, config, lambda line: None, measure=fake)["workloads"]
-    finals = {s["combination"]: s["decision"] for s in toy["steps"] if s["phase"] == "final"}
+    (toy,) = tune_summary(plan, config, lambda line: None, measure=fake).workloads
+    finals = {s.combination: s.decision for s in toy.steps if s.phase is Phase.FINAL}
     # Priced as a compile, the paths' ends would be left out and a slower recipe win. (The bf16 path starts from the
     # fp16 path's companions, as fast: the tie goes to the recipe without a loss scale.)
-    assert finals["amp-fp16+fused-optimizer+torch-compile"] == "trusted"
-    assert finals["amp-bf16+fused-optimizer+torch-compile"] == "trusted"
-    assert toy["winner"]["combination"] == "amp-bf16+fused-optimizer+torch-compile"
+    assert finals["amp-fp16+fused-optimizer+torch-compile"] is Decision.TRUSTED
+    assert finals["amp-bf16+fused-optimizer+torch-compile"] is Decision.TRUSTED
+    assert toy.winner.combination == "amp-bf16+fused-optimizer+torch-compile"
 
 
 def test_the_searchs_compiles_price_the_ablations_rows_fp32_included() -> None:
@@ -1399,19 +1420,18 @@ def test_a_resumed_search_out_of_budget_still_chooses_among_the_full_records_it_
     # noop joined the space, and the next call's budget pays for its screens, not for the new path's end.
     fake.now = 0.0
     resumed = dataclasses.replace(config, resume=True, budget_seconds=12.0, clock=fake.clock)
-    (toy,) = tune(session.plan(suite), resumed, lambda line: None, measure=fake)["workloads"]
-    finals = {s["combination"]: s["decision"] for s in toy["steps"] if s["phase"] == "final"}
+    (toy,) = tune_summary(session.plan(suite), resumed, lambda line: None, measure=fake).workloads
+    finals = {s.combination: s.decision for s in toy.steps if s.phase is Phase.FINAL}
     # The file's winner is a finalist again (the bf16 path's head start passed it by), its full record at hand, free;
     # the file's other full records stand in for the finalists the budget left out, free...
-    assert finals[first["winner"]["combination"]] == "trusted"
-    assert finals["amp-fp16+fused-optimizer"] == STOOD_IN
-    assert toy["winner"]["cell_id"] == first["winner"]["cell_id"]  # ...and it wins: not a slower one the file held
+    assert finals[first.winner.combination] is Decision.TRUSTED
+    assert finals["amp-fp16+fused-optimizer"] is Decision.STOOD_IN
+    assert toy.winner.cell_id == first.winner.cell_id  # ...and it wins: not a slower one the file held
     # With the budget for its finalists, the search measures them and nothing stands in.
     fake.now = 0.0
-    (full,) = tune(session.plan(suite), dataclasses.replace(resumed, budget_seconds=5000.0), lambda line: None, fake)[
-        "workloads"
-    ]
-    assert all(s["decision"] != STOOD_IN for s in full["steps"])
+    funded = dataclasses.replace(resumed, budget_seconds=5000.0)
+    (full,) = tune_summary(session.plan(suite), funded, lambda line: None, fake).workloads
+    assert all(s.decision is not Decision.STOOD_IN for s in full.steps)
 
 
 def test_first_steps_of_an_earlier_run_price_this_runs_candidates_and_nothing_else() -> None:
@@ -1453,14 +1473,14 @@ def test_a_resumed_tune_prices_its_compiles_from_the_files_first_steps(tmp_path:
     suite.write_text(TOY_SUITE.format(extra='compiled = ["amp-bf16", "torch-compile"]'), encoding="utf-8")
     fake = CompileWorker(session.plan(suite).registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=5000.0, clock=fake.clock)
-    tune(session.plan(suite), config, lambda line: None, measure=fake)
+    tune_summary(session.plan(suite), config, lambda line: None, measure=fake)
     # A technique joins the space; the next call has less than a compile's time.
     compiled = 'compiled = ["amp-bf16", "torch-compile"]'
     suite.write_text(TOY_SUITE.format(extra=f'{compiled}\nnoop = ["noop"]'), encoding="utf-8")
     fake.starts, lines = [], []
     resumed = dataclasses.replace(config, resume=True, budget_seconds=45.0, clock=fake.clock)
     fake.now = 0.0
-    tune(session.plan(suite), resumed, lines.append, measure=fake)
+    tune_summary(session.plan(suite), resumed, lines.append, measure=fake)
     started = [c for c in results.load(config.output)["cells"] if "noop" in c["combination"]]
     assert started and all("torch-compile" not in c["combination"] for c in started)  # the eager screens ran...
     refused = [line for line in lines if "torch-compile+noop not started" in line]
@@ -1478,14 +1498,14 @@ def test_a_technique_that_requires_another_waits_in_the_pool_and_leaves_the_abla
     plan = session.plan(tmp_path / "s.toml", objects=NEEDS_COMPILE)
     fake = FakeWorker(plan.registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
-    summary = tune(plan, config, lambda line: None, measure=fake)
-    (toy,) = summary["workloads"]
-    assert "needs-compile" in toy["winner"]["techniques"]
-    pooled = [s for s in toy["steps"] if "needs-compile" in s["combination"]]
-    assert pooled and all("torch-compile" in s["combination"] for s in pooled)  # never a skipped cell without it
+    summary = tune_summary(plan, config, lambda line: None, measure=fake)
+    (toy,) = summary.workloads
+    assert "needs-compile" in toy.winner.techniques
+    pooled = [s for s in toy.steps if "needs-compile" in s.combination]
+    assert pooled and all("torch-compile" in s.combination for s in pooled)  # never a skipped cell without it
     # A device requirement is no technique to wait for: cuda-graphs is tried, and expansion skips it on a CPU.
-    graphs = [s for s in toy["steps"] if "cuda-graphs" in s["combination"]]
-    assert graphs and graphs[0]["status"] == "skipped"
-    (row,) = [r for r in toy["ablation"] if r["removed"] == "torch-compile"]
-    assert "needs-compile" not in row["techniques"] and row["status"] == "passed"
-    assert row["label"] == "without torch-compile (and needs-compile, which requires it)"
+    graphs = [s for s in toy.steps if "cuda-graphs" in s.combination]
+    assert graphs and graphs[0].status == Status.SKIPPED
+    (row,) = [r for r in toy.ablation if r.removed == "torch-compile"]
+    assert "needs-compile" not in row.techniques and row.status == Status.PASSED
+    assert row.label == "without torch-compile (and needs-compile, which requires it)"

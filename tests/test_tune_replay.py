@@ -20,7 +20,7 @@ from ampsuite.contract.cell import Cell
 from ampsuite.contract.wire import Status
 from ampsuite.host import environment, session
 from ampsuite.spec.suitespec import SuiteSpec
-from ampsuite.tune import TuneConfig, tune
+from ampsuite.tune import TuneConfig, TuneSummary, tune_summary
 
 REPORTS = Path(__file__).resolve().parent.parent / "reports" / "h200"
 
@@ -52,7 +52,18 @@ class Replay:
         return {**copy.deepcopy(record), "id": cell.id, "machine": fresh["machine"]}
 
 
-@pytest.mark.parametrize("name", ["tune-resnet50", "tune-bert-base", "tune-vit-b16"])
+WINNERS = {
+    "tune-resnet50": ("amp-fp16+torch-compile+fused-optimizer+channels-last", 7651.2),
+    "tune-bert-base": ("amp-bf16+torch-compile+fused-optimizer", 4406.7),
+    "tune-vit-b16": (
+        "amp-bf16+torch-compile+patch-gemm+fused-optimizer@torch-compile.inductor.coordinate_descent_tuning=True",
+        3619.7,
+    ),
+}
+"""Each file's winner as docs/tune.md reports it: (combination, throughput)."""
+
+
+@pytest.mark.parametrize("name", list(WINNERS))
 def test_the_search_replayed_on_an_h200_tune_reaches_its_winner(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -62,8 +73,9 @@ def test_the_search_replayed_on_an_h200_tune_reaches_its_winner(
     replay = Replay(doc, plan.registry)
     ticks = iter(range(10**9))
     config = TuneConfig(output=tmp_path / "results.json", budget_seconds=1e9, clock=lambda: next(ticks) * 1e-3)
-    summary = tune(plan, config, lambda line: None, measure=replay)
-    for new, old in zip(summary["workloads"], doc["run"]["tune"]["workloads"], strict=True):
-        assert new["winner"] is not None, (new.get("reason"), replay.missing)
-        assert new["winner"]["combination"] == _current(old["winner"]["combination"]), replay.missing
-        assert new["winner"]["throughput"] == pytest.approx(old["winner"]["throughput"])
+    summary = tune_summary(plan, config, lambda line: None, measure=replay)
+    for new, old in zip(summary.workloads, TuneSummary.from_json(doc["run"]["tune"]).workloads, strict=True):
+        assert new.winner is not None and old.winner is not None, (new.reason, replay.missing)
+        assert new.winner.combination == _current(old.winner.combination), replay.missing
+        assert new.winner.throughput == pytest.approx(old.winner.throughput)
+        assert (new.winner.combination, round(new.winner.throughput, 1)) == WINNERS[name]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from ampsuite import BuildContext, ProbeContext, TrainStep
 from ampsuite.host.manager import PluginSettings, load_registry
 from ampsuite.plugins.probes import _flops
 from ampsuite.plugins.workloads import _cnn, _data, _transformer, cnn, gemm, transformer, vit
+from ampsuite.spec.options import build_options
 
 CPU = torch.device("cpu")
 
@@ -228,15 +230,18 @@ def test_reduced_width_narrows_every_stage() -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"depth": 20}, "depth must be one of"),
-        ({"optimizer": "adam"}, "optimizer must be one of 'sgd', 'adamw', 'lamb', got 'adam'"),
-        ({"source": "s3"}, "source must be"),
-        ({"width": 0}, "width must be >= 1, got 0"),
+        ({"depth": 20}, "depth: expected one of 18, 34, 50, 101, 152, got 20"),
+        ({"depth": 50.0}, "depth: expected an integer, got 50.0"),
+        ({"optimizer": "adam"}, "optimizer: expected one of 'sgd', 'adamw', 'lamb', got 'adam'"),
+        ({"source": "s3"}, "source: expected one of 'synthetic', 'disk', got 's3'"),
+        ({"width": 0}, "width: expected an integer >= 1, got 0"),
+        ({"lr": 0}, "lr: expected a number > 0, got 0.0"),
+        ({"weight_decay": -0.1}, "weight_decay: expected a number >= 0, got -0.1"),
     ],
 )
 def test_resnet_options_are_validated(options: dict[str, Any], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        cnn.ResNetOptions(**options)
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        build_options(cnn.ResNetOptions, options)
 
 
 def test_resnet_adamw_option_builds_adamw() -> None:
@@ -336,8 +341,12 @@ def test_masked_tokens_mask_a_fixed_count_per_sequence() -> None:
 def test_bert_options_are_validated() -> None:
     with pytest.raises(ValueError, match=r"heads \(5\) must divide hidden \(64\)"):
         transformer.BertOptions(hidden=64, heads=5)
-    with pytest.raises(ValueError, match="mask_prob must be in"):
-        transformer.BertOptions(mask_prob=0.0)
+    with pytest.raises(ValueError, match=r"^mask_prob: expected a number > 0 and <= 1, got 0\.0$"):
+        build_options(transformer.BertOptions, {"mask_prob": 0})
+    with pytest.raises(ValueError, match=r"^vocab: expected an integer >= 2, got 1$"):
+        build_options(transformer.BertOptions, {"vocab": 1})
+    with pytest.raises(ValueError, match=r"^dropout: expected a number >= 0 and < 1, got 1\.0$"):
+        build_options(transformer.BertOptions, {"dropout": 1.0})
 
 
 # ---------------------------------------------------------------------------
@@ -419,12 +428,11 @@ def test_a_corrupted_bf16_gemm_product_is_not_ok(monkeypatch: Any) -> None:
 
 
 def test_gemm_options_are_validated() -> None:
-    with pytest.raises(
-        ValueError, match="dtype must be one of float32, float16, bfloat16, float8_e4m3fn, float8_e5m2, got 'int8'"
-    ):
-        gemm.GemmOptions(dtype="int8")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="k must be >= 1, got 0"):
-        gemm.GemmOptions(k=0)
+    message = "dtype: expected one of 'float32', 'float16', 'bfloat16', 'float8_e4m3fn', 'float8_e5m2', got 'int8'"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        build_options(gemm.GemmOptions, {"dtype": "int8"})
+    with pytest.raises(ValueError, match=r"^k: expected an integer >= 1, got 0$"):
+        build_options(gemm.GemmOptions, {"k": 0})
 
 
 # ---------------------------------------------------------------------------

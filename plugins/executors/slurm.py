@@ -32,29 +32,23 @@ class SlurmOptions:
     )
     account: str = field(default="", metadata={"help": "Slurm account (--account); empty: the default"})
     time_limit: int = field(
-        default=0, metadata={"help": "minutes per job (--time); 0: the cell's timeout x processes, plus 10"}
+        default=0, metadata={"help": "minutes per job (--time); 0: the cell's timeout x processes, plus 10", "ge": 0}
     )
     gpus_per_node: int = field(
-        default=0, metadata={"help": "GPUs per job; 0: the cell's world size on CUDA, none on a CPU"}
+        default=0, metadata={"help": "GPUs per job; 0: the cell's world size on CUDA, none on a CPU", "ge": 0}
     )
-    cpus_per_task: int = field(default=0, metadata={"help": "CPUs per job (--cpus-per-task); 0: the default"})
-    array_parallelism: int = field(default=0, metadata={"help": "jobs of one array running at once; 0: no limit"})
+    cpus_per_task: int = field(default=0, metadata={"help": "CPUs per job (--cpus-per-task); 0: the default", "ge": 0})
+    array_parallelism: int = field(
+        default=0, metadata={"help": "jobs of one array running at once; 0: no limit", "ge": 0}
+    )
     setup: list[str] = field(
         default_factory=list, metadata={"help": "shell lines run before each job (module load, venv activation)"}
     )
     folder: str = field(
-        default="reports/submitit/%j", metadata={"help": "submitit's job files and logs (%j: the job id)"}
+        default="reports/submitit/%j",
+        metadata={"help": "submitit's job files and logs (%j: the job id)", "min_length": 1},
     )
-    poll_seconds: float = field(default=10.0, metadata={"help": "how often the parent asks the scheduler"})
-
-    def __post_init__(self) -> None:
-        for name in ("time_limit", "gpus_per_node", "cpus_per_task", "array_parallelism"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name}: expected an integer >= 0, got {getattr(self, name)}")
-        if not self.poll_seconds > 0:
-            raise ValueError(f"poll_seconds: expected a number > 0, got {self.poll_seconds}")
-        if not self.folder:
-            raise ValueError("folder: expected a folder, got an empty string")
+    poll_seconds: float = field(default=10.0, metadata={"help": "how often the parent asks the scheduler", "gt": 0})
 
 
 def check(options: SlurmOptions) -> str | None:

@@ -1,4 +1,4 @@
-"""GPU clocks, power and temperature during the timed steps (NVML, through nvidia-ml-py).
+"""GPU clocks, power, temperature and utilization during the timed steps (NVML, through nvidia-ml-py).
 
 A GPU that heats up or reaches a power limit lowers its clocks in the middle of
 a measurement, and the step time then says more about the cooling than about
@@ -21,6 +21,12 @@ seq/s; 3,313, 3,326 and 3,297 img/s). Such a drop gets a "power-capped" note
 instead, which the analysis does not count against the cell; a drop without the
 power cap among the reasons, or with a flagged reason, is "throttled".
 
+The same window gives ``metrics["utilization"]`` (plugins/probes/_utilization.py):
+on Hopper and newer, NVML's GPU Performance Monitoring counters for the share of
+the DRAM bandwidth used (and the achieved DRAM throughput it implies), SMs busy
+and Tensor Cores active; elsewhere NVML's coarser utilization rates, named as
+such.
+
 NVML calls are host-side driver queries: they do not synchronise the GPU or
 enter its stream. On a CPU, without nvidia-ml-py or without a working NVML,
 the probe does nothing and records nothing. pynvml is imported when a cell
@@ -33,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import statistics
 import threading
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +47,7 @@ if TYPE_CHECKING:
     import torch
 
 from ampsuite import Probe, ProbeContext, hookimpl
+from ampsuite.plugins.probes import _utilization
 
 __all__ = ["CLOCK_DROP", "FLAGGED_REASONS", "REASONS", "SAMPLE_SECONDS", "around", "summarize"]
 
@@ -103,8 +111,14 @@ class _Sampler:
                 "power_w": None if power is None else power / 1000.0,
                 "temp_c": self._read(nvml.nvmlDeviceGetTemperature, getattr(nvml, "NVML_TEMPERATURE_GPU", 0)),
                 "reasons": None if self._reasons is None else self._read(self._reasons),
+                "util": self._utilization(),
             }
         )
+
+    def _utilization(self) -> tuple[float, float] | None:
+        read = getattr(self.nvml, "nvmlDeviceGetUtilizationRates", None)
+        rates = None if read is None else self._read(read)
+        return None if rates is None else (float(rates.gpu), float(rates.memory))
 
     def _loop(self) -> None:
         while not self._stop.wait(SAMPLE_SECONDS):
@@ -199,7 +213,10 @@ def around(ctx: ProbeContext) -> Iterator[None]:
         yield
         return
     try:
-        sampler = _Sampler(nvml, _handle(nvml, device))
+        handle = _handle(nvml, device)
+        sampler = _Sampler(nvml, handle)
+        window = _utilization.GpmWindow.open(nvml, handle)
+        started = time.monotonic()
         sampler.start()
     except Exception:
         with contextlib.suppress(Exception):
@@ -210,10 +227,17 @@ def around(ctx: ProbeContext) -> Iterator[None]:
         yield
     finally:
         sampler.stop()
+        seconds = time.monotonic() - started
+        gpm = window.close() if window is not None else None
+        dram_peak = _utilization.dram_peak_bytes_per_s(nvml, handle)
         with contextlib.suppress(Exception):
             nvml.nvmlShutdown()
     summary, warnings = summarize(sampler.samples)
     ctx.metrics["clocks"] = summary
+    rates = [s["util"] for s in sampler.samples if s.get("util") is not None]
+    utilization = _utilization.summarize(gpm, rates, dram_peak, seconds)
+    if utilization is not None:
+        ctx.metrics["utilization"] = utilization
     for w in warnings:
         ctx.warn(w)
 
@@ -223,7 +247,8 @@ def ampsuite_probes() -> list[Probe]:
     return [
         Probe(
             name="clocks",
-            summary="GPU SM/memory clocks, power, temperature and throttle reasons over the timed steps (NVML)",
+            summary="GPU clocks, power, temperature, throttle reasons and utilization (DRAM bandwidth, SM and "
+            "Tensor Core activity) over the timed steps (NVML)",
             around=around,
             order=95,
         )

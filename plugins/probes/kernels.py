@@ -14,7 +14,10 @@ records:
 * ``metrics["kernel_seconds_per_step"]``: that union per step.
 * ``diagnostics["kernels"]``: the time per step by kernel class (matmul/conv,
   attention, normalization, elementwise, reduction, layout/cast, optimizer, copy,
-  other) and the heaviest kernels by name.
+  other) and the heaviest kernels by name, and ``trace``: where the profiled
+  steps' timeline is saved (``TRACE_NAME`` in the cell's artifacts beside the
+  results file, gzipped Chrome trace JSON for Perfetto or chrome://tracing),
+  which the report links.
 
 The profiled steps are never the timed ones: the figures explain a median, they
 do not replace it. CUPTI adds a little to every launch, so the profiled wall
@@ -29,6 +32,7 @@ when the report is rendered with the plugin loaded, as ``ampsuite run`` does.
 
 from __future__ import annotations
 
+import gzip
 import html
 import json
 import os
@@ -47,6 +51,7 @@ __all__ = ["CLASSES", "PROFILED_STEPS", "WARM_STEPS", "classify", "inspect", "su
 
 WARM_STEPS = 3
 PROFILED_STEPS = 5
+TRACE_NAME = "kernels-trace.json.gz"
 TOP_KERNELS = 40
 """Kernels kept by name: enough to set two cells' steps side by side kernel by kernel (a ResNet-50 step runs
 about 920 kernels; with a short list the cut-off makes kernels come and go between two recipes)."""
@@ -184,6 +189,10 @@ def inspect(ctx: ProbeContext) -> None:
         return
     ctx.metrics["gpu_busy_share"] = summary["busy_share"]
     ctx.metrics["kernel_seconds_per_step"] = summary["busy_seconds_per_step"]
+    # The timeline itself, for Perfetto or chrome://tracing: beside the results file, linked by the report.
+    trace_file = ctx.save_artifact(TRACE_NAME, gzip.compress(json.dumps(trace).encode("utf-8")))
+    if trace_file is not None:
+        summary["trace"] = trace_file
     ctx.diagnostics["kernels"] = summary
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ampsuite import Technique, hookimpl, lazy
+from ampsuite import Technique, hookimpl
+from ampsuite.plugins.techniques.variants import Variant, variants
 
 
 @dataclass(frozen=True)
@@ -37,20 +38,14 @@ class Fp16Options:
 
 @hookimpl
 def ampsuite_techniques() -> list[Technique]:
-    return [
-        Technique(
-            name="amp-fp16",
-            summary="autocast to float16 with GradScaler loss scaling (scaler=false to turn scaling off)",
-            apply=lazy("ampsuite.plugins.techniques._amp:apply_fp16"),
-            options=Fp16Options,
-            order=30,
-            conflicts=frozenset({"amp-bf16"}),
+    return variants(
+        "ampsuite.plugins.techniques._amp",
+        Variant(
+            "amp-fp16",
+            "fp16",
+            "autocast to float16 with GradScaler loss scaling (scaler=false to turn scaling off)",
+            Fp16Options,
         ),
-        Technique(
-            name="amp-bf16",
-            summary="autocast to bfloat16; float32's exponent range, so no loss scaling",
-            apply=lazy("ampsuite.plugins.techniques._amp:apply_bf16"),
-            order=30,
-            conflicts=frozenset({"amp-fp16"}),
-        ),
-    ]
+        Variant("amp-bf16", "bf16", "autocast to bfloat16; float32's exponent range, so no loss scaling"),
+        order=30,
+    )

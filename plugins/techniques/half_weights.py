@@ -44,22 +44,15 @@ from typing import Literal
 
 from ampsuite import CheckContext, Technique, hookimpl, lazy
 
-__all__ = ["DTYPE_NAMES", "HalfWeightsOptions", "check"]
+__all__ = ["HalfWeightsOptions", "check"]
 
-DTYPE_NAMES = ("float16", "bfloat16")
 AUTOCAST = ("amp-fp16", "amp-bf16")
 
 
 @dataclass(frozen=True)
 class HalfWeightsOptions:
     dtype: Literal["float16", "bfloat16"] = field(default="float16", metadata={"help": "float16 or bfloat16"})
-    init_scale: float = field(default=65536.0, metadata={"help": "initial loss scale (float16 only)"})
-
-    def __post_init__(self) -> None:
-        if self.dtype not in DTYPE_NAMES:
-            raise ValueError(f"dtype must be 'float16' or 'bfloat16', got {self.dtype!r}")
-        if not self.init_scale > 0:
-            raise ValueError(f"init_scale must be > 0, got {self.init_scale!r}")
+    init_scale: float = field(default=65536.0, metadata={"help": "initial loss scale (float16 only)", "gt": 0})
 
 
 def check(ctx: CheckContext) -> str | None:

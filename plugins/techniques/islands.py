@@ -34,17 +34,9 @@ AMP_TECHNIQUES = ("amp-fp16", "amp-bf16")
 @dataclass(frozen=True)
 class IslandsOptions:
     layers: tuple[str, ...] = field(
-        default=LAYER_NAMES, metadata={"help": f"layer kinds kept in float32, from {', '.join(LAYER_NAMES)}"}
+        default=LAYER_NAMES,
+        metadata={"help": "layer kinds kept in float32", "choices": LAYER_NAMES, "min_length": 1},
     )
-
-    def __post_init__(self) -> None:
-        if isinstance(self.layers, list):
-            object.__setattr__(self, "layers", tuple(self.layers))
-        if not self.layers:
-            raise ValueError("layers must name at least one of " + ", ".join(LAYER_NAMES) + ", got []")
-        unknown = [name for name in self.layers if name not in LAYER_NAMES]
-        if unknown:
-            raise ValueError(f"layers: unknown layer kind {unknown[0]!r}; choose from {', '.join(LAYER_NAMES)}")
 
 
 @hookimpl

@@ -30,64 +30,57 @@ CUDA context is safe for them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from ampsuite import Technique, hookimpl, lazy
+from ampsuite import Technique, hookimpl
+from ampsuite.plugins.techniques.variants import Variant, variants
 
-START_METHODS = ("", "fork", "spawn", "forkserver")
 
-
-def _validate(num_workers: int, prefetch_factor: int, start_method: str) -> None:
-    if num_workers < 0:
-        raise ValueError(f"num_workers must be >= 0, got {num_workers!r}")
-    if prefetch_factor < 1:
-        raise ValueError(f"prefetch_factor must be >= 1, got {prefetch_factor!r}")
-    if start_method not in START_METHODS:
-        raise ValueError(f"start_method must be one of {', '.join(map(repr, START_METHODS))}, got {start_method!r}")
+def _workers(default: int) -> Any:
+    """The ``num_workers`` field: pageable-loading's options are pinned-loading's with another default here."""
+    return field(
+        default=default, metadata={"help": "DataLoader worker processes (0: load in the main process)", "ge": 0}
+    )
 
 
 @dataclass(frozen=True)
 class LoadingOptions:
     """Options of ``pinned-loading``."""
 
-    num_workers: int = field(default=4, metadata={"help": "DataLoader worker processes (0: load in the main process)"})
-    prefetch_factor: int = field(default=2, metadata={"help": "batches each worker loads ahead"})
-    start_method: str = field(default="", metadata={"help": "worker start method; empty for the platform default"})
-
-    def __post_init__(self) -> None:
-        _validate(self.num_workers, self.prefetch_factor, self.start_method)
+    num_workers: int = _workers(4)
+    prefetch_factor: int = field(
+        default=2, metadata={"help": "batches each worker loads ahead (with workers)", "ge": 1}
+    )
+    start_method: Literal["", "fork", "spawn", "forkserver"] = field(
+        # Not a tune variant: the start of workers that only index a CPU dataset is no recipe ingredient.
+        default="",
+        metadata={"help": "worker start method; empty for the platform default", "tune": ()},
+    )
 
 
 @dataclass(frozen=True)
-class PageableOptions:
+class PageableOptions(LoadingOptions):
     """Options of ``pageable-loading``: the same knobs, defaulting to the naive loop."""
 
-    num_workers: int = field(default=0, metadata={"help": "DataLoader worker processes (0: load in the main process)"})
-    prefetch_factor: int = field(default=2, metadata={"help": "batches each worker loads ahead (with workers)"})
-    start_method: str = field(default="", metadata={"help": "worker start method; empty for the platform default"})
-
-    def __post_init__(self) -> None:
-        _validate(self.num_workers, self.prefetch_factor, self.start_method)
+    num_workers: int = _workers(0)
 
 
 @hookimpl
 def ampsuite_techniques() -> list[Technique]:
-    return [
-        Technique(
-            name="pinned-loading",
-            summary="feed the step from a DataLoader: workers, prefetching, pinned memory, non_blocking copies",
-            apply=lazy("ampsuite.plugins.techniques._loading:apply_pinned"),
-            options=LoadingOptions,
-            order=10,
-            conflicts=frozenset({"pageable-loading"}),
-            check=lazy("ampsuite.plugins.techniques._loading:check_pinned"),
+    return variants(
+        "ampsuite.plugins.techniques._loading",
+        Variant(
+            "pinned-loading",
+            "pinned",
+            "feed the step from a DataLoader: workers, prefetching, pinned memory, non_blocking copies",
+            LoadingOptions,
         ),
-        Technique(
-            name="pageable-loading",
-            summary="feed the step from a DataLoader the naive way: pageable memory, synchronous copies",
-            apply=lazy("ampsuite.plugins.techniques._loading:apply_pageable"),
-            options=PageableOptions,
-            order=10,
-            conflicts=frozenset({"pinned-loading"}),
-            check=lazy("ampsuite.plugins.techniques._loading:check_pageable"),
+        Variant(
+            "pageable-loading",
+            "pageable",
+            "feed the step from a DataLoader the naive way: pageable memory, synchronous copies",
+            PageableOptions,
         ),
-    ]
+        order=10,
+        checked=True,
+    )

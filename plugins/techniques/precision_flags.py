@@ -25,13 +25,10 @@ class CudnnBenchmarkOptions:
         default=10,
         metadata={
             "help": "torch.backends.cudnn.benchmark_limit: how many of the algorithms cuDNN's heuristics rank "
-            "benchmark mode times per convolution shape (0: every algorithm; 10 is PyTorch's default)"
+            "benchmark mode times per convolution shape (0: every algorithm; 10 is PyTorch's default)",
+            "ge": 0,
         },
     )
-
-    def __post_init__(self) -> None:
-        if isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 0:
-            raise ValueError(f"limit must be an integer >= 0, got {self.limit!r}")
 
 
 @hookimpl

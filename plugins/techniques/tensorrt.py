@@ -25,18 +25,12 @@ from ampsuite import CheckContext, Technique, hookimpl, lazy
 
 __all__ = ["TensorRTOptions", "check", "mismatch"]
 
-PRECISIONS = ("fp32", "fp16", "bf16")
-
 
 @dataclass(frozen=True)
 class TensorRTOptions:
     precision: Literal["fp32", "fp16", "bf16"] = field(
         default="fp16", metadata={"help": "kernels TensorRT may use beside FP32: fp32, fp16 or bf16"}
     )
-
-    def __post_init__(self) -> None:
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(map(repr, PRECISIONS))}, got {self.precision!r}")
 
 
 def _major_minor(version: str) -> str:

@@ -20,7 +20,7 @@ from ampsuite.plugins.workloads._data import (
     prepare_disk_images,
     synthetic_images,
 )
-from ampsuite.plugins.workloads._optim import make_optimizer
+from ampsuite.plugins.workloads._optim import trained_step
 from ampsuite.plugins.workloads.cnn import DEPTHS, ResNetOptions
 
 BlockType = type[tv.BasicBlock] | type[tv.Bottleneck]
@@ -93,10 +93,6 @@ def prepare(options: ResNetOptions, data_dir: str) -> str:
     return str(prepare_disk_images(data_dir, "images", options.disk_images, options.image_size, options.classes))
 
 
-def _optimizer(options: ResNetOptions, model: nn.Module) -> torch.optim.Optimizer:
-    return make_optimizer(options.optimizer, model.parameters(), options.lr, options.weight_decay)
-
-
 def build(options: ResNetOptions, ctx: BuildContext) -> TrainStep:
     torch.manual_seed(ctx.seed)
     model = make_model(options).to(ctx.device)
@@ -111,14 +107,5 @@ def build(options: ResNetOptions, ctx: BuildContext) -> TrainStep:
     else:
         dataset = synthetic_images(POOL_BATCHES * ctx.batch_size, options.image_size, options.classes, ctx.seed)
         data = cycling(device_pool(dataset, ctx.batch_size, image_collate, ctx.device, POOL_BATCHES))
-    return TrainStep(
-        device=ctx.device,
-        batch_size=ctx.batch_size,
-        samples_per_step=ctx.batch_size,
-        data=data,
-        model=model,
-        optimizer=_optimizer(options, model),
-        loss_fn=nn.CrossEntropyLoss(),
-        dataset=dataset,
-        collate=image_collate,
-    )
+    loss_fn = nn.CrossEntropyLoss()
+    return trained_step(ctx, options, model, data=data, loss_fn=loss_fn, dataset=dataset, collate=image_collate)

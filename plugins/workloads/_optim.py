@@ -1,4 +1,5 @@
-"""The torch-dependent half of :mod:`ampsuite.plugins.workloads.optimizers`: the optimizers themselves.
+"""The torch-dependent half of :mod:`ampsuite.plugins.workloads.optimizers`: the optimizers themselves, and the
+step of a model workload trained by one.
 
 SGD (momentum 0.9), AdamW, and LAMB from ``timm.optim.Lamb`` (``pip install 'ampsuite[lamb]'``),
 all non-fused, so that ``fused-optimizer`` has something to change.
@@ -7,29 +8,26 @@ all non-fused, so that ``fused-optimizer`` has something to change.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any, Protocol
 
 import torch
+from torch import nn
 
-from ampsuite.plugins.workloads.optimizers import (
-    LAMB_HINT,
-    OPTIMIZER_HELP,
-    OPTIMIZERS,
-    OptimizerName,
-    check_optimizer,
-    lamb_available,
-    validate_optimizer,
-)
+from ampsuite import BuildContext, TrainStep
+from ampsuite.plugins.workloads.optimizers import LAMB_HINT
 
-__all__ = [
-    "LAMB_HINT",
-    "OPTIMIZERS",
-    "OPTIMIZER_HELP",
-    "OptimizerName",
-    "check_optimizer",
-    "lamb_available",
-    "make_optimizer",
-    "validate_optimizer",
-]
+__all__ = ["make_optimizer", "model_step", "trained_step"]
+
+
+class Trained(Protocol):
+    """Options that name an optimizer and its settings (:mod:`ampsuite.plugins.workloads.fields`)."""
+
+    @property
+    def optimizer(self) -> str: ...
+    @property
+    def lr(self) -> float: ...
+    @property
+    def weight_decay(self) -> float: ...
 
 
 def make_optimizer(
@@ -47,5 +45,16 @@ def make_optimizer(
             raise RuntimeError(LAMB_HINT) from exc
         optimizer: torch.optim.Optimizer = Lamb(params, lr=lr, weight_decay=weight_decay)
         return optimizer
-    validate_optimizer(name)
-    raise AssertionError(name)
+    raise ValueError(f"unknown optimizer {name!r}")  # OptimizerName lets no other name through build_options
+
+
+def trained_step(ctx: BuildContext, options: Trained, model: nn.Module, **parts: Any) -> TrainStep:
+    """:func:`model_step` with the optimizer its options name (ResNet, BERT, ViT)."""
+    optimizer = make_optimizer(options.optimizer, model.parameters(), options.lr, options.weight_decay)
+    return model_step(ctx, model=model, optimizer=optimizer, **parts)
+
+
+def model_step(ctx: BuildContext, **parts: Any) -> TrainStep:
+    """The step of a built-in model workload, one sample per batch item; ``parts`` are the step's own fields
+    (``model``, ``optimizer``, ``loss_fn``, ``data``, and ``dataset`` with ``collate`` for the loading techniques)."""
+    return TrainStep(device=ctx.device, batch_size=ctx.batch_size, samples_per_step=ctx.batch_size, **parts)

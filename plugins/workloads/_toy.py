@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from ampsuite import Batch, BuildContext, TrainStep
+from ampsuite.plugins.workloads._optim import model_step
 from ampsuite.plugins.workloads.toy import ToyOptions
 
 
@@ -48,14 +49,8 @@ def build(options: ToyOptions, ctx: BuildContext) -> TrainStep:
     def data() -> Batch:
         return pool[next(cursor) % len(pool)]
 
-    return TrainStep(
-        device=ctx.device,
-        batch_size=ctx.batch_size,
-        samples_per_step=ctx.batch_size,
-        data=data,
-        model=model,
-        optimizer=torch.optim.SGD(model.parameters(), lr=options.lr),
-        loss_fn=nn.CrossEntropyLoss(),
-        dataset=dataset,
-        collate=collate,
+    optimizer = torch.optim.SGD(model.parameters(), lr=options.lr)
+    loss_fn = nn.CrossEntropyLoss()
+    return model_step(
+        ctx, model=model, optimizer=optimizer, data=data, loss_fn=loss_fn, dataset=dataset, collate=collate
     )

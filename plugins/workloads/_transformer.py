@@ -10,7 +10,7 @@ from torch import nn
 
 from ampsuite import Batch, BuildContext, TrainStep
 from ampsuite.plugins.workloads._data import POOL_BATCHES, cycling, device_pool
-from ampsuite.plugins.workloads._optim import make_optimizer
+from ampsuite.plugins.workloads._optim import trained_step
 from ampsuite.plugins.workloads.transformer import BertOptions
 
 
@@ -134,14 +134,5 @@ def build(options: BertOptions, ctx: BuildContext) -> TrainStep:
     model = BertForMaskedLM(options).to(ctx.device)
     dataset = MaskedTokens(POOL_BATCHES * ctx.batch_size, options.seq_len, options.vocab, options.mask_prob, ctx.seed)
     pool = device_pool(dataset, ctx.batch_size, collate, ctx.device, POOL_BATCHES)
-    return TrainStep(
-        device=ctx.device,
-        batch_size=ctx.batch_size,
-        samples_per_step=ctx.batch_size,
-        data=cycling(pool),
-        model=model,
-        optimizer=make_optimizer(options.optimizer, model.parameters(), options.lr, options.weight_decay),
-        loss_fn=nn.CrossEntropyLoss(ignore_index=-100),
-        dataset=dataset,
-        collate=collate,
-    )
+    loss_fn = nn.CrossEntropyLoss(ignore_index=-100)
+    return trained_step(ctx, options, model, data=cycling(pool), loss_fn=loss_fn, dataset=dataset, collate=collate)

@@ -8,7 +8,7 @@ from torchvision.models.vision_transformer import VisionTransformer
 
 from ampsuite import BuildContext, TrainStep
 from ampsuite.plugins.workloads._data import POOL_BATCHES, cycling, device_pool, image_collate, synthetic_images
-from ampsuite.plugins.workloads._optim import make_optimizer
+from ampsuite.plugins.workloads._optim import trained_step
 from ampsuite.plugins.workloads.vit import ViTOptions
 
 
@@ -31,14 +31,7 @@ def build(options: ViTOptions, ctx: BuildContext) -> TrainStep:
     model = make_model(options).to(ctx.device)
     dataset = synthetic_images(POOL_BATCHES * ctx.batch_size, options.image_size, options.classes, ctx.seed)
     pool = device_pool(dataset, ctx.batch_size, image_collate, ctx.device, POOL_BATCHES)
-    return TrainStep(
-        device=ctx.device,
-        batch_size=ctx.batch_size,
-        samples_per_step=ctx.batch_size,
-        data=cycling(pool),
-        model=model,
-        optimizer=make_optimizer(options.optimizer, model.parameters(), options.lr, options.weight_decay),
-        loss_fn=nn.CrossEntropyLoss(),
-        dataset=dataset,
-        collate=image_collate,
+    loss_fn = nn.CrossEntropyLoss()
+    return trained_step(
+        ctx, options, model, data=cycling(pool), loss_fn=loss_fn, dataset=dataset, collate=image_collate
     )

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ampsuite import Workload, hookimpl, lazy
-from ampsuite.plugins.workloads.optimizers import OPTIMIZER_HELP, OptimizerName, check_optimizer, validate_optimizer
+from ampsuite.plugins.workloads import fields
+from ampsuite.plugins.workloads.optimizers import OptimizerName, check_optimizer
 
 DEPTHS: dict[int, tuple[str, tuple[int, int, int, int]]] = {
     18: ("BasicBlock", (2, 2, 2, 2)),
@@ -35,32 +36,20 @@ DEPTHS: dict[int, tuple[str, tuple[int, int, int, int]]] = {
 
 @dataclass(frozen=True)
 class ResNetOptions:
-    depth: int = field(default=50, metadata={"help": "ResNet depth: 18, 34, 50, 101 or 152"})
-    width: int = field(default=64, metadata={"help": "base width (channels of the stem); 64 is torchvision's ResNet"})
-    image_size: int = field(default=224, metadata={"help": "input height and width in pixels"})
-    classes: int = field(default=1000, metadata={"help": "output classes"})
-    optimizer: OptimizerName = field(default="sgd", metadata={"help": OPTIMIZER_HELP})
-    lr: float = field(default=0.01, metadata={"help": "learning rate"})
-    weight_decay: float = field(default=1e-4, metadata={"help": "weight decay"})
+    depth: int = field(default=50, metadata={"help": "ResNet depth", "choices": tuple(DEPTHS)})
+    width: int = field(
+        default=64, metadata={"help": "base width (channels of the stem); 64 is torchvision's ResNet", "ge": 1}
+    )
+    image_size: int = field(default=224, metadata={"help": "input height and width in pixels", "ge": 1})
+    classes: int = field(default=1000, metadata={"help": "output classes", "ge": 1})
+    optimizer: OptimizerName = fields.optimizer("sgd")
+    lr: float = fields.learning_rate(0.01)
+    weight_decay: float = fields.weight_decay(1e-4)
     source: Literal["synthetic", "disk"] = field(
         default="synthetic",
         metadata={"help": "synthetic: a pool of batches kept on the device; disk: a memory-mapped file via DataLoader"},
     )
-    disk_images: int = field(default=2048, metadata={"help": "images in the on-disk data set (source='disk')"})
-
-    def __post_init__(self) -> None:
-        if self.depth not in DEPTHS:
-            raise ValueError(f"depth must be one of {sorted(DEPTHS)}, got {self.depth!r}")
-        for name in ("width", "image_size", "classes", "disk_images"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
-        validate_optimizer(self.optimizer)
-        if self.source not in ("synthetic", "disk"):
-            raise ValueError(f"source must be 'synthetic' or 'disk', got {self.source!r}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr!r}")
-        if self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
+    disk_images: int = field(default=2048, metadata={"help": "images in the on-disk data set (source='disk')", "ge": 1})
 
 
 @hookimpl

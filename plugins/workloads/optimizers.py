@@ -9,7 +9,8 @@ where timm is missing is skipped at expansion with that hint
 importing it), so a dry run says so.
 
 This module holds what the registration modules (cnn, transformer, vit) need
-and imports no torch; :mod:`ampsuite.plugins.workloads._optim` builds the optimizers.
+and imports no torch (:mod:`ampsuite.plugins.workloads.fields` declares the
+option); :mod:`ampsuite.plugins.workloads._optim` builds the optimizers.
 It registers nothing.
 """
 
@@ -18,26 +19,12 @@ from __future__ import annotations
 import importlib.util
 from typing import Any, Literal
 
-__all__ = [
-    "LAMB_HINT",
-    "OPTIMIZERS",
-    "OPTIMIZER_HELP",
-    "OptimizerName",
-    "check_optimizer",
-    "lamb_available",
-    "validate_optimizer",
-]
+__all__ = ["LAMB_HINT", "OPTIMIZER_HELP", "OptimizerName", "check_optimizer", "lamb_available"]
 
 OptimizerName = Literal["sgd", "adamw", "lamb"]
-OPTIMIZERS: tuple[str, ...] = ("sgd", "adamw", "lamb")
+"""The ``optimizer`` option's type: the core refuses any other name, naming the key."""
 OPTIMIZER_HELP = "sgd (momentum 0.9), adamw, or lamb (timm.optim.Lamb; pip install 'ampsuite[lamb]')"
 LAMB_HINT = "optimizer 'lamb' needs timm (timm.optim.Lamb): pip install 'ampsuite[lamb]'"
-
-
-def validate_optimizer(name: str) -> None:
-    """Raise the one-line ``ValueError`` of an unknown optimizer name (for ``__post_init__``)."""
-    if name not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {', '.join(map(repr, OPTIMIZERS))}, got {name!r}")
 
 
 def lamb_available() -> bool:

@@ -28,46 +28,38 @@ import math
 from dataclasses import dataclass, field
 
 from ampsuite import Workload, hookimpl, lazy
-from ampsuite.plugins.workloads.optimizers import OPTIMIZER_HELP, OptimizerName, check_optimizer, validate_optimizer
+from ampsuite.plugins.workloads import fields
+from ampsuite.plugins.workloads.optimizers import OptimizerName, check_optimizer
 
 
 @dataclass(frozen=True)
 class BertOptions:
-    layers: int = field(default=12, metadata={"help": "encoder layers"})
-    hidden: int = field(default=768, metadata={"help": "hidden size"})
-    heads: int = field(default=12, metadata={"help": "attention heads (must divide hidden)"})
-    intermediate: int = field(default=3072, metadata={"help": "feed-forward inner size"})
-    seq_len: int = field(default=128, metadata={"help": "tokens per sequence"})
-    vocab: int = field(default=30522, metadata={"help": "vocabulary size (30522 = bert-base-uncased)"})
-    pad_vocab_to: int = field(
-        default=1, metadata={"help": "round the embedding/head vocabulary up to a multiple of this (8 = 30528)"}
+    layers: int = field(default=12, metadata={"help": "encoder layers", "ge": 1})
+    hidden: int = field(default=768, metadata={"help": "hidden size", "ge": 1})
+    heads: int = field(default=12, metadata={"help": "attention heads (must divide hidden)", "ge": 1})
+    intermediate: int = field(default=3072, metadata={"help": "feed-forward inner size", "ge": 1})
+    seq_len: int = field(default=128, metadata={"help": "tokens per sequence", "ge": 1})
+    vocab: int = field(
+        default=30522,
+        metadata={"help": "vocabulary size (30522 = bert-base-uncased; one id is the mask token)", "ge": 2},
     )
-    mask_prob: float = field(default=0.15, metadata={"help": "fraction of positions masked (at least one each)"})
+    pad_vocab_to: int = field(
+        default=1,
+        metadata={"help": "round the embedding/head vocabulary up to a multiple of this (8 = 30528)", "ge": 1},
+    )
+    mask_prob: float = field(
+        default=0.15, metadata={"help": "fraction of positions masked (at least one each)", "gt": 0, "le": 1}
+    )
     fused_attention: bool = field(
         default=True, metadata={"help": "F.scaled_dot_product_attention; false: matmul + nn.Softmax + matmul"}
     )
-    dropout: float = field(default=0.0, metadata={"help": "dropout probability (BERT: 0.1)"})
-    optimizer: OptimizerName = field(default="adamw", metadata={"help": OPTIMIZER_HELP})
-    lr: float = field(default=1e-4, metadata={"help": "learning rate"})
-    weight_decay: float = field(default=0.01, metadata={"help": "weight decay"})
+    dropout: float = fields.dropout("BERT: 0.1")
+    optimizer: OptimizerName = fields.optimizer("adamw")
+    lr: float = fields.learning_rate(1e-4)
+    weight_decay: float = fields.weight_decay(0.01)
 
     def __post_init__(self) -> None:
-        for name in ("layers", "hidden", "heads", "intermediate", "seq_len", "pad_vocab_to"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
-        if self.vocab < 2:
-            raise ValueError(f"vocab must be >= 2 (one id is the mask token), got {self.vocab!r}")
-        if self.hidden % self.heads:
-            raise ValueError(f"heads ({self.heads!r}) must divide hidden ({self.hidden!r})")
-        if not 0.0 < self.mask_prob <= 1.0:
-            raise ValueError(f"mask_prob must be in (0, 1], got {self.mask_prob!r}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
-        validate_optimizer(self.optimizer)
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr!r}")
-        if self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
+        fields.must_divide("heads", self.heads, "hidden", self.hidden)
 
     @property
     def padded_vocab(self) -> int:

@@ -239,6 +239,18 @@ def peak_tflops(doc: AnyDocument, dtype: str | None) -> float | None:
     return value if value is not None and value > 0 else None
 
 
+def copy_bytes_per_s(doc: AnyDocument) -> float | None:
+    """The run's device's measured copy bandwidth (bytes read + written per second; ``environment.peaks``)."""
+    peaks = as_mapping(as_mapping(doc.get("environment")).get("peaks"))
+    value = finite(peaks.get("copy_gbps"))
+    return value * 1e9 if value is not None and value > 0 else None
+
+
+def dram_bytes_per_s(record: Mapping[str, Any]) -> float | None:
+    """Achieved DRAM throughput over the timed steps, where the clocks probe could read it (NVML GPM)."""
+    return finite(as_mapping(as_mapping(record.get("metrics")).get("utilization")).get("dram_bytes_per_s"))
+
+
 def gpu_name(doc: AnyDocument) -> str | None:
     gpu = as_mapping(as_mapping(doc.get("environment")).get("gpu"))
     return None if gpu.get("name") is None else str(gpu["name"])

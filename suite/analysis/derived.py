@@ -64,6 +64,8 @@ from ampsuite.analysis.access import (
     REFERENCE_PRECISION,
     AnyDocument,
     GroupKey,
+    copy_bytes_per_s,
+    dram_bytes_per_s,
     finite,
     group_key,
     instability_warnings,
@@ -96,6 +98,8 @@ class Derived:
     Attributes:
         tflops: achieved TFLOP/s (the record's, else ``flops_per_step / median``).
         mfu: ``tflops`` over the measured matmul peak for the cell's matmul dtype.
+        bandwidth_util: achieved DRAM throughput over the timed steps (NVML GPM, the clocks probe) over the
+            device's measured copy bandwidth (bytes read + written), the memory-side twin of ``mfu``.
         speedup_vs_fp32: FP32 median step time / this cell's (FP32 = no technique, TF32 off,
             float32 in the workload's precision option where it has one).
         speedup_vs_tf32: TF32 cell's median / this cell's (TF32 = FP32 storage, TF32 matmuls).
@@ -114,6 +118,7 @@ class Derived:
     cell_id: str
     tflops: float | None = None
     mfu: float | None = None
+    bandwidth_util: float | None = None
     speedup_vs_fp32: float | None = None
     speedup_vs_tf32: float | None = None
     speedup_vs_baseline: float | None = None
@@ -302,9 +307,15 @@ def _reference_cell(
     return _first(members, lambda r: frozenset(reference_names(r)) == names and _reference(r))
 
 
+def _bandwidth_util(record: Record, copy_peak: float | None) -> float | None:
+    achieved = dram_bytes_per_s(record) if passed(record) else None
+    return None if achieved is None or copy_peak is None else achieved / copy_peak
+
+
 def derive(doc: AnyDocument) -> dict[str, Derived]:
     """Every cell's derived figures, keyed by cell id (in matrix order)."""
     tolerance, target = numerics_tolerance(doc), noise_target(doc)
+    copy_peak = copy_bytes_per_s(doc)
     derived: dict[str, Derived] = {}
     singles: dict[tuple[Any, ...], Record] = {}
     for record in doc["cells"]:
@@ -326,6 +337,7 @@ def derive(doc: AnyDocument) -> dict[str, Derived]:
                 cell_id=cell_id,
                 tflops=tflops,
                 mfu=None if tflops is None or peak is None else tflops / peak,
+                bandwidth_util=_bandwidth_util(record, copy_peak),
                 speedup_vs_fp32=_ratio(fp32, record),
                 speedup_vs_tf32=_ratio(tf32, record),
                 speedup_vs_baseline=_ratio(baseline, record),

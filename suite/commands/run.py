@@ -6,7 +6,10 @@ import argparse
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
+from ampsuite.analysis.estimate import Estimate, earlier_walls
+from ampsuite.commands import again
 from ampsuite.commands.common import Command, plugin_settings, render, report_sections
 from ampsuite.contract.errors import ExitCode, UsageError
 from ampsuite.contract.wire import FAILURES
@@ -35,6 +38,11 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--wait-lock", action="store_true", help="wait for another run on OUTPUT to end instead of refusing"
     )
+    run.add_argument(
+        "--no-again",
+        action="store_true",
+        help="do not measure a workload's untrusted fastest cell (and its FP32 reference) again in more processes",
+    )
     run.add_argument("--allow-large", action="store_true", help="run a matrix of more than 5,000 cells")
     run.add_argument(
         "--executor",
@@ -47,6 +55,19 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="an executor option, overriding the suite's [executor] table (repeatable; VALUE is read as TOML)",
     )
+
+
+def _earlier(output: Path) -> dict[str, Any] | None:
+    """The results file a run would write, as it stands: the wall times of its cells estimate this run."""
+    from ampsuite import results
+    from ampsuite.contract.errors import AmpsuiteError
+
+    if not output.is_file():
+        return None
+    try:
+        return results.load(output)
+    except AmpsuiteError:  # unreadable or of another version: the run says so itself; no estimate
+        return None
 
 
 def execute(args: argparse.Namespace) -> ExitCode:
@@ -68,7 +89,13 @@ def execute(args: argparse.Namespace) -> ExitCode:
     chosen = executors.resolve(p.spec, p.registry.executors, args.executor, executor_options)
     # The device's peaks are measured where the cells run: by the local executor only.
     peaks = not args.no_peaks and not args.in_process and chosen.executor.name == executors.DEFAULT
-    display = Display(noise_target=p.spec.measure.noise_target, measures_peaks=peaks)
+    out_dir = Path(args.report_dir or Path("reports") / p.spec.dir_name)
+    output = Path(args.output) if args.output else out_dir / "results.json"
+    earlier = _earlier(output)
+    if preview is not None and earlier is not None and earlier["environment"].get("device") != preview[0]:
+        earlier = None  # wall times of another device say nothing of the previewed one
+    estimate = Estimate(p.cells, earlier_walls(earlier), str(output))
+    display = Display(noise_target=p.spec.measure.noise_target, measures_peaks=peaks, estimate=estimate)
     if not p.cells:
         display.console.print(f"{p.spec.path}: no cells selected", markup=False)
         return ExitCode.NO_CELLS
@@ -89,8 +116,6 @@ def execute(args: argparse.Namespace) -> ExitCode:
             markup=False,
         )
         return ExitCode.NO_CELLS
-    out_dir = Path(args.report_dir or Path("reports") / p.spec.dir_name)
-    output = Path(args.output) if args.output else out_dir / "results.json"
     config = runner.RunConfig(
         output=output,
         resume=args.resume,
@@ -106,6 +131,8 @@ def execute(args: argparse.Namespace) -> ExitCode:
     try:
         with results.locked(output, wait=args.wait_lock):  # one run per results file (--resume included)
             doc, interrupted = runner.run_plan(p, config, display)
+            if not (interrupted or args.no_again or args.in_process):
+                doc, interrupted = again.measure_again(p, config, display, doc)
     finally:
         display.stop()
     print_summary(doc, display.console)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NotRequired, Protocol, TypedDict, Unpack
 
 if TYPE_CHECKING:
     import torch
@@ -150,6 +152,9 @@ class ProbeContext:
         metrics: numbers for the record (JSON values; floats, never NaN).
         diagnostics: structured evidence (tables of shapes, dtype per op, ...).
         warnings: one-line warnings for the record and the report.
+        artifact_dir: the cell's folder beside the results file for files too large for a record (a
+            profiler trace); None when the run keeps none (in-process runs, tests). Use :meth:`save_artifact`.
+        artifact_prefix: ``artifact_dir`` relative to the results file's folder.
     """
 
     step: TrainStep
@@ -158,9 +163,24 @@ class ProbeContext:
     metrics: dict[str, Any] = field(default_factory=dict)
     diagnostics: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    artifact_dir: Path | None = None
+    artifact_prefix: str = ""
 
     def warn(self, message: str) -> None:
         self.warnings.append(message)
+
+    def save_artifact(self, name: str, data: bytes) -> str | None:
+        """Write ``data`` as the file ``name`` of this cell's artifacts; returns the path a record names it by
+        (relative to the results file's folder, so the report can link it), or None when the run keeps none."""
+        if self.artifact_dir is None:
+            return None
+        if not name or Path(name).name != name or name in (".", ".."):
+            raise ValueError(f"an artifact's name is one file name, got {name!r}")
+        self.artifact_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.artifact_dir / f".{name}.tmp"
+        tmp.write_bytes(data)
+        os.replace(tmp, self.artifact_dir / name)
+        return f"{self.artifact_prefix}/{name}" if self.artifact_prefix else name
 
 
 @dataclass(frozen=True)
@@ -198,6 +218,23 @@ class ReportSection:
     anchor: str | None = None
 
 
+class NodePlace(TypedDict):
+    """Where one node of a multi-node cell runs: the keywords of :meth:`CellTask.node`.
+
+    Every node of the cell has the same ``nnodes``, ``endpoint`` (``host:port`` of the rendezvous store, on
+    node 0's host) and ``run_id`` (one per cell, a job id, say), and its own ``node_rank``. ``local_addr``: this
+    host's address as the other nodes reach it (None, the default: its host name); ``share_gpus``: several nodes
+    stand in on one host, so each sees only its share of the GPUs (default False).
+    """
+
+    node_rank: int
+    nnodes: int
+    endpoint: str
+    run_id: str
+    local_addr: NotRequired[str | None]
+    share_gpus: NotRequired[bool]
+
+
 class CellTask(Protocol):
     """One cell an executor is handed to run (made by the runner; executors never build one).
 
@@ -222,27 +259,13 @@ class CellTask(Protocol):
         """Run the cell here; its complete record."""
         ...
 
-    def node(
-        self,
-        *,
-        node_rank: int,
-        nnodes: int,
-        endpoint: str,
-        run_id: str,
-        local_addr: str | None = None,
-        share_gpus: bool = False,
-    ) -> dict[str, Any]:
+    def node(self, **place: Unpack[NodePlace]) -> dict[str, Any]:
         """Run one node of a multi-node cell (``cell.nodes`` > 1) here, isolated, with the cell's timeout.
 
-        Every node of the cell calls it once, on its own host, with the same
-        ``endpoint`` (``host:port`` of the rendezvous store, on node 0's host)
-        and ``run_id`` (one per cell, a job id, say), and its own
-        ``node_rank``. Returns the cell's complete record on the node whose
-        ranks included global rank 0, or a failure's record (with the
-        ``node``), else ``{"node_done": {...}, "node": node_rank}``.
-        ``share_gpus``: several nodes stand in on one host, so each sees only
-        its share of the GPUs; ``local_addr``: this host's address as the
-        other nodes reach it (None: its host name).
+        Every node of the cell calls it once, on its own host, with its :class:`NodePlace`
+        (``task.node(node_rank=..., nnodes=..., endpoint=..., run_id=...)``). Returns the cell's
+        complete record on the node whose ranks included global rank 0, or a failure's record (with
+        the ``node``), else ``{"node_done": {...}, "node": node_rank}``.
         """
         ...
 

@@ -9,7 +9,8 @@ One module holds them all so that each boundary has one typed definition:
   says about a cell;
 - :class:`Record`, one cell's entry in the results file, and :class:`Document`,
   the file itself;
-- :class:`Status`, the one spelling of every status, with its subsets.
+- :class:`Status`, the one spelling of every status, with its subsets;
+- ``run.tune``, the summary of ``ampsuite tune``: :mod:`ampsuite.contract.tunewire`.
 
 The records are ``TypedDict``s, not classes: a results file is JSON, and readers
 (reports, asv, other tools) index it as such. :func:`check` validates any value
@@ -24,6 +25,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, Literal, NotRequired, TypedDict
 
+from ampsuite.contract.tunewire import TuneData
 from ampsuite.contract.validate import MAX_DEPTH, MAX_INT, WireError, check, json_problem
 
 __all__ = [
@@ -84,18 +86,9 @@ WORKER_STATUSES: frozenset[Status] = frozenset({Status.PASSED, Status.SKIPPED, S
 # ---------------------------------------------------------------------------
 
 
-class MeasureData(TypedDict):
-    warmup_steps: int
-    min_steps: int
-    max_steps: int
-    max_seconds: float
-    noise_target: float
-    numerics_steps: int
-    processes: int
-
-
-class RecordedMeasure(TypedDict, total=False):
-    """``run.measure`` of a results file: :class:`MeasureData`, where files written before a key existed lack it."""
+class MeasureData(TypedDict, total=False):
+    """The ``[measure]`` table as the parent hands it to a worker (every key: it comes from a ``MeasureSpec``)
+    and as a results file's ``run.measure`` records it, where files written before a key existed lack it."""
 
     warmup_steps: int
     min_steps: int
@@ -119,6 +112,10 @@ class WorkerPayload(TypedDict):
     log_path: str
     memory_limit_bytes: int
     cpu_threads: int | None
+    artifact_dir: NotRequired[str]
+    """The cell's own folder beside the results file, where probes may leave files (a profiler trace)."""
+    artifact_prefix: NotRequired[str]
+    """``artifact_dir`` relative to the results file's folder: how records name those files."""
 
 
 # ---------------------------------------------------------------------------
@@ -282,6 +279,16 @@ class Machine(TypedDict):
     max_sm_mhz: int | None
 
 
+class Remeasured(TypedDict):
+    """A record measured a second time in more processes (``ampsuite.commands.again``), and its first figure."""
+
+    processes: int
+    first_median: float
+    first_noise: float
+    reason: str
+    """Why the first figure was not trusted."""
+
+
 class Record(TypedDict):
     """One cell's entry in the results file (docs/architecture.md lists every key)."""
 
@@ -307,6 +314,8 @@ class Record(TypedDict):
     evidence: Evidence | None
     machine: NotRequired[Machine]
     """Absent in files written before records named their machine: such a record is beside no other."""
+    remeasured: NotRequired[Remeasured]
+    """Present when the run measured this cell again, its first figure being an untrusted headline."""
 
 
 def record_problem(record: Record, where: str) -> str | None:
@@ -343,10 +352,12 @@ class RunInfo(TypedDict):
     finished: str | None
     argv: list[str]
     suite: SuiteInfo
-    measure: RecordedMeasure
+    measure: MeasureData
     plugins: list[dict[str, Any]]
     resumed: NotRequired[list[str]]
     executor: NotRequired[ExecutorState]
+    tune: NotRequired[TuneData]
+    """A tune results file's summary (:mod:`ampsuite.contract.tunewire`)."""
 
 
 class Document(TypedDict):

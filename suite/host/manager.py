@@ -26,6 +26,7 @@ from ampsuite.contract.errors import PluginError
 from ampsuite.contract.lazy import Lazy
 from ampsuite.contract.plugin import Executor, NoOptions, Probe, Technique, Workload
 from ampsuite.host import hookspecs
+from ampsuite.spec.options import OptionError, check_declaration
 
 ENTRY_POINT_GROUP = "ampsuite"
 AUTOLOAD_ENV = "AMPSUITE_DISABLE_PLUGIN_AUTOLOAD"
@@ -357,6 +358,12 @@ def _check_record(plugin: str, kind: str, record: _R) -> _R:
     for f in dataclasses.fields(options or NoOptions):  # a suite may leave out any option, so each needs a default
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise PluginError(plugin, f"{kind} {record.name!r}: option {f.name!r} has no default")
+    try:
+        check_declaration(options or NoOptions)
+    except OptionError as exc:
+        raise PluginError(plugin, f"{kind} {record.name!r}: option {exc}") from exc
+    except NameError as exc:  # an annotation naming what the module imports only for type checkers
+        raise PluginError(plugin, f"{kind} {record.name!r}: options' types cannot be resolved: {exc}") from exc
     for attr in ("build", "apply", "run"):
         fn: Callable[..., Any] | None = getattr(record, attr, None)
         if attr in type(record).__dataclass_fields__ and not callable(fn):

@@ -32,6 +32,8 @@ __all__ = [
 
 PALETTE = ("#0b6bcb", "#e08a00", "#1a9e6f", "#d1495b", "#8e5cc4", "#3fa7d6", "#8c564b", "#6b7280")
 """Distinguishable on white and for the common colour-vision deficiencies (after Okabe-Ito)."""
+LEGEND_ROW = 18
+"""Height of a legend row (a colour key and its name) in SVG units."""
 
 TONES = {"normal": "#0b6bcb", "good": "#1a9e6f", "bad": "#d1495b", "muted": "#9ca3af", "warn": "#e08a00"}
 
@@ -106,9 +108,8 @@ def line_chart(
     if not categories or not values:
         return _empty(title, "no data")
     width, left, right, top = 720, 72, 16, 16
-    plot_h, legend_row = 240, 18
-    legend_rows = math.ceil(len(series) / 3)
-    height = top + plot_h + 44 + legend_rows * legend_row + 8
+    plot_h = 240
+    height = top + plot_h + 44 + math.ceil(len(series) / 3) * LEGEND_ROW + 8
     ticks = nice_ticks(0.0, max(values))
     y_max = ticks[-1] or 1.0
     plot_w = width - left - right
@@ -142,17 +143,7 @@ def line_chart(
         for px, py, c, v in pts:
             tip = f"{s.name} \u00b7 {x_label} {c}: {exact(v)} {unit}".rstrip()
             out.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="4" fill="{color}">{_title(tip)}</circle>')
-    legend_top = top + plot_h + 48
-    for index, s in enumerate(series):
-        color = PALETTE[index % len(PALETTE)]
-        lx = left + (index % 3) * (plot_w / 3)
-        ly = legend_top + (index // 3) * legend_row
-        label = s.name if len(s.name) <= 34 else s.name[:33] + "\u2026"
-        out.append(
-            f'<g class="legend"><rect x="{lx:.1f}" y="{ly - 9}" width="12" height="12" rx="2" fill="{color}">'
-            f"{_title(s.name)}</rect>"
-            f'<text x="{lx + 18:.1f}" y="{ly + 1}" font-size="12">{_e(label)}</text></g>'
-        )
+    out.append(_legend(series, left, top + plot_h + 48, plot_w, 3, 34))
     out.append("</svg>")
     return Markup("".join(out))
 
@@ -173,9 +164,25 @@ class Bar:
     tone: str = "normal"
 
 
-def _shorten(label: str) -> str:
-    """A bar's label cut to the 32 characters the left margin holds (the whole one is in its tooltip)."""
-    return label if len(label) <= 32 else label[:31] + "\u2026"
+def _shorten(label: str, chars: int = 32) -> str:
+    """A label cut to ``chars`` characters (a bar's: the 32 its left margin holds; the whole one is in its
+    tooltip)."""
+    return label if len(label) <= chars else label[: chars - 1] + "\u2026"
+
+
+def _legend(series: Sequence[Series], left: float, top: float, width: float, columns: int, chars: int) -> str:
+    """A colour key per series, ``columns`` to a row across ``width`` from ``left``, the first row's text at
+    ``top``; names cut to ``chars`` characters (the whole one is in the key's tooltip)."""
+    out = []
+    for k, s in enumerate(series):
+        lx = left + (k % columns) * (width / columns)
+        ly = top + (k // columns) * LEGEND_ROW
+        out.append(
+            f'<g class="legend"><rect x="{lx:.1f}" y="{ly - 9}" width="12" height="12" rx="2" '
+            f'fill="{PALETTE[k % len(PALETTE)]}">{_title(s.name)}</rect>'
+            f'<text x="{lx + 18:.1f}" y="{ly + 1}" font-size="12">{_e(_shorten(s.name, chars))}</text></g>'
+        )
+    return "".join(out)
 
 
 def _value_axis(
@@ -277,12 +284,11 @@ def grouped_bar_chart(
     shown = [c for c in categories if any((s.name, c) in values for s in series)]
     if not shown or not series:
         return _empty(title, "no data")
-    width, left, right, top, bar, gap, legend_row = 720, 230, 90, 12, 14, 10, 18
+    width, left, right, top, bar, gap = 720, 230, 90, 12, 14, 10
     plot_w = width - left - right
     band = bar * len(series) + gap
     bottom = top + band * len(shown)
-    legend_rows = math.ceil(len(series) / 2)
-    height = bottom + 34 + legend_rows * legend_row + 8
+    height = bottom + 34 + math.ceil(len(series) / 2) * LEGEND_ROW + 8
     ticks = nice_ticks(0.0, max(values.values()))
     span = ticks[-1] or 1.0
 
@@ -312,17 +318,7 @@ def grouped_bar_chart(
             out.append(
                 f'<text x="{x(value) + 6:.1f}" y="{y + bar - 3}" font-size="10" fill="#374151">{_e(fmt(value))}</text>'
             )
-    legend_top = bottom + 48
-    for k, s in enumerate(series):
-        color = PALETTE[k % len(PALETTE)]
-        lx = 16 + (k % 2) * ((width - 32) / 2)
-        ly = legend_top + (k // 2) * legend_row
-        name = s.name if len(s.name) <= 40 else s.name[:39] + "\u2026"
-        out.append(
-            f'<g class="legend"><rect x="{lx:.1f}" y="{ly - 9}" width="12" height="12" rx="2" fill="{color}">'
-            f"{_title(s.name)}</rect>"
-            f'<text x="{lx + 18:.1f}" y="{ly + 1}" font-size="12">{_e(name)}</text></g>'
-        )
+    out.append(_legend(series, 16, bottom + 48, width - 32, 2, 40))
     out.append("</svg>")
     return Markup("".join(out))
 

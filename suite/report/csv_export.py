@@ -54,6 +54,7 @@ COLUMNS = (
     "memory_saving",
     "tflops",
     "mfu",
+    "bandwidth_util",
     "matmul_dtype",
     "loss_at_n",
     "loss_rel_diff",
@@ -62,6 +63,19 @@ COLUMNS = (
     "warnings",
     "evidence",
 )
+
+DERIVED_COLUMNS = (
+    "speedup_vs_fp32",
+    "speedup_vs_tf32",
+    "speedup_vs_baseline",
+    "scaling_efficiency",
+    "memory_saving",
+    "tflops",
+    "mfu",
+    "bandwidth_util",
+    "loss_rel_diff",
+)
+"""The columns that are a cell's derived figure of the same name (:class:`ampsuite.analysis.Derived`)."""
 
 MACHINE_COLUMNS = (
     "cell_id",
@@ -142,18 +156,11 @@ def csv_rows(docs: Sequence[Doc]) -> list[dict[str, str]]:
                     "step_time_noise": _number(step.get("noise")) if timed else "",
                     "step_time_p10_s": _number(step.get("p10")) if timed else "",
                     "step_time_p90_s": _number(step.get("p90")) if timed else "",
-                    "speedup_vs_fp32": _number(d.speedup_vs_fp32),
-                    "speedup_vs_tf32": _number(d.speedup_vs_tf32),
-                    "speedup_vs_baseline": _number(d.speedup_vs_baseline),
-                    "scaling_efficiency": _number(d.scaling_efficiency),
+                    **{name: _number(getattr(d, name)) for name in DERIVED_COLUMNS},
                     "peak_memory_bytes": _number(metrics.get("peak_memory_bytes")),
                     "memory_kind": _text(metrics.get("memory_kind")),
-                    "memory_saving": _number(d.memory_saving),
-                    "tflops": _number(d.tflops),
-                    "mfu": _number(d.mfu),
                     "matmul_dtype": _text(metrics.get("matmul_dtype")),
                     "loss_at_n": _number(numerics.get("loss_at_n")),
-                    "loss_rel_diff": _number(d.loss_rel_diff),
                     "numerics_verdict": d.numerics_verdict,
                     "trusted": "true" if d.trusted else "false",
                     "warnings": _text(" | ".join(str(w) for w in record.get("warnings") or [])),

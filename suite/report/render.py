@@ -26,6 +26,7 @@ from ampsuite import ReportSection, __version__, analysis
 from ampsuite.analysis import AnyDocument as Doc
 from ampsuite.analysis import HistoryPoint
 from ampsuite.report import fmt
+from ampsuite.report.artifacts import copy_artifacts
 from ampsuite.report.compare import compare_context
 from ampsuite.report.compare import summary as compare_summary
 from ampsuite.report.csv_export import write_csv, write_machines_csv
@@ -145,7 +146,7 @@ def render_site(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sections = list(extra_sections)
-    runs = load_runs(items)
+    runs = load_runs(items, copy_artifacts(out, items, results_files))
     env = environment()
     workloads = workload_contexts(runs)
     across = analysis.across_machines(items, results_files) if len(items) > 1 else None

@@ -1,17 +1,19 @@
 """The page of an ``ampsuite tune`` run: each workload's winner, its ablation as a chart and a table, the search.
 
-It takes the tune summary as plain data (``run.tune`` of the tune results file),
-so the report layer needs nothing from :mod:`ampsuite.tune`.
+It renders the tune summary's records (:mod:`ampsuite.contract.tunerecords`), or their JSON (``run.tune`` of
+the tune results file, of this version or an earlier one), so the report layer needs nothing from
+:mod:`ampsuite.tune`, and no torch.
 """
 
 from __future__ import annotations
 
 import importlib.resources
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ampsuite.contract.tunerecords import AblationRow, RowKind, TuneSummary
 from ampsuite.report import fmt
 from ampsuite.report.charts import Bar, bar_chart
 from ampsuite.report.render import STATIC_DIR, environment
@@ -20,17 +22,17 @@ __all__ = ["PAGE", "render_tune_page", "tune_context"]
 
 PAGE = "tune.html"
 
+_TONES = {RowKind.WINNER: "good", RowKind.FP32: "muted", RowKind.TF32: "muted"}
 
-def _chart(key: str, rows: list[dict[str, Any]]) -> Any:
+
+def _chart(key: str, rows: Sequence[AblationRow]) -> Any:
     bars = []
     for row in rows:
-        speed = row.get("speedup_vs_fp32")
-        if speed is None:
+        if row.speedup_vs_fp32 is None:
             continue
-        tone = "good" if row["label"] == "winner" else ("muted" if row["label"] in ("FP32", "TF32") else "normal")
-        tip = f"{row['label']}: {' + '.join(row['techniques']) or 'no technique'}"
-        tip += f" ({', '.join(row['options'])})" if row["options"] else ""
-        bars.append(Bar(label=row["label"], value=float(speed), tooltip=tip, tone=tone))
+        tip = f"{row.label}: {' + '.join(row.techniques) or 'no technique'}"
+        tip += f" ({', '.join(row.options)})" if row.options else ""
+        bars.append(Bar(label=row.label, value=row.speedup_vs_fp32, tooltip=tip, tone=_TONES.get(row.kind, "normal")))
     return bar_chart(
         bars,
         title=f"{key}: ablation",
@@ -41,25 +43,17 @@ def _chart(key: str, rows: list[dict[str, Any]]) -> Any:
     )
 
 
-def tune_context(summary: Mapping[str, Any]) -> dict[str, Any]:
-    """What tune.html shows: the summary with a chart per workload and notes for untrusted rows."""
+def tune_context(summary: TuneSummary | Mapping[str, Any]) -> dict[str, Any]:
+    """What tune.html shows: the summary, and per workload its record, a chart and why TF32 has no figure."""
+    summary = TuneSummary.of(summary)
     workloads = []
-    for w in summary.get("workloads") or []:
-        rows = [
-            {
-                **r,
-                "note": r.get("reason") or r.get("untrusted") or "",
-                "options": r.get("options") or [],  # absent in files of older versions
-            }
-            for r in w.get("ablation") or []
-        ]
-        tf32 = next((r for r in rows if r["label"] == "TF32" and r["throughput"] is None), None)
-        note = None if tf32 is None else tf32["note"]
-        workloads.append({**w, "ablation": rows, "chart": _chart(w["key"], rows), "tf32_note": note})
+    for w in summary.workloads:
+        tf32 = next((r for r in w.ablation if r.kind is RowKind.TF32 and r.throughput is None), None)
+        workloads.append({"w": w, "chart": _chart(w.key, w.ablation), "tf32_note": None if tf32 is None else tf32.note})
     return {"summary": summary, "workloads": workloads}
 
 
-def render_tune_page(summary: Mapping[str, Any], out_dir: str | Path) -> Path:
+def render_tune_page(summary: TuneSummary | Mapping[str, Any], out_dir: str | Path) -> Path:
     """Write tune.html (and the report's stylesheet) into ``out_dir``; returns the page's path."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

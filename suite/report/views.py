@@ -51,6 +51,8 @@ class Run:
     doc: Doc
     derived: dict[str, Derived]
     label: str
+    artifacts: Mapping[str, str] = field(default_factory=dict)
+    """Cell id -> link to its profiler trace in the site (:func:`ampsuite.report.artifacts.copy_artifacts`)."""
 
     @property
     def cells(self) -> list[Record]:
@@ -85,8 +87,11 @@ def run_label(doc: Doc) -> str:
     return f"run {run.get('id', '?')} \u00b7 {where}"
 
 
-def load_runs(docs: Sequence[Doc]) -> list[Run]:
-    return [Run(i, doc, analysis.derive(doc), run_label(doc)) for i, doc in enumerate(docs)]
+def load_runs(docs: Sequence[Doc], artifacts: Sequence[Mapping[str, str]] = ()) -> list[Run]:
+    return [
+        Run(i, doc, analysis.derive(doc), run_label(doc), artifacts[i] if i < len(artifacts) else {})
+        for i, doc in enumerate(docs)
+    ]
 
 
 def setup_label(record: Record) -> str:
@@ -191,6 +196,10 @@ class CellView:
     memory_saving: str
     tflops: str
     mfu: str
+    bandwidth_util: str
+    """Achieved DRAM throughput over the measured copy bandwidth (the memory-side twin of MFU)."""
+    trace: str | None
+    """The kernels probe's profiler trace (Chrome/Perfetto JSON), as a link relative to the report, if saved."""
     matmul_dtype: str
     loss: str
     loss_diff: str
@@ -326,6 +335,8 @@ def cell_view(run: Run, record: Record) -> CellView:
         memory_saving=pct(d.memory_saving),
         tflops=num(d.tflops),
         mfu=pct(d.mfu),
+        bandwidth_util=pct(d.bandwidth_util),
+        trace=run.artifacts.get(cell_id),
         matmul_dtype=str(metrics.get("matmul_dtype") or DASH),
         loss=num(numerics.get("loss_at_n")),
         loss_diff=pct(d.loss_rel_diff, 2),

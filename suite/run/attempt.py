@@ -25,6 +25,7 @@ from ampsuite.contract.wire import Outcome, Status, WorkerPayload, outcome
 from ampsuite.host.manager import Registry
 from ampsuite.run import procs
 from ampsuite.run.resultcheck import malformed, refused
+from ampsuite.spec.names import path_component
 from ampsuite.spec.suitespec import SuiteSpec
 
 if TYPE_CHECKING:
@@ -44,6 +45,8 @@ __all__ = [
     "stacks",
 ]
 
+ARTIFACTS = "artifacts"
+"""The folder beside a results file that holds its cells' artifacts, one subfolder per cell."""
 KILL_GRACE_SECONDS = 5.0
 STACKS_WAIT_SECONDS = 1.0
 """How long a timed-out worker gets to write its stacks before its group is killed."""
@@ -87,6 +90,8 @@ def payload(job: CellJob) -> WorkerPayload:
         "log_path": str(job.log),
         "memory_limit_bytes": int(job.spec.memory_limit_gb * 2**30),
         "cpu_threads": job.spec.cpu_threads,
+        "artifact_dir": str(job.config.output.parent.resolve() / ARTIFACTS / path_component(job.cell.id)),
+        "artifact_prefix": f"{ARTIFACTS}/{path_component(job.cell.id)}",
     }
 
 

@@ -14,6 +14,7 @@ import math
 import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -150,7 +151,14 @@ def measure_cell(
         state["phase"] = "output check"
         numerics["output_check"] = step.check_output()
 
-    ctx = ProbeContext(step=step, run=run, cell=Cell.from_dict(cell), metrics=metrics)
+    ctx = ProbeContext(
+        step=step,
+        run=run,
+        cell=Cell.from_dict(cell),
+        metrics=metrics,
+        artifact_dir=Path(payload["artifact_dir"]) if payload.get("artifact_dir") else None,
+        artifact_prefix=payload.get("artifact_prefix", ""),
+    )
     probes = sorted(registry.probes.values(), key=lambda p: (p.order, p.name))
     for probe in probes:
         if probe.inspect is not None:

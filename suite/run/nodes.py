@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from multiprocessing.context import BaseContext
 from typing import Any
 
+from ampsuite.contract.plugin import NodePlace
 from ampsuite.contract.wire import Outcome, Status, outcome
 from ampsuite.run import procs
 from ampsuite.run.attempt import CellJob, checked, ended, kill_group, payload, stacks
@@ -196,16 +197,7 @@ def measure_nodes(job: CellJob) -> Outcome:
     return _outcome(nodes, job, node_stacks if timed_out else None)
 
 
-def measure_node(
-    job: CellJob,
-    *,
-    node_rank: int,
-    nnodes: int,
-    endpoint: str,
-    run_id: str,
-    local_addr: str | None = None,
-    share_gpus: bool = False,
-) -> Outcome | dict[str, Any]:
+def measure_node(job: CellJob, place: NodePlace) -> Outcome | dict[str, Any]:
     """One node of a multi-node cell whose other nodes run elsewhere (a cluster executor's job, one call per host).
 
     The node runs as a process group of this host, as each node of :func:`measure_nodes` does, with the
@@ -215,16 +207,12 @@ def measure_node(
     """
     ctx = job.ctx or mp.get_context("spawn")
     cell = job.cell
+    node_rank, nnodes = place["node_rank"], place["nnodes"]
     per_node = cell.world_size // max(1, cell.nodes)
-    env = {"CUDA_VISIBLE_DEVICES": visible_devices(node_rank, per_node)} if share_gpus and cell.device == "cuda" else {}
-    spec = {
-        "nnodes": nnodes,
-        "run_id": run_id,
-        "local_addr": local_addr,
-        "node_rank": node_rank,
-        "endpoint": endpoint,
-        "env": env,
-    }
+    shared = place.get("share_gpus", False) and cell.device == "cuda"
+    env = {"CUDA_VISIBLE_DEVICES": visible_devices(node_rank, per_node)} if shared else {}
+    spec = {"local_addr": None, **place, "env": env}
+    spec.pop("share_gpus", None)
     deadline = time.monotonic() + job.timeout
     node = _start(ctx, dict(payload(job)), spec)
     try:

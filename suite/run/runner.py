@@ -24,12 +24,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.context import BaseContext
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
 from ampsuite import results
 from ampsuite.contract.cell import Cell
 from ampsuite.contract.errors import AmpsuiteError, PluginError
-from ampsuite.contract.plugin import ExecutorContext
+from ampsuite.contract.plugin import ExecutorContext, NodePlace
 from ampsuite.contract.wire import Outcome, Status
 from ampsuite.host import executors
 from ampsuite.host.manager import PluginSettings, Registry, load_registry
@@ -198,16 +198,7 @@ class Task:
             self.interrupted_here = record["status"] == Status.INTERRUPTED
         return record
 
-    def node(
-        self,
-        *,
-        node_rank: int,
-        nnodes: int,
-        endpoint: str,
-        run_id: str,
-        local_addr: str | None = None,
-        share_gpus: bool = False,
-    ) -> dict[str, Any]:
+    def node(self, **where: Unpack[NodePlace]) -> dict[str, Any]:
         """Run one node of this multi-node cell here (a cluster job's task); see :meth:`ampsuite.CellTask.node`."""
         from ampsuite.run import nodes
 
@@ -216,15 +207,7 @@ class Task:
             record = base_record(self.cell, job.registry)
             t0 = time.perf_counter()
             try:
-                result = nodes.measure_node(
-                    job,
-                    node_rank=node_rank,
-                    nnodes=nnodes,
-                    endpoint=endpoint,
-                    run_id=run_id,
-                    local_addr=local_addr,
-                    share_gpus=share_gpus,
-                )
+                result = nodes.measure_node(job, where)
             except KeyboardInterrupt:
                 result = attempt.interrupted_outcome(job.log)
         if "node_done" in result:

@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from ampsuite.contract.tunerecords import TuneSummary
 from ampsuite.contract.wire import Status
 from ampsuite.host.manager import PluginSettings, load_registry
 from ampsuite.run.measure import summarize, time_steps
@@ -148,9 +149,8 @@ def tuned_checks(doc: Mapping[str, Any]) -> tuple[Check, ...]:
     """One check per workload winner of a tune results document (``run.tune``), built from the winner's record."""
     by_id = {str(r["id"]): r for r in doc.get("cells") or []}
     checks = []
-    for w in (doc.get("run") or {}).get("tune", {}).get("workloads") or []:
-        winner = w.get("winner") or {}
-        record = by_id.get(str(winner.get("cell_id")))
+    for w in TuneSummary.from_json((doc.get("run") or {}).get("tune") or {}).workloads:
+        record = None if w.winner is None else by_id.get(w.winner.cell_id)
         if record is not None:
             checks.append(record_check(record, f"tuned {record['id']}"))
     return tuple(checks)

@@ -13,12 +13,12 @@ unquoted, is the entry ``"triton.tile_reductions"``). Errors name the entry's ke
 ``inductor."triton.tile_reductionz"``. Where a later table goes on top of an
 earlier one (:func:`merge_values`), a table option's entries merge one by one.
 
-A number's bounds are declared once, in the field's metadata, with the names
-annotated-types and pydantic use: ``ge``/``gt`` (at least / above) and
-``le``/``lt`` (at most / below), e.g. ``field(default=2.0, metadata={"help": ...,
-"gt": 1})``. :func:`build_options` checks them with the option's key, and
-``ampsuite list`` shows them; ``__post_init__`` is left for rules that tie
-options together.
+Rules on one option are declared once, in the field's metadata: a number's bounds
+(``ge``/``gt``/``le``/``lt``), ``choices``, ``min_length`` and ``pattern``
+(:mod:`ampsuite.spec.optionrules`), e.g. ``field(default=2.0, metadata={"help": ...,
+"gt": 1})``. :func:`build_options` checks them with the option's key, ``ampsuite list``
+shows them, and :func:`check_declaration` holds each default to them when a plugin
+loads; ``__post_init__`` is left for rules that tie options together.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args, get_origin
 
+from ampsuite.spec.optionrules import OptionError, check_metadata, check_rules, one_of, one_of_text, rules_text
 from ampsuite.spec.tomltext import toml_key
 
 __all__ = [
@@ -39,6 +40,8 @@ __all__ = [
     "OptionSpec",
     "UnknownOption",
     "build_options",
+    "check_declaration",
+    "declared_choices",
     "describe",
     "is_list_option",
     "is_table_option",
@@ -47,15 +50,6 @@ __all__ = [
 ]
 
 _TABLES = (dict, Mapping)
-
-
-class OptionError(ValueError):
-    """A bad option value; ``key`` is the option name (empty for the whole table)."""
-
-    def __init__(self, key: str, message: str) -> None:
-        self.key = key
-        self.message = message
-        super().__init__(f"{key}: {message}" if key else message)
 
 
 class UnknownOption(OptionError):
@@ -93,27 +87,12 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
-BOUNDS: dict[str, tuple[str, typing.Callable[[Any, Any], bool]]] = {
-    "ge": (">=", lambda value, bound: value >= bound),
-    "gt": (">", lambda value, bound: value > bound),
-    "le": ("<=", lambda value, bound: value <= bound),
-    "lt": ("<", lambda value, bound: value < bound),
-}
-"""Field-metadata bound names: the comparison as written in messages, and the test."""
-
-
-def bounds_text(metadata: Mapping[str, Any]) -> str:
-    """A field's declared bounds as messages write them (``>= 1 and < 8``), or ``""``."""
-    return " and ".join(f"{op} {metadata[name]!r}" for name, (op, _) in BOUNDS.items() if name in metadata)
-
-
-def _check_bounds(metadata: Mapping[str, Any], value: Any, key: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return
-    for name, (_, ok) in BOUNDS.items():
-        if name in metadata and not ok(value, metadata[name]):
-            kind = "an integer" if isinstance(value, int) else "a number"
-            raise OptionError(key, f"expected {kind} {bounds_text(metadata)}, got {value!r}")
+def _default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
 
 
 def describe(options_type: type) -> list[OptionSpec]:
@@ -121,16 +100,41 @@ def describe(options_type: type) -> list[OptionSpec]:
     hints = _hints(options_type)
     specs = []
     for f in dataclasses.fields(options_type):
-        if f.default is not dataclasses.MISSING:
-            default = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            default = f.default_factory()
-        else:
-            default = None
-        bounds = bounds_text(f.metadata) if hints[f.name] is not bool else ""
-        type_name = f"{_type_name(hints[f.name])} {bounds}" if bounds else _type_name(hints[f.name])
-        specs.append(OptionSpec(f.name, type_name, default, str(f.metadata.get("help", ""))))
+        type_name = rules_text(f.metadata, _type_name(hints[f.name]), is_bool=hints[f.name] is bool)
+        specs.append(OptionSpec(f.name, type_name, _default(f), str(f.metadata.get("help", ""))))
     return specs
+
+
+def check_declaration(options_type: type) -> None:
+    """Each field's declared rules are well-formed, and its default and its ``tune`` values keep them and its
+    type (checked when a plugin loads, so a default outside its own choices never reaches a suite).
+
+    :raises OptionError: keyed by the option's name.
+    """
+    hints = _hints(options_type)
+    for f in dataclasses.fields(options_type):
+        check_metadata(f.metadata, f.name)
+        values = [("default", _default(f)), *((f"tune[{i}]", v) for i, v in enumerate(f.metadata.get("tune", ())))]
+        for what, value in values:
+            try:
+                check_rules(f.metadata, _coerce(hints[f.name], value, f.name), f.name)
+            except OptionError as exc:
+                raise OptionError(f.name, f"{what}: {exc.message}") from exc
+
+
+def declared_choices(options_type: type) -> dict[str, tuple[Any, ...]]:
+    """The values each option restricted to a set takes (its ``choices``, or its ``Literal`` type's), in
+    declaration order; a list option's choices are its items', not values of the option, and are left out."""
+    hints = _hints(options_type)
+    out: dict[str, tuple[Any, ...]] = {}
+    for f in dataclasses.fields(options_type):
+        if is_list_option(options_type, f.name):
+            continue
+        if "choices" in f.metadata:
+            out[f.name] = tuple(f.metadata["choices"])
+        elif get_origin(hints[f.name]) is Literal:
+            out[f.name] = get_args(hints[f.name])
+    return out
 
 
 def _alternatives(options_type: type, name: str) -> tuple[Any, ...]:
@@ -220,9 +224,10 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
                 errors.append(exc.message)
         raise OptionError(key, f"expected {_type_name(tp)}, got {value!r}")
     if origin is Literal:
-        if value in get_args(tp):
-            return value
-        raise OptionError(key, f"expected one of {', '.join(repr(a) for a in get_args(tp))}, got {value!r}")
+        found, choice = one_of(value, get_args(tp))
+        if found:
+            return choice
+        raise OptionError(key, f"expected one of {one_of_text(get_args(tp))}, got {value!r}")
     if origin in (list, tuple) or tp in (list, tuple):
         if not isinstance(value, list | tuple):
             raise OptionError(key, f"expected {_type_name(tp)}, got {value!r}")
@@ -269,7 +274,7 @@ def build_options(options_type: type, values: Mapping[str, Any]) -> Any:
     """Build an options instance from plain values, checking names and types.
 
     :raises OptionError: unknown name (with "did you mean"), wrong type, a value outside the field's declared
-        bounds, or a ValueError from the dataclass's own ``__post_init__``.
+        rules (bounds, choices, length, pattern), or a ValueError from the dataclass's own ``__post_init__``.
     """
     hints = _hints(options_type)
     fields = {f.name: f for f in dataclasses.fields(options_type)}
@@ -284,8 +289,7 @@ def build_options(options_type: type, values: Mapping[str, Any]) -> Any:
                 else (f"; options are: {', '.join(names)}" if names else "; it takes no options")
             )
             raise UnknownOption(key, f"unknown option{hint}")
-        kwargs[key] = _coerce(hints[key], value, key)
-        _check_bounds(fields[key].metadata, kwargs[key], key)
+        kwargs[key] = check_rules(fields[key].metadata, _coerce(hints[key], value, key), key)
         entry_type = fields[key].metadata.get("entry_type")
         if entry_type is not None and isinstance(kwargs[key], Mapping):
             kwargs[key] = _entries(entry_type, kwargs[key], key)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ampsuite import analysis
+from ampsuite.contract.tunesteps import NOT_STARTED, Decision, Phase, Step
 from ampsuite.tune.space import Candidate
 from ampsuite.tune.trust import as_record
-from ampsuite.tune.tuner import FULL, SCREEN, SCREENED_STEPS, Tuner
+from ampsuite.tune.tuner import FULL, SCREEN, Tuner
 
 MIN_GAIN = analysis.MIN_RELATIVE_CHANGE
 """Smallest relative throughput gain that counts, whatever the noise: the change ``ampsuite compare`` reports."""
@@ -25,10 +27,6 @@ def _gain_over(a: dict[str, Any], b: dict[str, Any]) -> bool:
 Measured = tuple[Candidate, dict[str, Any]]
 
 
-NOT_MEASURED = "not measured: the budget was spent"
-"""A step's decision, and an ablation row's reason, when the budget left its candidate unmeasured."""
-
-
 def _value(record: dict[str, Any] | None) -> float:
     return (analysis.throughput(as_record(record)) if record is not None else None) or 0.0
 
@@ -42,28 +40,46 @@ def _ok(tuner: Tuner, record: dict[str, Any] | None, phase: str) -> bool:
     )
 
 
-def _step(
-    steps: list[dict[str, Any]], tuner: Tuner, phase: str, candidate: Candidate, record: dict[str, Any] | None
-) -> dict[str, Any]:
-    """Log one measurement of the search (shown on the tune page); the caller sets its ``decision``."""
-    step = {
-        "phase": phase,
-        "combination": candidate.combination,
-        "batch_size": candidate.batch_size,
-        "cell_id": None if record is None else record["id"],
-        "status": "not started (budget)" if record is None else str(record["status"]),
-        "throughput": None if record is None else analysis.throughput(as_record(record)),
-        "untrusted": None if record is None else tuner.untrusted(record, SCREEN if phase in SCREENED_STEPS else FULL),
-        "decision": "",
-    }
-    steps.append(step)
-    return step
+class StepLog:
+    """One workload configuration's steps, in the order measured. A step is logged when measured and decided
+    when its phase knows (a greedy screen reads "not faster" until the round keeps it): :meth:`Logged.decide`
+    replaces the frozen :class:`Step` in place."""
+
+    def __init__(self) -> None:
+        self.steps: list[Step] = []
 
 
-def _turn_down(step: dict[str, Any], record: dict[str, Any] | None, decision: str) -> None:
+@dataclass(frozen=True)
+class Logged:
+    """A step of a :class:`StepLog`, still to be decided (or decided again)."""
+
+    log: StepLog
+    at: int
+
+    def decide(self, decision: Decision, detail: str = "") -> None:
+        self.log.steps[self.at] = self.log.steps[self.at].decided(decision, detail)
+
+
+def _step(log: StepLog, tuner: Tuner, phase: Phase, candidate: Candidate, record: dict[str, Any] | None) -> Logged:
+    """Log one measurement of the search (shown on the tune page), :attr:`Decision.PENDING` until decided."""
+    log.steps.append(
+        Step(
+            phase=phase,
+            combination=candidate.combination,
+            batch_size=candidate.batch_size,
+            cell_id=None if record is None else record["id"],
+            status=NOT_STARTED if record is None else str(record["status"]),
+            throughput=None if record is None else analysis.throughput(as_record(record)),
+            untrusted=None if record is None else tuner.untrusted(record, SCREEN if phase.screened else FULL),
+        )
+    )
+    return Logged(log, len(log.steps) - 1)
+
+
+def _turn_down(step: Logged, record: dict[str, Any] | None, decision: Decision) -> None:
     """A candidate not taken: ``decision`` when it was measured; a candidate the budget left unmeasured
     was not found wanting."""
-    step["decision"] = decision if record is not None else NOT_MEASURED
+    step.decide(decision if record is not None else Decision.NOT_MEASURED)
 
 
 def _lacks(tuner: Tuner, candidate: Candidate, technique: str) -> bool:
@@ -76,6 +92,6 @@ def _lacks(tuner: Tuner, candidate: Candidate, technique: str) -> bool:
 
 def _reason(record: dict[str, Any] | None) -> str | None:
     if record is None:
-        return NOT_MEASURED
+        return Decision.NOT_MEASURED.label
     evidence = record.get("evidence") or {}
     return evidence.get("reason") or evidence.get("message")

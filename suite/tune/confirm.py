@@ -5,13 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from ampsuite import results
-from ampsuite.tune.common import NOT_MEASURED, Measured, _ok, _step, _value
+from ampsuite.contract.tunesteps import Decision, Phase, Verdict, unconfirmed
+from ampsuite.tune.common import Logged, Measured, StepLog, _ok, _step, _value
 from ampsuite.tune.space import Candidate, WorkloadConfig
 from ampsuite.tune.tuner import SCREEN, Tuner
-
-CONFIRMING = "screened to confirm a near miss"
-"""The decision of each screen :func:`_confirm` measures."""
-
 
 CONFIRM_SCREENS = 3
 """Screens each of a near miss and of what it would replace takes, in one run, for :func:`_confirm`: with 3 against 3,
@@ -23,15 +20,16 @@ def _confirm(
     config: WorkloadConfig,
     incumbent: Candidate,
     near: Candidate,
-    step: dict[str, Any],
-    log: tuple[list[Any], str],
+    step: Logged,
+    log: tuple[StepLog, Phase],
     healthy: list[Measured] | None = None,
 ) -> dict[str, Any] | None:
     """A near miss, confirmed or not: ``near`` (faster than ``incumbent``, not by :data:`MIN_GAIN`) and the incumbent
     screened again, alternately, until each has :data:`CONFIRM_SCREENS` screens of one run. ``near``'s first screen
-    when each of its screens is faster than each of the incumbent's, else None. ``step`` (the near miss's) says which
-    and gives the figures; each screen measured here is a step of its own under ``log`` (steps, phase), and a first
-    screen measured again replaces its candidate's in ``healthy``.
+    when each of its screens is faster than each of the incumbent's, else None. ``step`` (the near miss's) is decided
+    :attr:`Decision.CONFIRMED` or :attr:`Decision.NOT_CONFIRMED`, with the figures; each screen measured here is a
+    step of its own under ``log`` (steps, phase), :attr:`Decision.CONFIRMING`, and a first screen measured again
+    replaces its candidate's in ``healthy``.
 
     MIN_GAIN guards figures taken minutes or machines apart: one cell runs up to 0.9% apart in two runs on one H200.
     It also turns down gains that hold up each time they are measured on one machine: on an H200, the stem's
@@ -49,14 +47,11 @@ def _confirm(
     A verdict is reached once per pair: a later test of the same two (``--resume``, or the same pair met again) takes
     it as it stands, so that a near miss does not get another draw of the test each time it is met, and a resume
     does not pay six screens again (a compile each, for a compiled step)."""
-    verdict_key = (config.key, incumbent.name, near.name)
-    earlier = tuner.verdicts.get(verdict_key)
+    pair = (config.key, incumbent.name, near.name)
+    earlier = tuner.verdicts.get(pair)
     if earlier is not None:
-        step["decision"] = (
-            f"{'kept: confirmed' if earlier['confirmed'] else 'not confirmed'}, as decided {earlier['decided']}"
-            f" (screens {earlier['screens']})"
-        )
-        first = tuner.run(config, near, SCREEN) if earlier["confirmed"] else None
+        step.decide(earlier.decision, earlier.detail(earlier=True))
+        first = tuner.run(config, near, SCREEN) if earlier.confirmed else None
         return first if first is not None and _ok(tuner, first, SCREEN) else None
     order = [(incumbent, 1), (near, 1), (near, 2), (incumbent, 2)]
     order += [
@@ -71,36 +66,19 @@ def _confirm(
             record = tuner.run(config, c, SCREEN, repeat=k)
             measured = tuner.started > started
             if measured or record is None:
-                logged = _step(log[0], tuner, log[1], c, record)
-                logged["decision"] = CONFIRMING if measured else NOT_MEASURED
+                _step(log[0], tuner, log[1], c, record).decide(
+                    Decision.CONFIRMING if measured else Decision.NOT_MEASURED
+                )
             if record is None or not _ok(tuner, record, SCREEN):
-                step["decision"] = f"not confirmed: {_why_unconfirmed(tuner, record)}"
+                why = None if record is None else tuner.untrusted(record, SCREEN) or str(record["status"])
+                step.decide(Decision.NOT_CONFIRMED, unconfirmed(why))
                 return None
             if k == 1 and healthy is not None:
                 healthy[:] = [(c, record) if h[0] == c else h for h in healthy]
             records.append(record)
     mine = [_value(r) for (c, _), r in zip(order, records, strict=True) if c is near]
     theirs = [_value(r) for (c, _), r in zip(order, records, strict=True) if c is incumbent]
-    figures = f"{', '.join(f'{v:,.1f}' for v in mine)} against {', '.join(f'{v:,.1f}' for v in theirs)}"
-    confirmed = min(mine) > max(theirs)
-    tuner.decide(
-        {
-            "key": config.key,
-            "incumbent": incumbent.name,
-            "near": near.name,
-            "confirmed": confirmed,
-            "screens": figures,
-            "decided": f"on {results.now()[:16].replace('T', ' ')} UTC",
-        }
-    )
-    if not confirmed:
-        step["decision"] = f"not confirmed: screens {figures}"
-        return None
-    step["decision"] = f"kept: confirmed, each of its screens faster than each of the incumbent's ({figures})"
-    return records[1]
-
-
-def _why_unconfirmed(tuner: Tuner, record: dict[str, Any] | None) -> str:
-    if record is None:
-        return "the budget left a repeat unmeasured"
-    return f"a repeat was not healthy ({tuner.untrusted(record, SCREEN) or record['status']})"
+    verdict = Verdict.reached(pair, min(mine) > max(theirs), mine, theirs, results.now())
+    tuner.decide(verdict)
+    step.decide(verdict.decision, verdict.detail(earlier=False))
+    return records[1] if verdict.confirmed else None

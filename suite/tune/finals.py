@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence, Set
 from typing import Any
 
-from ampsuite.tune.common import Measured, _gain_over, _ok, _step, _turn_down, _value
+from ampsuite.contract.tunesteps import Decision, Phase
+from ampsuite.tune.common import Measured, StepLog, _gain_over, _ok, _step, _turn_down, _value
 from ampsuite.tune.confirm import _confirm
 from ampsuite.tune.space import Candidate, WorkloadConfig
 from ampsuite.tune.tuner import FULL, Tuner
@@ -35,7 +36,7 @@ def _finals(
     config: WorkloadConfig,
     screened: tuple[list[Measured], list[Measured]],
     fp32: Measured,
-    steps: list[dict[str, Any]],
+    steps: StepLog,
 ) -> Measured | None:
     """Step 4: the greedy paths' ends, the file's last winner (``--resume``) and the next best screened candidates
     measured in full; the winner.
@@ -67,13 +68,11 @@ def _finals(
     if refused:
         for candidate in ranked:
             if candidate not in finalists and candidate != fp32[0] and tuner.known(config, candidate, FULL):
-                _final(tuner, steps, candidate, tuner.run(config, candidate, FULL), trusted, STOOD_IN)
+                _final(tuner, steps, candidate, tuner.run(config, candidate, FULL), trusted, Decision.STOOD_IN)
     return _settle(tuner, config, trusted, steps)
 
 
-def _settle(
-    tuner: Tuner, config: WorkloadConfig, measured: list[Measured], steps: list[dict[str, Any]]
-) -> Measured | None:
+def _settle(tuner: Tuner, config: WorkloadConfig, measured: list[Measured], steps: StepLog) -> Measured | None:
     """Step 4's choice (:func:`_choose`), with each near miss settled: while the choice is a simpler (or loss-scale
     free) recipe that the fastest finalist beats by too little to count, the two are screened against each other
     (:func:`_confirm`, logged as a final step of the fastest); a confirmed gain leaves the simpler one out.
@@ -91,26 +90,24 @@ def _settle(
         if fastest[0] == choice[0] or _value(fastest[1]) <= _value(choice[1]) or choice[0] in settled:
             return choice
         settled.append(choice[0])  # each choice is held against the fastest once
-        step = _step(steps, tuner, "final", fastest[0], fastest[1])
-        if _confirm(tuner, config, choice[0], fastest[0], step, (steps, "final")) is None:
+        step = _step(steps, tuner, Phase.FINAL, fastest[0], fastest[1])
+        if _confirm(tuner, config, choice[0], fastest[0], step, (steps, Phase.FINAL)) is None:
             return choice
-
-
-STOOD_IN = "trusted: a record at hand, for a finalist the budget left unmeasured"
 
 
 def _final(
     tuner: Tuner,
-    steps: list[dict[str, Any]],
+    steps: StepLog,
     candidate: Candidate,
     record: dict[str, Any] | None,
     trusted: list[Measured],
-    decision: str = "trusted",
+    decision: Decision = Decision.TRUSTED,
 ) -> None:
-    """Log one finalist's full ``record``, into ``trusted`` when it is."""
-    step = _step(steps, tuner, "final", candidate, record)
+    """Log one finalist's full ``record``, into ``trusted`` when it is (:attr:`Decision.STOOD_IN`: a record at hand
+    standing in for a finalist the budget left unmeasured)."""
+    step = _step(steps, tuner, Phase.FINAL, candidate, record)
     if record is not None and _ok(tuner, record, FULL):
         trusted.append((candidate, record))
-        step["decision"] = decision
+        step.decide(decision)
     else:
-        _turn_down(step, record, "not trusted")
+        _turn_down(step, record, Decision.NOT_TRUSTED)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ampsuite.contract.tunesteps import Decision, Phase
 from ampsuite.contract.wire import Status
 from ampsuite.tune import space
-from ampsuite.tune.common import Measured, _gain_over, _lacks, _ok, _step, _turn_down, _value
+from ampsuite.tune.common import Logged, Measured, StepLog, _gain_over, _lacks, _ok, _step, _turn_down, _value
 from ampsuite.tune.confirm import _confirm
 from ampsuite.tune.space import AMP, Candidate, WorkloadConfig
 from ampsuite.tune.tuner import SCREEN, Tuner
@@ -18,7 +19,7 @@ def _greedy(
     config: WorkloadConfig,
     start: Measured,
     pool: list[str],
-    steps: list[dict[str, Any]],
+    steps: StepLog,
     healthy: list[Measured],
 ) -> Measured:
     """Step 3 from one start: add the fastest healthy technique while it clearly helps, else the round's near
@@ -26,7 +27,7 @@ def _greedy(
     current = start
     pool = list(pool)
     while pool:
-        trials: list[tuple[str, Measured, dict[str, Any]]] = []  # this round's healthy additions
+        trials: list[tuple[str, Measured, Logged]] = []  # this round's healthy additions
         for technique in list(pool):
             trial = current[0].plus(technique)
             if _lacks(tuner, trial, technique):
@@ -41,13 +42,13 @@ def _greedy(
         if faster and _gain_over(faster[0][1][1], current[1]):
             pool.remove(faster[0][0])
             current = faster[0][1]
-            faster[0][2]["decision"] = "kept"
+            faster[0][2].decide(Decision.KEPT)
             continue
         joined = _together(tuner, config, current, [(t, m) for t, m, _ in faster], steps, healthy)
         if joined is None and faster:
             # The round's fastest near miss alone, screened again beside the path until the two can be told apart.
             _, near, step = faster[0]
-            first = _confirm(tuner, config, current[0], near[0], step, (steps, "greedy"), healthy)
+            first = _confirm(tuner, config, current[0], near[0], step, (steps, Phase.GREEDY), healthy)
             joined = None if first is None else (near[0], first)
             # a first screen of the path measured again there is the path's figure now
             current = next((m for m in healthy if m[0] == current[0]), current)
@@ -63,7 +64,7 @@ def _together(
     config: WorkloadConfig,
     current: Measured,
     faster: list[tuple[str, Measured]],
-    steps: list[dict[str, Any]],
+    steps: StepLog,
     healthy: list[Measured],
 ) -> Measured | None:
     """Step 3's joint step, when no addition clearly helps: the path plus every addition of the round that was
@@ -83,28 +84,28 @@ def _together(
     record, step, ok = _trial(tuner, config, trial, steps, healthy)
     if record is None or not ok or not _gain_over(record, current[1]):
         return None
-    step["decision"] = "kept: the round's near misses together"
+    step.decide(Decision.KEPT_TOGETHER)
     return trial, record
 
 
 def _trial(
-    tuner: Tuner, config: WorkloadConfig, trial: Candidate, steps: list[dict[str, Any]], healthy: list[Measured]
-) -> tuple[dict[str, Any] | None, dict[str, Any], bool]:
+    tuner: Tuner, config: WorkloadConfig, trial: Candidate, steps: StepLog, healthy: list[Measured]
+) -> tuple[dict[str, Any] | None, Logged, bool]:
     """One greedy screen of ``trial``, logged: (its record, its step, whether it is healthy). A healthy one joins
-    ``healthy`` and its step reads "not faster" until the caller keeps it; any other is rejected (or left by the
-    budget, as its step says)."""
+    ``healthy`` and its step is :attr:`Decision.NOT_FASTER` until the caller keeps it; any other is rejected (or
+    left by the budget, as its step says)."""
     record = tuner.run(config, trial, SCREEN)
-    step = _step(steps, tuner, "greedy", trial, record)
+    step = _step(steps, tuner, Phase.GREEDY, trial, record)
     if record is None or not _ok(tuner, record, SCREEN):
-        _turn_down(step, record, "rejected")
+        _turn_down(step, record, Decision.REJECTED)
         return record, step, False
     healthy.append((trial, record))
-    step["decision"] = "not faster"
+    step.decide(Decision.NOT_FASTER)
     return record, step, True
 
 
 def _screen(
-    tuner: Tuner, config: WorkloadConfig, fp32: Measured, steps: list[dict[str, Any]]
+    tuner: Tuner, config: WorkloadConfig, fp32: Measured, steps: StepLog
 ) -> tuple[list[Measured], list[Measured]]:
     """Steps 2 and 3: (every screened candidate with healthy numerics, slowest first; the greedy paths' ends).
 
@@ -123,13 +124,13 @@ def _screen(
     for start in candidates:
         # FP32 is already measured in full: a screen of it would only be a shorter look at the same cell.
         record = fp32[1] if start == fp32[0] else tuner.run(config, start, SCREEN)
-        step = _step(steps, tuner, "start", start, record)
+        step = _step(steps, tuner, Phase.START, start, record)
         if record is None or not _ok(tuner, record, SCREEN):
-            _turn_down(step, record, "rejected")
+            _turn_down(step, record, Decision.REJECTED)
             continue
         healthy.append((start, record))
         starts.append((start, record))
-        step["decision"] = "healthy"
+        step.decide(Decision.HEALTHY)
     if not starts:
         return healthy, []
     starts.sort(key=lambda m: -_value(m[1]))
@@ -147,16 +148,13 @@ def _screen(
     return healthy, ends
 
 
-HEAD_START = "kept: the leading recipe's companions"
-
-
 def _head_start(
     tuner: Tuner,
     config: WorkloadConfig,
     start: Measured,
     leader: Sequence[str],
     pool: Sequence[str],
-    steps: list[dict[str, Any]],
+    steps: StepLog,
     healthy: list[Measured],
 ) -> Measured:
     """Step 3's first screen from a later precision start: the start with every companion of the leading recipe
@@ -182,7 +180,7 @@ def _head_start(
     record, step, ok = _trial(tuner, config, trial, steps, healthy)
     if record is None or not ok or not _gain_over(record, start[1]):
         return start
-    step["decision"] = HEAD_START
+    step.decide(Decision.HEAD_START)
     return trial, record
 
 

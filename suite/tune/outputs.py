@@ -1,8 +1,8 @@
 """What a tune run hands back: the recipe as a suite-file snippet, and the summary as Markdown.
 
-Both are pure functions of the summary :func:`ampsuite.tune.search.tune` returns (also
-stored in the results file's ``run.tune``), so they can be rewritten from a
-results file without measuring again.
+Both are pure functions of the summary (:class:`ampsuite.contract.tunerecords.TuneSummary`, which
+the results file's ``run.tune`` stores), so they can be rewritten from a results file without
+measuring again; either takes the record or its JSON.
 """
 
 from __future__ import annotations
@@ -12,10 +12,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from ampsuite.analysis.best import NO_GAIN
-from ampsuite.contract.wire import Status
+from ampsuite.contract.tunerecords import TuneSummary, Winner
 from ampsuite.spec.tomltext import toml_key, toml_value
 
 __all__ = ["combination_name", "recipe_toml", "tune_markdown"]
+
+Summary = TuneSummary | Mapping[str, Any]
+"""A tune summary, or its JSON (``run.tune`` of a results file)."""
 
 
 def combination_name(key: str) -> str:
@@ -23,44 +26,42 @@ def combination_name(key: str) -> str:
     return "tuned-" + re.sub(r"[^A-Za-z0-9_-]+", "-", key).strip("-")
 
 
-def _beats_fp32(winner: Mapping[str, Any]) -> bool:
-    """False for a winner measured slower than its FP32 reference (no FP32 figure: nothing to say it is)."""
-    speed = winner.get("speedup_vs_fp32")
-    return not isinstance(speed, int | float) or speed >= 1.0
+def _figure(winner: Winner, unit: str) -> str:
+    speed = winner.speedup_vs_fp32
+    return f"{winner.throughput:,.1f} {unit}/s" + (f", {speed:.2f}x FP32" if speed else "")
 
 
-def recipe_toml(summary: Mapping[str, Any]) -> str:
+def recipe_toml(summary: Summary) -> str:
     """The winners as a suite-file snippet: one ``[combinations]`` entry per workload, then the option values
     each ran with (the suite's ``[techniques]`` values and tune's choices) as
     ``[combination_options.COMBINATION.TECHNIQUE]`` (each winner keeps its own)."""
-    lines = [f"# ampsuite tune on {summary.get('device')}: the fastest trustworthy recipe per workload"]
-    if summary.get("incomplete"):
+    summary = TuneSummary.of(summary)
+    lines = [f"# ampsuite tune on {summary.device}: the fastest trustworthy recipe per workload"]
+    if summary.incomplete:
         lines.append("# interrupted: the search so far (`ampsuite tune --resume` measures the rest)")
-    if summary.get("base_techniques"):
+    if summary.base_techniques:
         # Every candidate ran with them: the recipe holds in a suite with the same base.
-        lines.append(f"# measured with [suite] base_techniques = {toml_value(summary['base_techniques'])}")
+        lines.append(f"# measured with [suite] base_techniques = {toml_value(list(summary.base_techniques))}")
     combos: list[str] = []
     tables: list[str] = []
     notes: list[str] = []
-    for w in summary.get("workloads") or []:
-        winner = w.get("winner")
-        if not winner:
-            notes.append(f"# {w['key']}: no recipe ({w.get('reason') or 'not tuned'})")
+    for w in summary.workloads:
+        winner = w.winner
+        if winner is None:
+            notes.append(f"# {w.key}: no recipe ({w.reason or 'not tuned'})")
             continue
-        speed = winner.get("speedup_vs_fp32")
-        figure = f"{winner['throughput']:,.1f} {w['unit']}/s" + (f", {speed:.2f}x FP32" if speed else "")
-        name = combination_name(w["key"])
-        if not _beats_fp32(winner):
+        name = combination_name(w.key)
+        techniques = toml_value(list(winner.techniques))
+        if not winner.beats_fp32:
             # A recipe slower than FP32 is no recipe: pasted into a suite it would be read as the tuned one.
-            notes.append(f"# {w['key']}: {NO_GAIN} (fastest trustworthy: {toml_value(winner['techniques'])}, {figure})")
+            notes.append(f"# {w.key}: {NO_GAIN} (fastest trustworthy: {techniques}, {_figure(winner, w.unit)})")
             continue
-        combos.append(f"# {w['key']}, batch_size = {winner['batch_size']}: {figure}")
-        combos.append(f"{toml_key(name)} = {toml_value(winner['techniques'])}")
+        combos.append(f"# {w.key}, batch_size = {winner.batch_size}: {_figure(winner, w.unit)}")
+        combos.append(f"{toml_key(name)} = {techniques}")
         # Every option value the winner ran with, the tune suite's own [techniques] tables included: pasted into
         # another suite, a snippet with only tune's choices would run that suite's values instead (a recipe may
-        # owe its speed to compile options set in the tune suite's [techniques]). Summaries of older versions
-        # have only "overrides".
-        for technique, values in (winner.get("options") or winner.get("overrides") or {}).items():
+        # owe its speed to compile options set in the tune suite's [techniques]).
+        for technique, values in winner.recipe_options.items():
             tables += [
                 "",
                 f"[combination_options.{toml_key(name)}.{toml_key(technique)}]",
@@ -75,13 +76,6 @@ def recipe_toml(summary: Mapping[str, Any]) -> str:
 INTERRUPTED = "**Interrupted**: what follows is the search so far; `ampsuite tune --resume` measures the rest."
 
 
-def _recipe(row: Mapping[str, Any]) -> str:
-    """An ablation row's techniques, then the option values tune chose."""
-    techniques = " + ".join(row["techniques"]) or "none"
-    options = row.get("options") or []  # absent in files of older versions
-    return f"{techniques} ({', '.join(options)})" if options else techniques
-
-
 def _num(value: Any, suffix: str = "") -> str:
     return "" if value is None else f"{value:,.1f}{suffix}"
 
@@ -94,50 +88,49 @@ def _pct(value: Any) -> str:
     return "" if value is None else f"{value:+.1%}"
 
 
-def tune_markdown(summary: Mapping[str, Any]) -> str:
+def tune_markdown(summary: Summary) -> str:
     """The tune run in Markdown: budget, each workload's winner, its ablation and the search steps."""
+    summary = TuneSummary.of(summary)
     out = [
         "# ampsuite tune",
         "",
-        f"Device {summary.get('device')}; budget {summary.get('budget_seconds', 0):.0f} s, used "
-        f"{summary.get('elapsed_seconds', 0):.1f} s; {summary.get('cells', 0)} candidate cells, "
-        f"{summary.get('started_cells', 0)} measured in this run"
-        + (f", {summary['refused_cells']} not started (budget spent)" if summary.get("refused_cells") else "")
+        f"Device {summary.device}; budget {summary.budget_seconds:.0f} s, used "
+        f"{summary.elapsed_seconds:.1f} s; {summary.cells} candidate cells, "
+        f"{summary.started_cells} measured in this run"
+        + (f", {summary.refused_cells} not started (budget spent)" if summary.refused_cells else "")
         + ".",
     ]
-    if summary.get("incomplete"):
+    if summary.incomplete:
         out += ["", INTERRUPTED]
-    for w in summary.get("workloads") or []:
-        winner = w.get("winner")
-        out += ["", f"## {w['key']}", ""]
-        if not winner:
-            out.append(f"No recipe: {w.get('reason')}.")
+    for w in summary.workloads:
+        winner = w.winner
+        out += ["", f"## {w.key}", ""]
+        if winner is None:
+            out.append(f"No recipe: {w.reason}.")
         else:
             out.append(
-                ("" if _beats_fp32(winner) else f"**{NO_GAIN[0].upper()}{NO_GAIN[1:]}.** Fastest trustworthy: ")
-                + f"{'Winner: ' if _beats_fp32(winner) else ''}`{winner['combination']}` at batch "
-                f"{winner['batch_size']}, {_num(winner['throughput'])} {w['unit']}/s "
-                f"({_x(winner.get('speedup_vs_fp32'))} FP32)."
+                ("Winner: " if winner.beats_fp32 else f"**{NO_GAIN[0].upper()}{NO_GAIN[1:]}.** Fastest trustworthy: ")
+                + f"`{winner.combination}` at batch {winner.batch_size}, {_num(winner.throughput)} {w.unit}/s "
+                f"({_x(winner.speedup_vs_fp32)} FP32)."
             )
-        if w.get("ablation"):
+        if w.ablation:
             out += [
                 "",
                 "| ablation | techniques | status | throughput | vs FP32 | vs TF32 | contribution | note |",
                 "|---|---|---|---:|---:|---:|---:|---|",
             ]
-            for row in w["ablation"]:
-                note = (row.get("reason") if row["status"] != Status.PASSED else row.get("untrusted")) or ""
+            for row in w.ablation:
                 out.append(
-                    f"| {row['label']} | {_recipe(row)} | {row['status']} | "
-                    f"{_num(row['throughput'])} | {_x(row['speedup_vs_fp32'])} | {_x(row['speedup_vs_tf32'])} | "
-                    f"{_pct(row['contribution'])} | {note} |"
+                    f"| {row.label} | {row.recipe} | {row.status} | "
+                    f"{_num(row.throughput)} | {_x(row.speedup_vs_fp32)} | {_x(row.speedup_vs_tf32)} | "
+                    f"{_pct(row.contribution)} | {row.note} |"
                 )
-        if w.get("steps"):
+        if w.steps:
             out += ["", "| step | candidate | batch | status | throughput | decision | why not trusted |"]
             out.append("|---|---|---:|---|---:|---|---|")
-            for s in w["steps"]:
+            for s in w.steps:
                 out.append(
-                    f"| {s['phase']} | {s['combination']} | {s['batch_size']} | {s['status']} | "
-                    f"{_num(s['throughput'])} | {s['decision']} | {s['untrusted'] or ''} |"
+                    f"| {s.phase} | {s.combination} | {s.batch_size} | {s.status} | "
+                    f"{_num(s.throughput)} | {s.describe()} | {s.untrusted or ''} |"
                 )
     return "\n".join(out) + "\n"

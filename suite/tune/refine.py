@@ -6,10 +6,11 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from ampsuite.contract.tunesteps import Decision, Phase
 from ampsuite.contract.wire import Status
 from ampsuite.spec.options import is_table_option, merge_values
 from ampsuite.tune import space
-from ampsuite.tune.common import Measured, _gain_over, _ok, _step, _turn_down, _value
+from ampsuite.tune.common import Logged, Measured, StepLog, _gain_over, _ok, _step, _turn_down, _value
 from ampsuite.tune.confirm import _confirm
 from ampsuite.tune.space import Candidate, WorkloadConfig
 from ampsuite.tune.tuner import FULL, Tuner
@@ -21,15 +22,15 @@ def _hold(
     winner: Measured,
     candidate: Candidate,
     record: dict[str, Any] | None,
-    step: dict[str, Any],
-    log: tuple[list[Any], str],
+    step: Logged,
+    log: tuple[StepLog, Phase],
 ) -> tuple[Measured, bool]:
     """Step 5's one comparison: ``candidate``'s full ``record`` against ``winner`` (both of this machine), a near
     miss confirmed by screens logged under ``log``; (the winner after it, whether the candidate was kept). Sets
     ``step``'s decision."""
     trusted = record if _ok(tuner, record, FULL) else None
     if trusted is not None and _gain_over(trusted, winner[1]):
-        step["decision"] = "kept"
+        step.decide(Decision.KEPT)
         return (candidate, trusted), True
     if trusted is not None and _value(trusted) > _value(winner[1]):
         # A near miss: screened beside the winner until the two can be told apart. The full records stay the
@@ -37,7 +38,7 @@ def _hold(
         if _confirm(tuner, config, winner[0], candidate, step, log) is not None:
             return (candidate, trusted), True
         return winner, False
-    _turn_down(step, record, "not better")
+    _turn_down(step, record, Decision.NOT_BETTER)
     return winner, False
 
 
@@ -79,7 +80,7 @@ def _variant(tuner: Tuner, winner: Candidate, step: OptionStep) -> Candidate:
     return winner.with_option(technique, option, value, space.option_value(suite, option))
 
 
-def _refine(tuner: Tuner, config: WorkloadConfig, winner: Measured, steps: list[dict[str, Any]]) -> Measured:
+def _refine(tuner: Tuner, config: WorkloadConfig, winner: Measured, steps: StepLog) -> Measured:
     """Step 5: the winner's technique option variants, then the other selected batch sizes, in full.
 
     Hill climbing over the declared values, one at a time: a value that clearly helps is kept, and
@@ -98,20 +99,21 @@ def _refine(tuner: Tuner, config: WorkloadConfig, winner: Measured, steps: list[
         variant = next((v for v in variants if tuner.known(config, v, FULL)), variants[0])
         tried.add(variant.combination)
         record = tuner.run(config, variant, FULL)
-        step = _step(steps, tuner, "option", variant, record)
-        winner, _ = _hold(tuner, config, winner, variant, record, step, (steps, "option"))
+        step = _step(steps, tuner, Phase.OPTION, variant, record)
+        winner, _ = _hold(tuner, config, winner, variant, record, step, (steps, Phase.OPTION))
     for bs in config.batch_sizes:
         if bs == winner[0].batch_size:
             continue
         # Numerics at another batch size are held against FP32 at that batch size.
         fp32 = tuner.run(config, Candidate((), bs), FULL)
-        _step(steps, tuner, "batch", Candidate((), bs), fp32)["decision"] = "reference"
+        reference = _step(steps, tuner, Phase.BATCH, Candidate((), bs), fp32)
+        reference.decide(Decision.REFERENCE)
         if fp32 is None or fp32["status"] != Status.PASSED:
             continue
         resized = dataclasses.replace(winner[0], batch_size=bs)
         record = fp32 if not resized.techniques else tuner.run(config, resized, FULL)
-        step = _step(steps, tuner, "batch", resized, record) if resized.techniques else steps[-1]
-        winner, kept = _hold(tuner, config, winner, resized, record, step, (steps, "batch"))
+        step = _step(steps, tuner, Phase.BATCH, resized, record) if resized.techniques else reference
+        winner, kept = _hold(tuner, config, winner, resized, record, step, (steps, Phase.BATCH))
         if not kept and not resized.techniques:
-            step["decision"] = "reference"  # FP32 at this batch size: the reference step it already is
+            step.decide(Decision.REFERENCE)  # FP32 at this batch size: the reference step it already is
     return winner

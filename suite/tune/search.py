@@ -35,15 +35,18 @@ another machine's again (:func:`ampsuite.analysis.machines.beside`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, cast
 
 from ampsuite import analysis, results
+from ampsuite.contract.tunerecords import AblationRow, TuneSummary, Winner, WorkloadTune
+from ampsuite.contract.tunesteps import Decision, Phase
 from ampsuite.contract.wire import Status
 from ampsuite.host.session import Plan
 from ampsuite.run.signals import sigterm_interrupts
 from ampsuite.tune import space
 from ampsuite.tune.ablation import _ablation
-from ampsuite.tune.common import _reason, _step
+from ampsuite.tune.common import StepLog, _reason, _step, _value
 from ampsuite.tune.finals import _finals
 from ampsuite.tune.greedy import _screen
 from ampsuite.tune.refine import _refine
@@ -51,23 +54,47 @@ from ampsuite.tune.space import Candidate, WorkloadConfig
 from ampsuite.tune.trust import as_record
 from ampsuite.tune.tuner import FULL, Measure, Progress, TuneConfig, Tuner
 
-__all__ = ["Measure", "TuneConfig", "Tuner", "tune"]
+__all__ = ["Measure", "TuneConfig", "Tuner", "tune", "tune_summary"]
+
+SEARCH = (
+    "greedy forward selection from each precision start (the AMP dtypes, techniques replacing autocast), screened "
+    "short, a near miss kept when three screens of it each beat three of what it would replace, finalists in full, "
+    "every figure from this machine"
+)
+"""The search in one sentence, for the summary's readers."""
 
 
-def _tune_one(tuner: Tuner, config: WorkloadConfig, result: dict[str, Any]) -> None:
+@dataclass
+class _Search:
+    """One workload configuration's search while it runs: the summary is written from it at any moment (an
+    interrupted search keeps what it measured)."""
+
+    config: WorkloadConfig
+    steps: StepLog = field(default_factory=StepLog)
+    winner: Winner | None = None
+    ablation: list[AblationRow] = field(default_factory=list)
+    reason: str | None = None
+
+    def record(self) -> WorkloadTune:
+        return WorkloadTune(
+            self.config.key, self.config.unit, tuple(self.steps.steps), self.winner, tuple(self.ablation), self.reason
+        )
+
+
+def _tune_one(tuner: Tuner, config: WorkloadConfig, result: _Search) -> None:
     """The search for one workload configuration, filling ``result`` (already in the summary) as it goes."""
     bs = config.batch_sizes[0]
-    steps: list[dict[str, Any]] = result["steps"]
+    steps = result.steps
     fp32_candidate = Candidate((), bs)
     fp32 = tuner.run(config, fp32_candidate, FULL)
-    _step(steps, tuner, "reference", fp32_candidate, fp32)["decision"] = "reference"
+    _step(steps, tuner, Phase.REFERENCE, fp32_candidate, fp32).decide(Decision.REFERENCE)
     if fp32 is None or fp32["status"] != Status.PASSED:
-        result["reason"] = f"the FP32 cell did not pass ({_reason(fp32) or (fp32 or {}).get('status')})"
+        result.reason = f"the FP32 cell did not pass ({_reason(fp32) or (fp32 or {}).get('status')})"
         return
     screened = _screen(tuner, config, (fp32_candidate, fp32), steps)
     winner = _finals(tuner, config, screened, (fp32_candidate, fp32), steps)
     if winner is None:
-        result["reason"] = "no candidate was trustworthy (not even FP32: see its noise)"
+        result.reason = "no candidate was trustworthy (not even FP32: see its noise)"
         return
     winner = _refine(tuner, config, winner, steps)
     options = {
@@ -75,21 +102,23 @@ def _tune_one(tuner: Tuner, config: WorkloadConfig, result: dict[str, Any]) -> N
         for t in winner[0].techniques
     }
     derived = analysis.derive(tuner.writer.doc).get(winner[1]["id"])
-    result["winner"] = {
-        "combination": winner[0].combination,
-        "techniques": list(winner[0].techniques),
-        "options": {t: o for t, o in options.items() if o},
-        "overrides": {t: dict(o) for t, o in winner[0].overrides.items()},
-        "batch_size": winner[0].batch_size,
-        "cell_id": winner[1]["id"],
-        "throughput": analysis.throughput(as_record(winner[1])),
-        "noise": analysis.noise(as_record(winner[1])),
-        "speedup_vs_fp32": None if derived is None else derived.speedup_vs_fp32,
-    }
-    _ablation(tuner, config, winner, result["ablation"])
+    result.winner = Winner(
+        combination=winner[0].combination,
+        techniques=winner[0].techniques,
+        options={t: o for t, o in options.items() if o},
+        overrides={t: dict(o) for t, o in winner[0].overrides.items()},
+        batch_size=winner[0].batch_size,
+        cell_id=winner[1]["id"],
+        throughput=_value(winner[1]),
+        noise=analysis.noise(as_record(winner[1])),
+        speedup_vs_fp32=None if derived is None else derived.speedup_vs_fp32,
+    )
+    _ablation(tuner, config, winner, result.ablation)
 
 
-def tune(plan: Plan, config: TuneConfig, progress: Progress = print, measure: Measure | None = None) -> dict[str, Any]:
+def tune_summary(
+    plan: Plan, config: TuneConfig, progress: Progress = print, measure: Measure | None = None
+) -> TuneSummary:
     """Tune every workload configuration of the plan's cells; returns the summary (also in the results file's
     ``run.tune``). ``measure`` replaces the worker (tests); by default each cell runs in its own process.
 
@@ -97,46 +126,46 @@ def tune(plan: Plan, config: TuneConfig, progress: Progress = print, measure: Me
     """
     tuner = Tuner(plan, config, progress, measure)
     units = {name: w.unit for name, w in plan.registry.workloads.items()}
-    summary: dict[str, Any] = {
-        "budget_seconds": config.budget_seconds,
-        "device": plan.device,
-        "base_techniques": list(plan.spec.base_techniques),
-        "search": "greedy forward selection from each precision start (the AMP dtypes, techniques replacing "
-        "autocast), screened short, a near miss kept when three screens of it each beat three of what it would "
-        "replace, finalists in full, every figure from this machine",
-        "screen_measure": dataclasses.asdict(tuner.screen_spec.measure),
-        "finalists": config.finalists,
-        "reserve_share": config.reserve_share,
-        "incomplete": False,
-        "workloads": [],
-    }
+    searches: list[_Search] = []
+    incomplete = False
     try:
         with sigterm_interrupts():
             for workload in space.workload_configs(plan.spec, plan.cells, units):
                 # In the summary before its search starts: an interrupted search keeps what it measured.
-                result: dict[str, Any] = {
-                    "key": workload.key,
-                    "unit": workload.unit,
-                    "steps": [],
-                    "winner": None,
-                    "ablation": [],
-                }
-                summary["workloads"].append(result)
-                _tune_one(tuner, workload, result)
+                searches.append(_Search(workload))
+                _tune_one(tuner, workload, searches[-1])
     except KeyboardInterrupt:
-        summary["incomplete"] = True  # interrupted
-        for w in summary["workloads"]:
-            w.setdefault("reason", "interrupted before a winner was chosen")
+        incomplete = True
+        for search in searches:
+            if search.winner is None and search.reason is None:
+                search.reason = "interrupted before a winner was chosen"
         raise
     finally:
-        summary["elapsed_seconds"] = tuner.budget.elapsed()
-        summary["started_cells"] = tuner.started
-        summary["cells"] = len(tuner.writer.doc["cells"])
-        summary["refused_cells"] = tuner.budget.refused
-        summary["budget_spent"] = tuner.budget.refused > 0 or tuner.budget.remaining() <= 0
-        summary["confirmations"] = list(tuner.verdicts.values())
-        tuner.writer.doc["run"]["tune"] = summary
+        summary = TuneSummary(
+            device=plan.device,
+            budget_seconds=config.budget_seconds,
+            elapsed_seconds=tuner.budget.elapsed(),
+            base_techniques=tuple(plan.spec.base_techniques),
+            search=SEARCH,
+            screen_measure=dataclasses.asdict(tuner.screen_spec.measure),
+            finalists=config.finalists,
+            reserve_share=config.reserve_share,
+            incomplete=incomplete,
+            workloads=tuple(search.record() for search in searches),
+            started_cells=tuner.started,
+            cells=len(tuner.writer.doc["cells"]),
+            refused_cells=tuner.budget.refused,
+            budget_spent=tuner.budget.refused > 0 or tuner.budget.remaining() <= 0,
+            confirmations=tuple(tuner.verdicts.values()),
+        )
+        tuner.writer.doc["run"]["tune"] = summary.to_json()
         tuner.writer.doc["run"]["finished"] = results.now()
         tuner.writer.flush()
         tuner.close()
     return summary
+
+
+def tune(plan: Plan, config: TuneConfig, progress: Progress = print, measure: Measure | None = None) -> dict[str, Any]:
+    """:func:`tune_summary` as the results file stores it (``run.tune``, JSON): what the ``tune`` command writes its
+    outputs from, as it does from a results file after an interruption."""
+    return cast(dict[str, Any], tune_summary(plan, config, progress, measure).to_json())

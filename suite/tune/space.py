@@ -12,20 +12,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ampsuite.contract.cell import Cell
 from ampsuite.spec import matrix
-from ampsuite.spec.options import OptionError, build_options, merge_values
+from ampsuite.spec.options import OptionError, build_options, declared_choices, merge_values
 from ampsuite.spec.suitespec import MeasureSpec, SuiteSpec, WorkloadEntry
 
 __all__ = [
     "AMP",
     "FP32",
-    "KNOWN_CHOICES",
     "Candidate",
     "WorkloadConfig",
     "option_choices",
@@ -42,14 +40,6 @@ FP32 = "fp32"
 AMP = ("amp-fp16", "amp-bf16")
 """The AMP dtypes: always both tried as starting points, whatever the suite declares."""
 TF32 = "tf32"
-KNOWN_CHOICES: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
-    # torch-compile's mode is a plain string checked in __post_init__, so its values cannot
-    # be read from the type; these are inductor's modes (plugins/techniques/compile.py).
-    # Not max-autotune: compiling ResNet-50 with it ran past 7 minutes on an H200, more than
-    # a whole tune budget of minutes; a suite that wants it sets it in [techniques.torch-compile].
-    "torch-compile": {"mode": ("default", "reduce-overhead")},
-}
-"""Option values tried for the winner's techniques beside ``Literal``-typed options."""
 
 
 @dataclass(frozen=True)
@@ -210,8 +200,9 @@ def option_choices(
     current: Mapping[str, Any],
     declared: Mapping[str, Sequence[Any]] | None = None,
 ) -> list[tuple[str, Any]]:
-    """(option, value) pairs to try instead of ``current`` for ``technique``: its ``Literal``-typed options,
-    :data:`KNOWN_CHOICES`, and the suite's ``[tune.TECHNIQUE]`` table (``declared``), which replaces the
+    """(option, value) pairs to try instead of ``current`` for ``technique``: the values of its options declared
+    as a set (``Literal`` types, ``choices`` metadata; a field's ``tune`` metadata, where given, names the ones
+    tried), and the suite's ``[tune.TECHNIQUE]`` table (``declared``), which replaces the
     values of the options it names (flags are left alone unless declared: each variant is a full measurement);
     an ``OPTION.ENTRY`` name there is one entry of a table option, set on top of ``current``'s table.
     A value the technique refuses together with ``current`` is no choice, nor one that changes nothing."""
@@ -220,14 +211,13 @@ def option_choices(
     options_type = getattr(record, "options", None)
     # An option the suite leaves unset has its default: trying that value would measure the same cell again.
     current = {**option_defaults(catalog, technique), **current}
-    if options_type is not None and dataclasses.is_dataclass(options_type):
-        hints = typing.get_type_hints(options_type)
-        for f in dataclasses.fields(options_type):
-            hint = hints.get(f.name)
-            if typing.get_origin(hint) is typing.Literal:
-                choices[f.name] = typing.get_args(hint)
-    for name, values in KNOWN_CHOICES.get(technique, {}).items():
-        choices[name] = values
+    if isinstance(options_type, type) and dataclasses.is_dataclass(options_type):
+        choices.update(declared_choices(options_type))
+        # A field's "tune" metadata narrows them to what is worth a measurement of its own (compile's
+        # max-autotune modes compile a large model for many minutes: a suite that wants them declares them).
+        choices.update(
+            {f.name: tuple(f.metadata["tune"]) for f in dataclasses.fields(options_type) if "tune" in f.metadata}
+        )
     for name, tried in (declared or {}).items():
         choices[name] = tuple(tried)
     out = []

@@ -21,6 +21,8 @@ from typing import Any
 from ampsuite import analysis, results
 from ampsuite.analysis.machines import beside
 from ampsuite.contract.cell import Cell
+from ampsuite.contract.tunerecords import TuneSummary
+from ampsuite.contract.tunesteps import Verdict
 from ampsuite.contract.wire import Status
 from ampsuite.host import environment
 from ampsuite.host.manager import PluginSettings
@@ -35,11 +37,9 @@ from ampsuite.tune.budget import Budget
 from ampsuite.tune.space import Candidate, WorkloadConfig
 from ampsuite.tune.trust import as_record, disturbed_reason, numerics_reason, untrusted_reason
 
-__all__ = ["FULL", "SCREEN", "SCREENED_STEPS", "Measure", "Progress", "TuneConfig", "Tuner"]
+__all__ = ["FULL", "SCREEN", "Measure", "Progress", "TuneConfig", "Tuner"]
 
 SCREEN, FULL = "screen", "full"
-SCREENED_STEPS = ("start", "greedy")
-"""Steps of the search log whose measurement is a screening one."""
 
 Measure = Callable[[Cell, SuiteSpec, float], dict[str, Any]]
 """Runs one cell with a timeout and returns its record: :func:`ampsuite.run.runner.run_record` in a worker."""
@@ -61,23 +61,6 @@ class TuneConfig:
     reserve_share: float = 0.2
     """Share of the budget the search phases leave for the ablation."""
     clock: Callable[[], float] = time.monotonic
-
-
-VERDICT_KEYS = ("key", "incumbent", "near", "screens", "decided")
-"""The text fields of a near miss's verdict (search._confirm), besides its ``confirmed`` flag."""
-
-
-def _verdict_key(verdict: dict[str, Any]) -> tuple[str, str, str]:
-    """What a verdict decides: (workload configuration, incumbent name, near miss name)."""
-    return verdict["key"], verdict["incumbent"], verdict["near"]
-
-
-def _well_formed(verdict: Any) -> bool:
-    return (
-        isinstance(verdict, dict)
-        and all(isinstance(verdict.get(k), str) for k in VERDICT_KEYS)
-        and isinstance(verdict.get("confirmed"), bool)
-    )
 
 
 class Tuner:
@@ -107,46 +90,45 @@ class Tuner:
         # Per workload configuration, per cell name: a trusted full figure and the name progress shows it under.
         self._figures: dict[str, dict[str, tuple[float, str]]] = {}
         self._file_winners: dict[str, Candidate] = {}
-        self.verdicts: dict[tuple[str, str, str], dict[str, Any]] = {}
-        """Near misses screened again beside what they would replace (search._confirm), this run's and, on
+        self.verdicts: dict[tuple[str, str, str], Verdict] = {}
+        """Near misses screened again beside what they would replace (confirm._confirm), this run's and, on
         --resume, the file's: (workload configuration, incumbent name, near miss name) -> the verdict."""
         if previous is not None:
-            self._best_from(previous)
+            # The loader checked run.tune's shape; a damaged verdict is left out by from_json: the pair is tested again.
+            summary = TuneSummary.from_json(previous["run"].get("tune") or {})
+            self._best_from(summary)
             self._prices_from(previous)
-            for verdict in ((previous.get("run") or {}).get("tune") or {}).get("confirmations") or []:
-                if _well_formed(verdict):  # else the pair is tested again: nothing is decided on a damaged entry
-                    self.verdicts[_verdict_key(verdict)] = dict(verdict)
+            self.verdicts = {verdict.pair: verdict for verdict in summary.confirmations}
 
-    def decide(self, verdict: dict[str, Any]) -> None:
-        """Keep a near miss's ``verdict`` (search._confirm), in the results file at once: a run ended without its
+    def decide(self, verdict: Verdict) -> None:
+        """Keep a near miss's ``verdict`` (confirm._confirm), in the results file at once: a run ended without its
         summary (the machine taken back, a SIGKILL) keeps the verdicts it reached, and ``--resume`` takes them."""
-        self.verdicts[_verdict_key(verdict)] = verdict
-        self.writer.doc["run"].setdefault("tune", {})["confirmations"] = list(self.verdicts.values())
+        self.verdicts[verdict.pair] = verdict
+        confirmations = [v.to_json() for v in self.verdicts.values()]
+        self.writer.doc["run"].setdefault("tune", {})["confirmations"] = confirmations
         self.writer.flush()
 
     def confirmed(self, key: str) -> set[tuple[str, str]]:
         """(incumbent, near miss) names of workload configuration ``key`` whose near miss was confirmed faster."""
-        return {(i, n) for (k, i, n), v in self.verdicts.items() if k == key and v.get("confirmed")}
+        return {(i, n) for (k, i, n), v in self.verdicts.items() if k == key and v.confirmed}
 
     def file_winner(self, key: str) -> Candidate | None:
         """--resume: the winner the file's last run chose for the workload configuration ``key``, while its record
         is kept and trusted; None on a fresh run."""
         return self._file_winners.get(key)
 
-    def _best_from(self, previous: dict[str, Any]) -> None:
+    def _best_from(self, previous: TuneSummary) -> None:
         """--resume: each workload's best so far starts at the winner the file's last run chose, while its record
         is kept and trusted; the search may not visit it in full until its finalists, and its screens would
         otherwise be reported against the FP32 cell alone."""
-        for workload in ((previous.get("run") or {}).get("tune") or {}).get("workloads") or []:
-            winner = workload.get("winner") or {}
-            record = self.kept.get(str(winner.get("cell_id")))
-            if record is not None:
-                name = f"{winner['combination']}/bs{winner['batch_size']}"
-                self._offer(str(workload.get("key")), name, FULL, record, f"{name} (the file's last winner)")
-                self._file_winners[str(workload.get("key"))] = Candidate(
-                    tuple(str(t) for t in winner.get("techniques") or ()),
-                    int(winner["batch_size"]),
-                    {str(t): dict(o) for t, o in (winner.get("overrides") or {}).items()},
+        for workload in previous.workloads:
+            winner = workload.winner
+            record = None if winner is None else self.kept.get(winner.cell_id)
+            if winner is not None and record is not None:
+                label = f"{winner.name} (the file's last winner)"
+                self._offer(workload.key, winner.name, FULL, record, label)
+                self._file_winners[workload.key] = Candidate(
+                    winner.techniques, winner.batch_size, {t: dict(o) for t, o in winner.overrides.items()}
                 )
 
     def _prices_from(self, previous: dict[str, Any]) -> None:

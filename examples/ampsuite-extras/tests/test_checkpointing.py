@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from ampsuite import Batch, BuildContext, TrainStep, Workload, hookimpl
+from ampsuite.testing import SuiteFileError
 from torch import nn
 
 from ampsuite_extras import _checkpointing, _lstm, checkpointing, lstm
@@ -46,6 +47,20 @@ def test_every_nth_block_and_the_attribute_option(ampsuite_run):
     )
     result.assert_all_passed()
     assert result.notes("lstm/ckpt/bs4")["activation_checkpointing"]["checkpointed"] == ["blocks.0", "blocks.2"]
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [
+        ("attribute", "blocks..0", r"a string matching .*, got 'blocks\.\.0'"),
+        ("attribute", "", r"a string matching .*, got ''"),
+        ("every", 0, "an integer >= 1, got 0"),
+    ],
+)
+def test_a_bad_option_is_refused_with_its_key(ampsuite_run, option, value, expected):
+    suite = {"workloads": {"lstm": LSTM}, "combinations": {"ckpt": [CKPT]}, "techniques": {CKPT: {option: value}}}
+    with pytest.raises(SuiteFileError, match=rf"techniques\.{CKPT}\.{option}: expected {expected}$"):
+        ampsuite_run(suite, plugins=PLUGINS)
 
 
 def test_a_model_without_blocks_is_skipped_with_the_reason(ampsuite_run):

@@ -18,6 +18,7 @@ import pytest
 import torch
 import torchvision
 from ampsuite import CheckContext, SkipCell, Workload
+from ampsuite.testing import SuiteFileError
 from torch import nn
 
 from ampsuite_resnet_kernels import _persistent_batch_norm as impl
@@ -34,8 +35,6 @@ def test_declaration_and_options() -> None:
     assert TECHNIQUE.requires == frozenset({"cuda", "channels-last"})
     assert TECHNIQUE.conflicts == frozenset({"cudnn-batch-norm", "fp32-islands"})
     assert OPTIONS().min_mb == 256.0
-    with pytest.raises(ValueError, match="min_mb must be 0 or more, got -1"):
-        OPTIONS(min_mb=-1)
     bare = Workload(name="gemm", summary="", build=lambda o, c: None, traits=frozenset())  # type: ignore[arg-type,return-value]
     assert TECHNIQUE.check is not None
     reason = TECHNIQUE.check(CheckContext(bare, None, "cuda", ("persistent-batch-norm",), 8))
@@ -61,6 +60,24 @@ def test_the_matrix_skips_it_on_cpu_and_without_channels_last_with_the_reason(am
         reason="^persistent-batch-norm requires channels-last in the same combination$",
     )
     assert all("phase" not in r["evidence"] for r in result.doc["cells"])  # decided at expansion, not in a worker
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"min_mb": -1}, r"min_mb: expected a number >= 0, got -1\.0"),
+        ({"num_warps": 2}, "num_warps: expected one of 4, 8, got 2"),
+        ({"num_warps": 8.0}, "num_warps: expected one of 4, 8, got 8.0"),
+    ],
+)
+def test_bad_options_are_refused_with_their_key(ampsuite_run, options: dict[str, object], message: str) -> None:
+    suite = {
+        "workloads": {"resnet": {"batch_size": 4, "depth": 18}},
+        "combinations": {"bn": ["channels-last", "persistent-batch-norm"]},
+        "techniques": {"persistent-batch-norm": options},
+    }
+    with pytest.raises(SuiteFileError, match=rf"techniques\.persistent-batch-norm\.{message}$"):
+        ampsuite_run(suite, plugins=PLUGINS)
 
 
 def test_resnet50_takes_the_stem_and_every_block_relu_and_keeps_its_parameters() -> None:
@@ -135,8 +152,6 @@ def test_apply_rewrites_the_model_and_says_so_and_skips_with_the_reason() -> Non
     assert step.model is not None
     stem = step.model.get_submodule("bn1")
     assert isinstance(stem, impl.PersistentBatchNormReLU) and stem.min_bytes == 1_500_000 and stem.num_warps == 8
-    with pytest.raises(ValueError, match="num_warps must be 4 or 8, got 2"):
-        OPTIONS(num_warps=2)
 
     bare = resnet_step()
     bare.model = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from ampsuite import CheckContext, NoOptions, SkipCell, TrainStep, Workload
+from ampsuite.testing import SuiteFileError
 from torch import nn
 
 from ampsuite_resnet_kernels import _stem_pad as impl
@@ -60,11 +61,21 @@ def test_what_it_refuses() -> None:
     plain = Workload(name="mlp", summary="", build=lambda o, c: None, traits=frozenset({"model"}))  # type: ignore[arg-type,return-value]
     reason = TECHNIQUE.check(CheckContext(plain, None, "cpu", ("stem-pad",), 8))
     assert reason == "needs a convolutional workload with a model (traits 'conv', 'model'); 'mlp' lacks one"
-    with pytest.raises(ValueError, match="channels must be between 2 and 64, got 1"):
-        stem_pad.StemPadOptions(channels=1)
     with pytest.raises(SkipCell, match=r"the model has no nn\.Conv2d to pad"):
         TECHNIQUE.apply(toy_step(), stem_pad.StemPadOptions())
     with pytest.raises(SkipCell, match=r"the first convolution \(conv1\) already has 3 input channels \(>= 3\)"):
         TECHNIQUE.apply(resnet_step(), stem_pad.StemPadOptions(channels=3))
     with pytest.raises(SkipCell, match=r"the first convolution \(0\) is grouped \(3 groups\)"):
         impl.widen(nn.Sequential(nn.Conv2d(3, 6, 3, groups=3)), 4)
+
+
+@pytest.mark.parametrize("channels", [1, 65])
+def test_a_channel_count_outside_2_to_64_is_refused_with_its_key(ampsuite_run, channels: int) -> None:
+    suite = {
+        "workloads": {"resnet": {"batch_size": 2, "depth": 18}},
+        "combinations": {"pad": ["stem-pad"]},
+        "techniques": {"stem-pad": {"channels": channels}},
+    }
+    message = rf"techniques\.stem-pad\.channels: expected an integer >= 2 and <= 64, got {channels}$"
+    with pytest.raises(SuiteFileError, match=message):
+        ampsuite_run(suite, plugins=[stem_pad])

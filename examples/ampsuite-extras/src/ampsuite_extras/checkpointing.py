@@ -44,6 +44,10 @@ NAME = "activation-checkpointing"
 NOTES_KEY = "activation_checkpointing"
 
 
+ATTRIBUTE_PATH = r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*"
+"""A dotted Python attribute path (``blocks``, ``encoder.layers``)."""
+
+
 ORDER = 25
 """After the loaders (10) and channels-last (20), which do not touch the blocks;
 before autocast (30), fp32 islands (40), torch.compile (80) and CUDA graphs (90),
@@ -56,18 +60,15 @@ class CheckpointOptions:
 
     attribute: str = field(
         default="blocks",
-        metadata={"help": "dotted path from the model to its blocks (an nn.ModuleList or nn.Sequential)"},
+        metadata={
+            "help": "dotted path from the model to its blocks (an nn.ModuleList or nn.Sequential)",
+            "pattern": ATTRIBUTE_PATH,
+        },
     )
-    every: int = field(default=1, metadata={"help": "checkpoint blocks 0, N, 2N, ... (1: every block)"})
+    every: int = field(default=1, metadata={"help": "checkpoint blocks 0, N, 2N, ... (1: every block)", "ge": 1})
     preserve_rng_state: bool = field(
         default=True, metadata={"help": "replay dropout exactly in the recomputation (saves the RNG state per block)"}
     )
-
-    def __post_init__(self) -> None:
-        if not self.attribute or not all(part.isidentifier() for part in self.attribute.split(".")):
-            raise ValueError(f"attribute must be a dotted Python attribute path like 'blocks', got {self.attribute!r}")
-        if self.every < 1:
-            raise ValueError(f"every must be >= 1, got {self.every!r}")
 
 
 def check(ctx: CheckContext) -> str | None:

@@ -40,23 +40,12 @@ POOL_BATCHES = 4
 class LstmOptions:
     """Options of ``lstm-lm``; the defaults are a small model, suites set their own sizes."""
 
-    vocab: int = field(default=512, metadata={"help": "vocabulary size; tokens are integers below it"})
-    hidden: int = field(default=256, metadata={"help": "embedding and LSTM width"})
-    layers: int = field(default=2, metadata={"help": "stacked LSTM blocks (each one checkpointable)"})
-    seq_len: int = field(default=64, metadata={"help": "tokens per sequence"})
-    dropout: float = field(default=0.0, metadata={"help": "dropout on each block's output, in [0, 1)"})
-    lr: float = field(default=1e-3, metadata={"help": "AdamW learning rate"})
-
-    def __post_init__(self) -> None:
-        if self.vocab < 2:
-            raise ValueError(f"vocab must be >= 2, got {self.vocab!r}")
-        for name in ("hidden", "layers", "seq_len"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr!r}")
+    vocab: int = field(default=512, metadata={"help": "vocabulary size; tokens are integers below it", "ge": 2})
+    hidden: int = field(default=256, metadata={"help": "embedding and LSTM width", "ge": 1})
+    layers: int = field(default=2, metadata={"help": "stacked LSTM blocks (each one checkpointable)", "ge": 1})
+    seq_len: int = field(default=64, metadata={"help": "tokens per sequence", "ge": 1})
+    dropout: float = field(default=0.0, metadata={"help": "dropout on each block's output", "ge": 0, "lt": 1})
+    lr: float = field(default=1e-3, metadata={"help": "AdamW learning rate", "gt": 0})
 
 
 @hookimpl

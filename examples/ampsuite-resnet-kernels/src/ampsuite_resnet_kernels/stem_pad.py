@@ -54,12 +54,13 @@ __all__ = ["StemPadOptions", "check"]
 @dataclass(frozen=True)
 class StemPadOptions:
     channels: int = field(
-        default=4, metadata={"help": "input channels after padding (4: what cuDNN pads a 3-channel NHWC input to)"}
+        default=4,
+        metadata={
+            "help": "input channels after padding (4: what cuDNN pads a 3-channel NHWC input to)",
+            "ge": 2,
+            "le": 64,
+        },
     )
-
-    def __post_init__(self) -> None:
-        if not 2 <= self.channels <= 64:
-            raise ValueError(f"channels must be between 2 and 64, got {self.channels}")
 
 
 def check(ctx: CheckContext) -> str | None:

@@ -1,0 +1,40 @@
+"""Techniques that are variants of one another, so a combination holds one of them (torch-free; registers nothing).
+
+``amp-fp16`` and ``amp-bf16``, ``pinned-loading`` and ``pageable-loading``: each variant's
+implementation is ``IMPL:apply_KIND`` (and ``IMPL:check_KIND`` where the variants are checked),
+all sit at one order, and each conflicts with the others.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ampsuite import NoOptions, Technique, lazy
+
+__all__ = ["Variant", "variants"]
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    kind: str
+    """The suffix of its implementation's functions (``fp16``: ``apply_fp16``)."""
+    summary: str
+    options: type = NoOptions
+
+
+def variants(impl: str, *each: Variant, order: int, checked: bool = False) -> list[Technique]:
+    """One record per variant, in the given order; ``impl`` is the torch-dependent module of them all."""
+    names = frozenset(v.name for v in each)
+    return [
+        Technique(
+            name=v.name,
+            summary=v.summary,
+            apply=lazy(f"{impl}:apply_{v.kind}"),
+            options=v.options,
+            order=order,
+            conflicts=names - {v.name},
+            check=lazy(f"{impl}:check_{v.kind}") if checked else None,
+        )
+        for v in each
+    ]

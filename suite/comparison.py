@@ -82,7 +82,8 @@ def _ratio(c: Comparison) -> str:
 def _note(c: Comparison) -> str:
     """Why, where the figures do not say it: a status change, a difference, a cell in one run only."""
     if c.change is not None and c.verdict in ("regressed", "improved"):
-        return f"{signed_pct(c.change, 2)} (threshold {pct(c.threshold, 2)})"
+        apart = "; measured on two machines" if c.beside is False else ""  # the machines' change as much as the code's
+        return f"{signed_pct(c.change, 2)} (threshold {pct(c.threshold, 2)}){apart}"
     if c.change is not None or (c.verdict == "same" and c.a is not None and c.a["status"] == Status.PASSED):
         return ""
     return c.reason
@@ -123,7 +124,7 @@ def summary_line(all_rows: Sequence[Row], shown: int) -> str:
     names = {"missing": "in one run only", "same": "unchanged"}
     parts = [f"{counts[v]} {names.get(v, v)}" for v in order if counts.get(v)]
     hidden = len(all_rows) - shown
-    tail = f"; {hidden} row{'s' * (hidden != 1)} without a change left out (--compare-all shows them)" if hidden else ""
+    tail = f"; {hidden} unmarked or ~ row{'s' * (hidden != 1)} left out (--compare-all shows them)" if hidden else ""
     return f"{len(all_rows)} cells: {', '.join(parts) or 'none'}{tail}"
 
 

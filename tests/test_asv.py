@@ -206,7 +206,9 @@ def test_every_commit_is_recorded_for_every_cell(project: Project) -> None:
         # the timing's samples (one per round) reached asv: a median with a confidence interval around it
         low, high = (_column(data, METRICS[0], f"stats_ci_99_{end}")[0] for end in "ab")
         value = _column(data, METRICS[0], "result")[0]
-        assert _column(data, METRICS[0], "stats_repeat")[0] == ROUNDS
+        # one per round, or one per process of a round whose run measured the cell again (`ampsuite run`'s
+        # second pass of an untrusted fastest cell, in three processes)
+        assert _column(data, METRICS[0], "stats_repeat")[0] in range(ROUNDS, 3 * ROUNDS + 1)
         assert low <= value <= high and low < high, (commit, low, value, high)
 
 

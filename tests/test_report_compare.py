@@ -36,6 +36,23 @@ def _scale(record: dict[str, Any], factor: float) -> None:
     record["metrics"]["throughput"] /= factor
 
 
+def _on(record: dict[str, Any], gpu_uuid: str) -> None:
+    record["machine"] = {
+        "host": "h200-box",
+        "device": "cuda",
+        "gpu_uuid": gpu_uuid,
+        "driver": "580",
+        "max_sm_mhz": 1980,
+    }
+
+
+def _write(doc: dict[str, Any], path: Path) -> Path:
+    doc.pop("integrity", None)
+    doc["integrity"] = {"sha256": results.checksum(doc)}
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path
+
+
 def _later(tmp_path: Path, slower: float = 1.2, failing: bool = True) -> Path:
     """A later run of the example suite: SLOWER ``slower`` times slower, FASTER 0.8x, FAILING failed."""
     doc = copy.deepcopy(results.load(EXAMPLE))
@@ -45,11 +62,7 @@ def _later(tmp_path: Path, slower: float = 1.2, failing: bool = True) -> Path:
     _scale(cells[FASTER], 0.8)
     if failing:
         cells[FAILING].update(status="failed", evidence={"type": "RuntimeError", "message": "boom"}, metrics={})
-    doc.pop("integrity")
-    doc["integrity"] = {"sha256": results.checksum(doc)}
-    path = tmp_path / "later.json"
-    path.write_text(json.dumps(doc), encoding="utf-8")
-    return path
+    return _write(doc, tmp_path / "later.json")
 
 
 def _rows(out: str) -> dict[str, list[str]]:
@@ -72,7 +85,7 @@ def test_compare_prints_the_changed_cells_as_asv_compare_does(tmp_path: Path, ca
     assert rows[SLOWER][0] == "+" and rows[SLOWER][3] == "1.20" and rows[SLOWER][1] == "241 ms ±0.07%"
     assert rows[FASTER][0] == "-" and rows[FASTER][3] == "0.80"
     assert rows[FAILING][:4] == ["!", "97.5 ms ±0.04%", "failed", "n/a"]
-    assert "40 cells: 2 regressed, 1 improved, 37 unchanged; 37 rows without a change left out" in out
+    assert "40 cells: 2 regressed, 1 improved, 37 unchanged; 37 unmarked or ~ rows left out" in out
     assert f"before: {EXAMPLE} (run 20261203T211531Z" in out and f"after: {later} (run 20261204T090000Z" in out
 
     assert main(["report", str(later), "--compare", str(EXAMPLE), "--compare-all"]) == ExitCode.OK
@@ -129,3 +142,17 @@ def test_report_usage_errors_are_one_line(argv: list[str], message: str, capsys)
     assert main(["report", *argv]) == ExitCode.USAGE_ERROR
     err = capsys.readouterr().err
     assert message in err and len(err.splitlines()) == 1
+
+
+def test_a_change_between_two_machines_says_so(tmp_path: Path, capsys) -> None:
+    before = copy.deepcopy(results.load(EXAMPLE))
+    for record in before["cells"]:
+        _on(record, "GPU-a")
+    after = json.loads(_later(tmp_path).read_text())
+    for record in after["cells"]:
+        _on(record, "GPU-b" if record["id"] == SLOWER else "GPU-a")
+    argv = ["report", str(_write(after, tmp_path / "b.json")), "--compare", str(_write(before, tmp_path / "a.json"))]
+    assert main(argv) == ExitCode.OK
+    rows = _rows(capsys.readouterr().out)
+    assert rows[SLOWER][4] == "+20.00% (threshold 1.00%); measured on two machines"
+    assert rows[FASTER][4] == "-20.00% (threshold 1.00%)"

@@ -373,3 +373,60 @@ def test_fp8_attention_trains_a_vit_on_the_gpu(tmp_path: Path) -> None:
     run = step.compose()
     losses = [float(run(step.data())) for _ in range(3)]
     assert all(torch.isfinite(torch.tensor(losses))), losses
+
+
+def test_linear_plan_keeps_named_and_small_linears_and_the_head() -> None:
+    from ampsuite.plugins.workloads import _llm, llm
+
+    model = _llm.Decoder(llm.LlmOptions(preset="tiny", layers=1, dim=64, ffn=256).shape)
+    # Every product of a width-64 model has 64 on one side: none reaches 128 on both.
+    assert _fp8.linear_plan(model, min_features=128)[0] == []
+    converted, kept = _fp8.linear_plan(model, filter_fqns=["attention.wk"], min_features=64)
+    assert converted == [
+        "layers.0.attention.wq",
+        "layers.0.attention.wo",
+        "layers.0.feed_forward.w1",
+        "layers.0.feed_forward.w2",
+        "layers.0.feed_forward.w3",
+    ]
+    assert kept == [
+        "layers.0.attention.wk: named in filter_fqns",
+        "layers.0.attention.wv: 64 x 32 under min_features 64",
+        "output: the last layer (keep_last)",
+    ]
+
+
+def test_fsdp_all_gather_takes_the_tensorwise_recipe() -> None:
+    from ampsuite.spec.options import OptionError, build_options
+
+    with pytest.raises(OptionError, match=r"fsdp_all_gather takes the tensorwise recipe \(torchao's\), got 'rowwise'"):
+        build_options(fp8.Fp8Options, {"recipe": "rowwise", "fsdp_all_gather": True})
+
+
+def _check_context(names: list[str], options: Any) -> Any:
+    from ampsuite import CheckContext
+    from ampsuite.host.manager import PluginSettings, load_registry
+
+    workload = load_registry(PluginSettings(autoload=False)).workloads["llm"]
+    return CheckContext(workload, None, "cuda", tuple(names), 8, {"fp8": options})
+
+
+def test_fsdp_all_gather_needs_fsdp2_in_the_combination(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fp8, "torchao_missing", lambda: False)
+    gather = fp8.Fp8Options(fsdp_all_gather=True)
+    assert fp8.check(_check_context(["amp-bf16", "fp8"], gather)) == (
+        "fsdp_all_gather needs fsdp2 in the combination (it changes how FSDP2 all-gathers the weights)"
+    )
+    assert fp8.check(_check_context(["amp-bf16", "fp8", "fsdp2"], gather)) is None
+    assert fp8.check(_check_context(["amp-bf16", "fp8"], fp8.Fp8Options())) is None
+
+
+def test_scales_are_precomputed_after_each_update_on_the_model_as_it_is_then() -> None:
+    calls: list[str] = []
+    model = nn.Linear(16, 16)
+    step = TrainStep(device=CPU, batch_size=1, samples_per_step=1, data=lambda: None, model=model)  # type: ignore[arg-type,return-value]
+    step.update = lambda: calls.append("update")
+    _fp8._precompute_scales_after_update(step, lambda m: calls.append(f"scales of {type(m).__name__}"))
+    step.model = nn.Sequential(model)  # what fsdp2 or compile leave in its place
+    step.phases()[1]()
+    assert calls == ["update", "scales of Sequential"]

@@ -406,7 +406,7 @@ hidden = 8
 
 [combinations]
 fp32 = []
-ckpt = ["activation-checkpointing"]
+ckpt = ["extras-checkpointing"]
 """
 
 
@@ -436,7 +436,8 @@ def test_the_venv_imports_the_installed_copies(venv):
 def test_list_shows_the_example_plugins_with_their_version(venv):
     out = venv.run("-m", "ampsuite", "list").stdout
     assert "workload lstm-lm (plugin extras-lstm) [unit: tokens]" in out
-    assert "technique activation-checkpointing (plugin extras-checkpointing) [order 25]" in out
+    listed = "technique extras-checkpointing (plugin extras-checkpointing) [order 25; conflicts with activation-"
+    assert listed + "checkpointing]" in out
     assert "every (int >= 1, default 1)" in out  # options with their rules and help
     for line in ("extras-lstm", "extras-checkpointing"):
         (row,) = [r for r in out.splitlines() if f" {line} " in r and "ampsuite_extras" in r]
@@ -446,7 +447,7 @@ def test_list_shows_the_example_plugins_with_their_version(venv):
 @pytest.mark.slow
 def test_blocking_an_example_plugin(venv):
     out = venv.run("-m", "ampsuite", "list", "-p", "no:extras-lstm").stdout
-    assert "lstm-lm" not in out and "activation-checkpointing" in out
+    assert "lstm-lm" not in out and "extras-checkpointing" in out
 
 
 @pytest.mark.slow
@@ -461,7 +462,7 @@ def test_example_suite_results(example_run):
     }
     cells = {r["id"]: r for r in doc["cells"]}
     assert cells["lstm/fp32/bs4"]["workload"]["unit"] == "tokens"
-    assert cells["lstm/ckpt/bs4"]["notes"]["activation_checkpointing"]["checkpointed"] == ["blocks.0", "blocks.1"]
+    assert cells["lstm/ckpt/bs4"]["notes"]["extras_checkpointing"]["checkpointed"] == ["blocks.0", "blocks.1"]
     assert "no blocks at model.blocks" in cells["toy/ckpt/bs4"]["evidence"]["reason"]
     plugins = {p["name"]: p for p in doc["run"]["plugins"]}
     assert plugins["extras-lstm"]["version"] == "0.1.0"
@@ -474,9 +475,9 @@ def test_example_suite_report(example_run):
     assert "report:" in stdout
     index = (out / "index.html").read_text()
     pages = index + "".join(p.read_text() for p in out.glob("*.html"))
-    for name in ("lstm-lm", "lstm/ckpt/bs4", "activation-checkpointing", "tokens"):
+    for name in ("lstm-lm", "lstm/ckpt/bs4", "extras-checkpointing", "tokens"):
         assert name in pages, name
-    assert "Activation checkpointing" in index  # the example's report section
+    assert "Activation checkpointing (extras)" in index  # the example's report section
     assert "2 of 2 blocks" in index
 
 

@@ -43,6 +43,34 @@ def test_plain_loop_trains_like_the_harness(techniques: tuple[str, ...]) -> None
         assert torch.equal(p, q)
 
 
+@pytest.mark.parametrize("techniques", [(), ("amp-bf16",)])
+def test_the_llm_s_plain_loop_trains_like_the_harness(techniques: tuple[str, ...]) -> None:
+    harness = _step("llm", {"preset": "tiny"}, techniques, batch_size=4)
+    plain = _step("llm", {"preset": "tiny"}, techniques, batch_size=4)
+    run, by_hand = harness.compose(), plainloops.plain_step(plain)
+    for _ in range(3):
+        assert float(run(harness.data())) == pytest.approx(float(by_hand(plain.data()).detach()), rel=1e-6)
+    for p, q in zip(harness.model.parameters(), plain.model.parameters(), strict=True):
+        assert torch.equal(p, q)
+
+
+def test_selfcheck_covers_the_llm_recipes_on_a_gpu_and_the_tiny_llm_on_a_cpu() -> None:
+    cuda = {c.name: c for c in selfcheck.CHECKS["cuda"] if c.workload == "llm"}
+    assert {c.techniques for c in cuda.values()} == {
+        ("amp-bf16",),
+        ("amp-bf16", "torch-compile"),
+        ("amp-bf16", "fp8", "torch-compile"),
+    }
+    assert all(c.options == {"preset": "0.9b"} and c.batch_size == 8 for c in cuda.values())
+    assert [c.name for c in selfcheck.CHECKS["cpu"] if c.workload == "llm"] == ["llm-tiny-fp32-bs8"]
+
+
+def test_a_recipe_this_machine_cannot_build_is_not_checked() -> None:
+    check = selfcheck.Check("fp8-here", "llm", {"preset": "tiny"}, ("amp-bf16", "fp8"), 2)
+    with pytest.raises(selfcheck.NotComparable, match=r"fp8-here: fp8 needs"):
+        selfcheck.run_check(check, "cpu", rounds=1)
+
+
 def test_plain_gemm_is_a_bare_matmul() -> None:
     step = _step("gemm", {"m": 16, "n": 8, "k": 24}, batch_size=1)
     batch = step.data()

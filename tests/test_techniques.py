@@ -554,6 +554,7 @@ def test_torch_compile_wraps_the_model_and_keeps_the_losses(tmp_path: Any) -> No
         "fullgraph": False,
         "dynamic": False,
         "inductor": {},
+        "scope": "model",
     }
     assert losses(step, 3) == pytest.approx(reference, rel=1e-5)
 
@@ -669,6 +670,7 @@ def test_the_inductor_table_is_read_from_a_suite_file_and_merged_per_combination
         "mode": "reduce-overhead",
         "fullgraph": True,
         "backend": "inductor",
+        "scope": "model",
         "inductor": {"coordinate_descent_tuning": False, "triton.tile_reductions": True, "combo_kernels": True},
     }
     calls: list[dict[str, Any]] = []

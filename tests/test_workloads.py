@@ -59,8 +59,8 @@ def test_workloads_are_registered_with_their_units_and_traits() -> None:
     registry = load_registry(PluginSettings(autoload=False))
     expected = {
         "resnet": ("images", {"model", "conv", "data-path"}),
-        "bert": ("sequences", {"model", "data-path"}),
-        "vit": ("images", {"model", "data-path"}),
+        "bert": ("sequences", {"model", "data-path", "blocks"}),
+        "vit": ("images", {"model", "data-path", "blocks"}),
         "gemm": ("products", set()),
     }
     for name, (unit, traits) in expected.items():

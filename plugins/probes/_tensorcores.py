@@ -243,6 +243,8 @@ def run_eager_step(ctx: ProbeContext, *modes: contextlib.AbstractContextManager[
         if isinstance(original, torch.nn.Module):
             ctx.step.model = original
         with contextlib.ExitStack() as stack:
+            # Compiled parts the swap above cannot reach (blocks compiled one by one) run their eager code too.
+            stack.enter_context(torch.compiler.set_stance("force_eager"))
             for mode in modes:
                 stack.enter_context(mode)
             forward_backward(batch)

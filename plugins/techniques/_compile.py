@@ -80,6 +80,21 @@ def setting_type(name: str) -> Any:
     return tp
 
 
+def _compiled(module: nn.Module, options: CompileOptions) -> nn.Module:
+    """``module`` under torch.compile as the options say: an OptimizedModule, same parameters, compiled forward."""
+    if options.inductor:  # the inductor backend (CompileOptions refuses the table with another)
+        from torch._inductor import list_mode_options  # not imported by `import torch`
+
+        # torch.compile refuses a mode with options: the mode travels as its own options, the table on top.
+        settings = {**list_mode_options(options.mode), **options.inductor}
+        compiled = torch.compile(module, options=settings, fullgraph=options.fullgraph, dynamic=False)
+    elif options.backend == "inductor":
+        compiled = torch.compile(module, mode=options.mode, fullgraph=options.fullgraph, dynamic=False)
+    else:
+        compiled = torch.compile(module, backend=options.backend, fullgraph=options.fullgraph, dynamic=False)
+    return cast(nn.Module, compiled)
+
+
 def apply(step: TrainStep, options: CompileOptions) -> TrainStep:
     if step.model is None:
         raise SkipCell("torch-compile needs a workload with a model (this step has its own phases)")
@@ -89,24 +104,25 @@ def apply(step: TrainStep, options: CompileOptions) -> TrainStep:
         import torch._functorch.config as functorch_config
 
         functorch_config.enable_autograd_cache = False
-    if options.inductor:  # the inductor backend (CompileOptions refuses the table with another)
-        from torch._inductor import list_mode_options  # not imported by `import torch`
-
-        # torch.compile refuses a mode with options: the mode travels as its own options, the table on top.
-        settings = {**list_mode_options(options.mode), **options.inductor}
-        compiled = torch.compile(step.model, options=settings, fullgraph=options.fullgraph, dynamic=False)
-    elif options.backend == "inductor":
-        compiled = torch.compile(step.model, mode=options.mode, fullgraph=options.fullgraph, dynamic=False)
+    if options.scope == "block":
+        try:
+            blocks = step.model_blocks()
+        except LookupError as exc:
+            raise SkipCell(f"torch-compile scope 'block': {exc}") from None
+        for index, block in enumerate(blocks):
+            blocks[index] = _compiled(block, options)
     else:
-        compiled = torch.compile(step.model, backend=options.backend, fullgraph=options.fullgraph, dynamic=False)
-    step.model = cast(nn.Module, compiled)  # an OptimizedModule: same parameters, compiled forward
+        step.model = _compiled(step.model, options)
     step.notes["torch_compile"] = {
         "mode": options.mode,
         "backend": options.backend,
         "fullgraph": options.fullgraph,
         "dynamic": False,
         "inductor": dict(options.inductor),
+        "scope": options.scope,
     }
+    if options.scope == "block":
+        step.notes["torch_compile"]["blocks"] = len(blocks)
     if aot_cache_off:
         step.notes["torch_compile"]["aot_autograd_cache"] = AUTOCAST_CACHE_NOTE
     return step

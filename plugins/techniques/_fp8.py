@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -100,7 +102,9 @@ def split_attention(model: nn.Module) -> tuple[list[str], list[str]]:
     return replaced, kept
 
 
-def linear_plan(model: nn.Module, keep_last: bool = True) -> tuple[list[str], list[str]]:
+def linear_plan(
+    model: nn.Module, keep_last: bool = True, filter_fqns: Sequence[str] = (), min_features: int = 0
+) -> tuple[list[str], list[str]]:
     """The ``nn.Linear`` layers that become FP8 (by name) and those kept in high precision (``"name: why"``)."""
     linears = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
     # nn.MultiheadAttention reads its out_proj's weight in F.multi_head_attention_forward and never
@@ -118,11 +122,28 @@ def linear_plan(model: nn.Module, keep_last: bool = True) -> tuple[list[str], li
             kept.append(f"{name}: nn.MultiheadAttention's output projection (used by weight, not called)")
         elif bad:
             kept.append(f"{name}: {', '.join(bad)} not a multiple of {ALIGN}")
+        elif any(part in name for part in filter_fqns):
+            kept.append(f"{name}: named in filter_fqns")
+        elif min(m.in_features, m.out_features) < min_features:
+            kept.append(f"{name}: {m.in_features} x {m.out_features} under min_features {min_features}")
         elif keep_last and i == len(linears) - 1:
             kept.append(f"{name}: the last layer (keep_last)")
         else:
             converted.append(name)
     return converted, kept
+
+
+def _precompute_scales_after_update(step: TrainStep, precompute: Callable[[nn.Module], None]) -> None:
+    """After each optimizer step, every FP8-gathered weight's scale for the next step, in one pass (torchao's
+    ``precompute_float8_dynamic_scale_for_fsdp``; the model is read when called: fsdp2 shards it after this)."""
+    _, update = step.phases()
+
+    def update_then_scales() -> None:
+        update()
+        if step.model is not None:
+            precompute(step.model)
+
+    step.update = update_then_scales
 
 
 def apply(step: TrainStep, options: Fp8Options) -> TrainStep:
@@ -142,22 +163,23 @@ def apply(step: TrainStep, options: Fp8Options) -> TrainStep:
     except ImportError as exc:
         raise SkipCell(f"fp8 needs torchao ({INSTALL_HINT}): {exc}") from exc
     split, unsplit = split_attention(step.model) if options.attention else ([], [])
-    converted, kept = linear_plan(step.model, options.keep_last)
+    converted, kept = linear_plan(step.model, options.keep_last, options.filter_fqns, options.min_features)
     kept += [f"{k} (nn.MultiheadAttention left whole)" for k in unsplit]
     if not converted:
         raise SkipCell(f"fp8: no nn.Linear layer of this model can run in FP8 (kept: {'; '.join(kept) or 'none'})")
     chosen = set(converted)
-    float8.convert_to_float8_training(
-        step.model,
-        module_filter_fn=lambda module, fqn: fqn in chosen,
-        config=float8.Float8LinearConfig.from_recipe_name(options.recipe),
-    )
+    config = float8.Float8LinearConfig.from_recipe_name(options.recipe)
+    if options.fsdp_all_gather:
+        config = dataclasses.replace(config, enable_fsdp_float8_all_gather=True)
+        _precompute_scales_after_update(step, float8.precompute_float8_dynamic_scale_for_fsdp)
+    float8.convert_to_float8_training(step.model, module_filter_fn=lambda module, fqn: fqn in chosen, config=config)
     step.notes["fp8"] = {
         "recipe": options.recipe,
         "converted_linears": len(converted),
         "attention_modules_split": len(split),
         "kept_high_precision": kept,
         "torchao": str(getattr(torchao, "__version__", "unknown")),
+        "fsdp_float8_all_gather": options.fsdp_all_gather,
         "bf16_reference": "the same workload, options, batch and combination without fp8",
     }
     return step

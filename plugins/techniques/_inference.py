@@ -37,6 +37,7 @@ def apply(step: TrainStep, options: InferenceOptions) -> TrainStep:
 
     step.forward_backward = forward
     step.update = no_update
+    step.model_flops_per_step = None  # a workload's model FLOPs count a training step's backward too
     step.notes["inference"] = {
         "technique": "inference",
         "mode": "torch.inference_mode",

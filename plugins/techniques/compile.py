@@ -5,6 +5,16 @@ worker times on its own (``first_step_seconds``), so compile time never lands
 in step time. Inductor keeps an on-disk cache between processes; a warm cache
 makes that first step shorter but does not change the timed steps.
 
+``scope = "block"`` compiles each of the workload's repeated blocks
+(``TrainStep.blocks``, the transformer layers) on its own and leaves the rest
+of the model eager, as torchtitan does: every block shares one compiled graph
+(same code, same shapes), so a deep model compiles about as fast as one block,
+and FSDP2's hooks, which ``fsdp2`` (order 85) puts on each block, stay outside
+the compiled code. A workload without the ``blocks`` trait is skipped at
+expansion with the reason. ``ampsuite tune`` tries ``scope`` only where a
+suite's ``[tune.torch-compile]`` table lists it (``scope = ["block"]``): on a
+model without blocks every such candidate would be a skip.
+
 Shapes are compiled static (``dynamic=False``): every workload feeds
 fixed-size batches, and a recompile would show up as a slow timed step.
 
@@ -101,7 +111,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ampsuite import Technique, hookimpl, lazy
+from ampsuite import CheckContext, Technique, hookimpl, lazy
 
 
 @dataclass(frozen=True)
@@ -115,6 +125,10 @@ class CompileOptions:
     fullgraph: bool = field(default=False, metadata={"help": "fail instead of splitting the graph at a graph break"})
     backend: str = field(
         default="inductor", metadata={"help": "torch.compile backend ('aot_eager' to test plumbing)", "min_length": 1}
+    )
+    scope: Literal["model", "block"] = field(
+        default="model",
+        metadata={"help": "model: the whole model; block: each of the workload's blocks on its own", "tune": ()},
     )
     inductor: dict[str, Any] = field(
         default_factory=dict,
@@ -135,6 +149,12 @@ class CompileOptions:
             )
 
 
+def check(ctx: CheckContext) -> str | None:
+    if ctx.technique_options["torch-compile"].scope == "block" and "blocks" not in ctx.workload.traits:
+        return f"scope 'block': workload {ctx.workload.name!r} names no repeated blocks (trait 'blocks')"
+    return None
+
+
 @hookimpl
 def ampsuite_techniques() -> list[Technique]:
     return [
@@ -144,5 +164,6 @@ def ampsuite_techniques() -> list[Technique]:
             apply=lazy("ampsuite.plugins.techniques._compile:apply"),
             options=CompileOptions,
             order=80,
+            check=check,
         )
     ]

@@ -14,7 +14,11 @@ the same for the two gradient products:
 * ``rowwise_with_gw_hp``: rowwise, but the weight-gradient product stays in
   high precision (most accurate).
 
-Which layers stay in higher precision: the projections of an
+Which layers stay in higher precision, besides those named in ``filter_fqns``
+(torchtitan's list: a layer whose name contains one of them) and those with
+``in_features`` or ``out_features`` under ``min_features`` (torchao measured
+small products to lose more to FP8's casts than they gain, e.g. below 1024
+inputs or 4096 outputs for tensorwise on an H100): the projections of an
 ``nn.MultiheadAttention`` (ViT's: the attention function reads their weights and
 never calls a module, so swapping one would convert nothing) unless
 ``attention = true``, every ``nn.Linear`` whose
@@ -47,6 +51,12 @@ this plugin does not claim what it has not seen; use ``torch-compile``, which
 torchao recommends for speed: it fuses the amax/scale/cast kernels). Order 35:
 after ``amp-bf16`` (30), before the fused optimizer (50) and ``torch-compile``
 (80), which then compiles the converted model.
+
+``fsdp_all_gather`` (tensorwise, with ``fsdp2``): FSDP2 all-gathers the
+converted weights already cast to float8, half the bytes of bf16, through
+torchao's ``enable_fsdp_float8_all_gather``; after each optimizer step
+``precompute_float8_dynamic_scale_for_fsdp`` computes every weight's scale in
+one pass instead of one all-reduce per weight.
 
 It is decided at expansion (so ``--dry-run`` says it) that a cell needs
 torchao (``pip install 'ampsuite[fp8]'``) and a CUDA device; the compute
@@ -100,6 +110,22 @@ class Fp8Options:
             "an equivalent one whose projections are nn.Linear layers over the same parameters)"
         },
     )
+    filter_fqns: list[str] = field(
+        default_factory=list,
+        metadata={"help": "keep in high precision every nn.Linear whose name contains one of these (torchtitan)"},
+    )
+    min_features: int = field(
+        default=0,
+        metadata={"help": "convert only linears whose in_features and out_features are both at least this", "ge": 0},
+    )
+    fsdp_all_gather: bool = field(
+        default=False,
+        metadata={"help": "with fsdp2 and tensorwise: all-gather weights in FP8, their scales computed once per step"},
+    )
+
+    def __post_init__(self) -> None:
+        if self.fsdp_all_gather and self.recipe != "tensorwise":
+            raise ValueError(f"fsdp_all_gather takes the tensorwise recipe (torchao's), got {self.recipe!r}")
 
 
 def torchao_missing() -> bool:
@@ -114,6 +140,8 @@ def check(ctx: CheckContext) -> str | None:
         return f"needs a CUDA GPU of compute capability >= 8.9 (FP8 Tensor Cores); this run is on {ctx.device_type}"
     if "model" not in ctx.workload.traits:
         return f"needs a workload with a model of nn.Linear layers; {ctx.workload.name!r} has none"
+    if ctx.technique_options["fp8"].fsdp_all_gather and "fsdp2" not in ctx.techniques:
+        return "fsdp_all_gather needs fsdp2 in the combination (it changes how FSDP2 all-gathers the weights)"
     return None
 
 

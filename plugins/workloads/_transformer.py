@@ -135,4 +135,6 @@ def build(options: BertOptions, ctx: BuildContext) -> TrainStep:
     dataset = MaskedTokens(POOL_BATCHES * ctx.batch_size, options.seq_len, options.vocab, options.mask_prob, ctx.seed)
     pool = device_pool(dataset, ctx.batch_size, collate, ctx.device, POOL_BATCHES)
     loss_fn = nn.CrossEntropyLoss(ignore_index=-100)
-    return trained_step(ctx, options, model, data=cycling(pool), loss_fn=loss_fn, dataset=dataset, collate=collate)
+    return trained_step(
+        ctx, options, model, data=cycling(pool), loss_fn=loss_fn, dataset=dataset, collate=collate, blocks="layers"
+    )

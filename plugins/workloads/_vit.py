@@ -33,5 +33,12 @@ def build(options: ViTOptions, ctx: BuildContext) -> TrainStep:
     pool = device_pool(dataset, ctx.batch_size, image_collate, ctx.device, POOL_BATCHES)
     loss_fn = nn.CrossEntropyLoss()
     return trained_step(
-        ctx, options, model, data=cycling(pool), loss_fn=loss_fn, dataset=dataset, collate=image_collate
+        ctx,
+        options,
+        model,
+        data=cycling(pool),
+        loss_fn=loss_fn,
+        dataset=dataset,
+        collate=image_collate,
+        blocks="encoder.layers",
     )

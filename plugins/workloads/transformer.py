@@ -76,7 +76,7 @@ def ampsuite_workloads() -> list[Workload]:
             build=lazy("ampsuite.plugins.workloads._transformer:build"),
             options=BertOptions,
             unit="sequences",
-            traits=frozenset({"model", "data-path"}),
+            traits=frozenset({"model", "data-path", "blocks"}),
             check=check_optimizer,
         )
     ]

@@ -43,7 +43,7 @@ def ampsuite_workloads() -> list[Workload]:
             build=lazy("ampsuite.plugins.workloads._vit:build"),
             options=ViTOptions,
             unit="images",
-            traits=frozenset({"model", "data-path"}),
+            traits=frozenset({"model", "data-path", "blocks"}),
             check=check_optimizer,
         )
     ]

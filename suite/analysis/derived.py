@@ -43,6 +43,13 @@ Numerics verdict
     by that check alone: ``"ok"`` when its ``rel_error`` is within its
     ``tolerance``, else ``"drift"``.
 
+Model FLOPs and MFU as LLM training reports it (cells whose workload declares ``model_flops_per_step``)
+    ``model_tflops`` = model FLOPs per step / median (per GPU in a data-parallel cell, like ``tflops``);
+    ``mfu_datasheet`` = that over the GPU's published dense bf16 peak (:mod:`ampsuite.analysis.datasheet`),
+    ``mfu_measured`` = over the bf16 matmul peak measured on the machine (``environment.peaks``), whatever the
+    cell's own precision: ``mfu_basis`` is ``"bf16"`` for a cell whose products ran in 16 bits and
+    ``"bf16-equivalent"`` otherwise (FP8, TF32, FP32).
+
 Scaling efficiency (data-parallel cells, suite-file ``gpus``)
     For a cell of world size N > 1: its total throughput / (N x the throughput
     of the *one-process cell* of the same workload id, workload options,
@@ -82,6 +89,7 @@ from ampsuite.analysis.access import (
     throughput,
     world_size,
 )
+from ampsuite.analysis.datasheet import datasheet_bf16_tflops, environment_gpu_name
 from ampsuite.contract.wire import Record
 
 __all__ = ["Derived", "Verdict", "derive", "is_nonfinite", "output_check"]
@@ -113,6 +121,10 @@ class Derived:
         scaling_efficiency: for a data-parallel cell (world size N > 1), total
             throughput / (N x the one-process cell's throughput); None otherwise.
         single_id: the one-process cell that ``scaling_efficiency`` used.
+        model_tflops: the workload's declared model FLOPs per step / median, in TFLOP/s.
+        mfu_datasheet: ``model_tflops`` over the GPU's published dense bf16 peak.
+        mfu_measured: ``model_tflops`` over the machine's measured bf16 matmul peak.
+        mfu_basis: ``"bf16"`` or ``"bf16-equivalent"`` (the cell's products were not 16-bit), with model FLOPs.
     """
 
     cell_id: str
@@ -132,6 +144,10 @@ class Derived:
     baseline_id: str | None = None
     scaling_efficiency: float | None = None
     single_id: str | None = None
+    model_tflops: float | None = None
+    mfu_datasheet: float | None = None
+    mfu_measured: float | None = None
+    mfu_basis: str | None = None
 
 
 def _ratio(reference: Record | None, record: Record) -> float | None:
@@ -148,6 +164,28 @@ def _tflops(record: Record) -> float | None:
         return value
     flops, median = finite(metrics.get("flops_per_step")), median_seconds(record)
     return None if flops is None or median is None else flops / median / 1e12
+
+
+HALF_PRECISION = ("bfloat16", "float16")
+"""Matmul dtypes whose cells' model MFU is plain "bf16" (float16's Tensor Core peak is bf16's); others: equivalent."""
+
+
+def _model_mfu(doc: AnyDocument, record: Record) -> dict[str, Any]:
+    """The model-FLOPs figures of a passed cell whose workload declared them (module docstring)."""
+    metrics = record.get("metrics", {})
+    flops, median = finite(metrics.get("model_flops_per_step")), median_seconds(record)
+    if flops is None or median is None:
+        return {}
+    tflops = flops / median / 1e12
+    datasheet, measured = datasheet_bf16_tflops(environment_gpu_name(doc)), peak_tflops(doc, "bfloat16")
+    return {
+        "model_tflops": tflops,
+        "mfu_datasheet": None if datasheet is None else tflops / datasheet,
+        "mfu_measured": None if measured is None else tflops / measured,
+        "mfu_basis": "bf16"
+        if metrics.get("matmul_dtype") in HALF_PRECISION and "fp8" not in technique_names(record)
+        else "bf16-equivalent",
+    }
 
 
 def _memory_saving(reference: Record | None, record: Record) -> float | None:
@@ -351,6 +389,7 @@ def derive(doc: AnyDocument) -> dict[str, Derived]:
                 baseline_id=None if baseline is None else baseline["id"],
                 scaling_efficiency=efficiency,
                 single_id=single_id,
+                **_model_mfu(doc, record),
             )
     order = [r["id"] for r in doc["cells"]]
     return {cell_id: derived[cell_id] for cell_id in order if cell_id in derived}

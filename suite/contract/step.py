@@ -95,6 +95,13 @@ class TrainStep:
     this check's (within the tolerance: "ok") instead of its loss against the FP32 cell's."""
     notes: dict[str, Any] = field(default_factory=dict)
     """Facts for the record (e.g. ``compile_seconds``); JSON-serialisable values only."""
+    blocks: str | None = None
+    """Where ``model`` keeps its repeated blocks (transformer layers): the dotted attribute path of an
+    ``nn.ModuleList`` or ``nn.Sequential`` (``"layers"``, ``"encoder.layers"``), or None. Techniques that act per
+    block (activation-checkpointing, per-block torch-compile, fsdp2) find them through :meth:`model_blocks`."""
+    model_flops_per_step: float | None = None
+    """FLOPs of one training step by the workload's own formula (an LLM's 6·N + 12·L·H·Q·T per token), recorded
+    as ``metrics.model_flops_per_step`` beside the flop counter's figure; None when the workload declares none."""
 
     # -- the standard phases -------------------------------------------------
 
@@ -150,6 +157,28 @@ class TrainStep:
         for wrap in self.wrappers:
             fn = wrap(fn, self)
         return fn
+
+    def model_blocks(self) -> Any:
+        """The container of the model's repeated blocks (``nn.ModuleList`` or ``nn.Sequential``) at ``blocks``.
+
+        Looked up through the model as it is now: a whole-model ``torch.compile`` wrapper forwards attribute
+        reads to the module it wraps, so the blocks are found through it too.
+
+        :raises LookupError: the step names no blocks, or nothing non-empty of that kind is at the path.
+        """
+        from torch import nn
+
+        if self.model is None or self.blocks is None:
+            raise LookupError("the workload names no repeated blocks (TrainStep.blocks is None)")
+        found: Any = self.model
+        for part in self.blocks.split("."):
+            found = getattr(found, part, None)
+        if not isinstance(found, nn.ModuleList | nn.Sequential) or len(found) == 0:
+            raise LookupError(
+                f"TrainStep.blocks is {self.blocks!r}, but model.{self.blocks} is "
+                f"{type(found).__name__}, not a non-empty nn.ModuleList or nn.Sequential"
+            )
+        return found
 
     def batches(self) -> Iterator[Batch]:
         """An endless iterator over ``data()``."""

@@ -150,6 +150,8 @@ class Metrics(TypedDict, total=False):
     torch_threads: int
     flops_per_step: float | int | None
     tflops: float | None
+    model_flops_per_step: float | None
+    model_tflops: float | None
     matmul_dtype: str | None
     peak_memory_bytes: int | None
     peak_memory_allocated_bytes: int | None

@@ -360,6 +360,7 @@ def workload_contexts(runs: Sequence[Run]) -> dict[str, dict[str, Any]]:
                     "evidence": [v for v in views if v.evidence is not None],
                     "tensor": [v for v in views if v.tensor_ops],
                     "numerics": [v for v in views if v.status == Status.PASSED],
+                    "model_flops": [v for v in views if v.model_tflops != DASH],
                     "techniques": sorted({techniques_text(r) for r in records}),
                 }
             )

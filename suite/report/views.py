@@ -196,6 +196,11 @@ class CellView:
     memory_saving: str
     tflops: str
     mfu: str
+    model_tflops: str
+    """The workload's declared model FLOPs per step / median (an LLM's 6 N + 12 L H Q T), in TFLOP/s."""
+    mfu_datasheet: str
+    mfu_measured: str
+    mfu_basis: str
     bandwidth_util: str
     """Achieved DRAM throughput over the measured copy bandwidth (the memory-side twin of MFU)."""
     trace: str | None
@@ -335,6 +340,10 @@ def cell_view(run: Run, record: Record) -> CellView:
         memory_saving=pct(d.memory_saving),
         tflops=num(d.tflops),
         mfu=pct(d.mfu),
+        model_tflops=num(d.model_tflops),
+        mfu_datasheet=pct(d.mfu_datasheet),
+        mfu_measured=pct(d.mfu_measured),
+        mfu_basis=d.mfu_basis or "",
         bandwidth_util=pct(d.bandwidth_util),
         trace=run.artifacts.get(cell_id),
         matmul_dtype=str(metrics.get("matmul_dtype") or DASH),

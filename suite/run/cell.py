@@ -191,6 +191,8 @@ def measure_cell(
     stats = summarize(samples)
     metrics["step_time"] = stats
     metrics["samples_per_step"] = step.samples_per_step
+    if step.model_flops_per_step is not None:
+        metrics["model_flops_per_step"] = float(step.model_flops_per_step)
     rates(metrics, stats["median"])
     warnings = ctx.warnings
     warnings.extend(timing_warnings(stats, spec.noise_target))

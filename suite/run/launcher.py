@@ -162,7 +162,9 @@ def combine(results: Mapping[int, Mapping[str, Any]], world_size: int) -> dict[s
         "backend": info[0]["backend"],
         "launcher": "torch.distributed.launcher.api.elastic_launch",
         "start_method": START_METHOD,
-        "wrapper": "torch.nn.parallel.DistributedDataParallel (defaults)",
+        "wrapper": "FSDP2 (the fsdp2 technique)"
+        if "fsdp2" in notes
+        else "torch.nn.parallel.DistributedDataParallel (defaults)",
         "step_agreement": "chunk sizes from rank 0; timing stops when every rank's stopping rule says stop",
         "data": "every rank trains on the same seeded batches",
         "ranks": info,

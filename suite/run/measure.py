@@ -104,7 +104,8 @@ def timing_warnings(stats: StepTime, noise_target: float) -> list[str]:
 
 def rates(metrics: dict[str, Any], median: float) -> None:
     """Set ``throughput`` (``samples_per_step`` / median) and, where FLOPs were counted, ``tflops``
-    (``flops_per_step`` / median / 1e12) in a record's ``metrics``.
+    (``flops_per_step`` / median / 1e12) in a record's ``metrics``; ``model_tflops`` likewise from the
+    workload's declared ``model_flops_per_step``.
 
     The one place for both: a worker's own timing, pooled processes and a
     data-parallel cell's slowest rank all derive them from their median this way.
@@ -112,6 +113,8 @@ def rates(metrics: dict[str, Any], median: float) -> None:
     metrics["throughput"] = metrics["samples_per_step"] / median
     if metrics.get("flops_per_step") is not None:
         metrics["tflops"] = metrics["flops_per_step"] / median / 1e12
+    if metrics.get("model_flops_per_step") is not None:
+        metrics["model_tflops"] = metrics["model_flops_per_step"] / median / 1e12
 
 
 def between_process_noise(medians: Sequence[float], median: float) -> float:

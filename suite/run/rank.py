@@ -77,9 +77,12 @@ def agreed_time_steps(run: Callable[..., Any], data: Callable[[], Any], device: 
 
 
 def wrap_ddp(step: Any) -> Any:
-    """Wrap the step's model in DistributedDataParallel (after the techniques; see the module docstring)."""
+    """Wrap the step's model in DistributedDataParallel (after the techniques; see the module docstring), unless
+    a technique sharded it with FSDP2 (``notes.fsdp2``) over the ranks' group."""
     from torch.nn.parallel import DistributedDataParallel
 
+    if "fsdp2" in step.notes:
+        return step  # sharded by the fsdp2 technique, which reduces the gradients itself
     if step.model is None or step.loss_fn is None:
         raise SkipCell("gpus > 1 wraps the workload's model in DistributedDataParallel; this step has no model/loss_fn")
     if step.forward_backward is not None:

@@ -1,4 +1,4 @@
-"""The activation-checkpointing technique, through ampsuite's pytest plugin."""
+"""The extras-checkpointing technique, through ampsuite's pytest plugin."""
 
 from __future__ import annotations
 
@@ -12,22 +12,22 @@ from ampsuite_extras import _checkpointing, _lstm, checkpointing, lstm
 
 PLUGINS = [lstm, checkpointing]
 LSTM = {"plugin": "lstm-lm", "batch_size": 4, "vocab": 32, "hidden": 16, "layers": 3, "seq_len": 8}
-CKPT = "activation-checkpointing"
+CKPT = "extras-checkpointing"
 
 
 def test_lstm_cells_checkpoint_their_blocks_without_changing_the_losses(ampsuite_run):
     result = ampsuite_run({"workloads": {"lstm": LSTM}, "combinations": {"fp32": [], "ckpt": [CKPT]}}, plugins=PLUGINS)
     result.assert_all_passed()
-    notes = result.notes("lstm/ckpt/bs4")["activation_checkpointing"]
+    notes = result.notes("lstm/ckpt/bs4")["extras_checkpointing"]
     assert notes["checkpointed"] == ["blocks.0", "blocks.1", "blocks.2"]
     assert notes["blocks"] == 3
-    assert "activation_checkpointing" not in result.notes("lstm/fp32/bs4")
+    assert "extras_checkpointing" not in result.notes("lstm/fp32/bs4")
     # Recomputation replays the same forward: same seed, same data, same losses.
     plain, ckpt = result.numerics("lstm/fp32/bs4")["losses"], result.numerics("lstm/ckpt/bs4")["losses"]
     assert ckpt == pytest.approx(plain, rel=1e-5, abs=1e-6)
     # The report section compares the checkpointed cell with the same cell without it.
     (section,) = checkpointing.ampsuite_report_sections([result.doc])
-    assert section.title == "Activation checkpointing"
+    assert section.title == "Activation checkpointing (extras)"
     assert "lstm/ckpt/bs4" in section.html and "lstm/fp32/bs4" in section.html
     assert "3 of 3 blocks" in section.markdown
 
@@ -46,7 +46,7 @@ def test_every_nth_block_and_the_attribute_option(ampsuite_run):
         plugins=PLUGINS,
     )
     result.assert_all_passed()
-    assert result.notes("lstm/ckpt/bs4")["activation_checkpointing"]["checkpointed"] == ["blocks.0", "blocks.2"]
+    assert result.notes("lstm/ckpt/bs4")["extras_checkpointing"]["checkpointed"] == ["blocks.0", "blocks.2"]
 
 
 @pytest.mark.parametrize(
@@ -122,7 +122,7 @@ def test_any_sequential_of_blocks_works(ampsuite_plugin, ampsuite_run):
         {"workloads": {"blocky": {"batch_size": 4}}, "combinations": {"ckpt": [CKPT]}}, plugins=PLUGINS
     )
     result.assert_all_passed()
-    assert result.notes("blocky/ckpt/bs4")["activation_checkpointing"]["checkpointed"] == [
+    assert result.notes("blocky/ckpt/bs4")["extras_checkpointing"]["checkpointed"] == [
         "blocks.0",
         "blocks.1",
         "blocks.2",
@@ -169,4 +169,4 @@ def test_the_cells_run_in_isolated_workers_too(ampsuite_run):
         {"workloads": {"lstm": {**LSTM, "layers": 1}}, "combinations": {"ckpt": [CKPT]}}, plugins=PLUGINS, isolated=True
     )
     result.assert_all_passed()
-    assert result.notes("lstm/ckpt/bs4")["activation_checkpointing"]["checkpointed"] == ["blocks.0"]
+    assert result.notes("lstm/ckpt/bs4")["extras_checkpointing"]["checkpointed"] == ["blocks.0"]

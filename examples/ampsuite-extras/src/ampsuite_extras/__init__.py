@@ -2,7 +2,7 @@
 
 * ``lstm-lm`` (module :mod:`ampsuite_extras.lstm`): a stacked-LSTM language
   model on a synthetic, learnable token stream; throughput in tokens/s.
-* ``activation-checkpointing`` (module :mod:`ampsuite_extras.checkpointing`):
+* ``extras-checkpointing`` (module :mod:`ampsuite_extras.checkpointing`):
   recompute each block's activations in the backward pass instead of keeping
   them, trading step time for memory.
 

@@ -1,4 +1,10 @@
-"""``activation-checkpointing``: recompute block activations in the backward pass.
+"""``extras-checkpointing``: recompute block activations in the backward pass, blocks found by attribute path.
+
+ampsuite ships ``activation-checkpointing``, which finds a model's blocks where its
+workload names them (``TrainStep.blocks``). This example finds them by an
+attribute path instead, so it also reaches models whose workloads name no
+blocks; it is kept as a complete third-party technique with a report section.
+The two cannot share a combination.
 
 A training step normally keeps every intermediate activation of the forward
 pass until backward needs it. Checkpointing a block keeps only the block's
@@ -38,10 +44,10 @@ AMPSUITE_PLUGIN_API = 1
 """The ampsuite plugin API this module was written for (checked when it is loaded)."""
 
 
-NAME = "activation-checkpointing"
+NAME = "extras-checkpointing"
 
 
-NOTES_KEY = "activation_checkpointing"
+NOTES_KEY = "extras_checkpointing"
 
 
 ATTRIBUTE_PATH = r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*"
@@ -56,7 +62,7 @@ which must see the wrapped blocks."""
 
 @dataclass(frozen=True)
 class CheckpointOptions:
-    """Options of ``activation-checkpointing``."""
+    """Options of ``extras-checkpointing``."""
 
     attribute: str = field(
         default="blocks",
@@ -158,6 +164,7 @@ def ampsuite_techniques() -> list[Technique]:
             apply=lazy("ampsuite_extras._checkpointing:apply"),
             options=CheckpointOptions,
             order=ORDER,
+            conflicts=frozenset({"activation-checkpointing"}),
             check=check,
         )
     ]
@@ -180,7 +187,7 @@ def ampsuite_report_sections(results: Sequence[Mapping[str, Any]]) -> Iterable[R
     )
     return [
         ReportSection(
-            title="Activation checkpointing",
+            title="Activation checkpointing (extras)",
             html=f"<p>{html.escape(intro)}</p><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>",
             markdown=markdown,
             anchor=NAME,

@@ -12,7 +12,7 @@ within tens of steps and the numerics comparison between techniques means
 something. Random tokens would leave every technique at the same flat loss.
 
 The model keeps its layers in ``model.blocks`` (an ``nn.ModuleList``), the
-convention the ``activation-checkpointing`` technique looks for.
+convention the ``extras-checkpointing`` technique looks for.
 """
 
 from __future__ import annotations

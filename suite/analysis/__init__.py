@@ -48,6 +48,8 @@ from ampsuite.analysis.best import untrusted_reason as untrusted_reason
 from ampsuite.analysis.compare import MIN_RELATIVE_CHANGE as MIN_RELATIVE_CHANGE
 from ampsuite.analysis.compare import Comparison as Comparison
 from ampsuite.analysis.compare import compare as compare
+from ampsuite.analysis.compare import regressions as regressions
+from ampsuite.analysis.compare import same_run as same_run
 from ampsuite.analysis.derived import Derived as Derived
 from ampsuite.analysis.derived import derive as derive
 from ampsuite.analysis.derived import is_nonfinite as is_nonfinite

@@ -35,6 +35,7 @@ from ampsuite.analysis.access import status_counts as status_counts
 from ampsuite.analysis.access import technique_names as technique_names
 from ampsuite.analysis.access import throughput as throughput
 from ampsuite.analysis.access import throughput_per_gpu as throughput_per_gpu
+from ampsuite.analysis.access import waiting_note as waiting_note
 from ampsuite.analysis.access import workload_id as workload_id
 from ampsuite.analysis.access import world_size as world_size
 from ampsuite.analysis.best import NO_GAIN as NO_GAIN

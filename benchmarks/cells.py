@@ -1,5 +1,10 @@
-"""ampsuite's asv benchmarks: one ``track_*`` benchmark per metric over the parameters
-``workload``, ``combination`` and ``batch``; each cell of the suite is one combination of them.
+"""ampsuite's asv benchmarks: one ``track_*`` benchmark per metric over one parameter, ``cell``: the ids of
+the cells the suite runs on the device, and nothing else.
+
+asv runs a benchmark for every combination of its parameter lists (its docs: "the test is run for all of
+their combinations") and shows a combination that is no cell as n/a; three lists (workload, combination,
+batch) made 306 n/a rows of 360 for the 18 cells of the default CPU suite. One list of real cell ids gives
+asv exactly the cells.
 
 The figures are ampsuite's own measurements (CUDA events on a GPU), never
 asv's timers. ``setup_cache`` runs ``python -m ampsuite run`` ``AMPSUITE_ASV_ROUNDS``
@@ -30,14 +35,12 @@ Which suite (see ``benchmarks/README.md``):
                              samples asv's statistics see. 1 gives bare values (asv then
                              compares with ``--factor`` only).
 
-The parameter lists (workloads, combinations, batch sizes) and each benchmark's ``version`` come from the
-suite file in the working tree that asv runs from, expanded by the working
-tree's ampsuite, so every commit's benchmark process sees the same list. Each
-commit is measured with its own copy of the suite file when the file lies
-inside the repository and exists at that commit (else the working tree's
-copy); its records are matched to parameters by cell id,
-``"/".join([workload, combination, f"bs{batch}"])``. A triple that is not a
-cell of the suite is n/a (asv's skip).
+The parameter list (the cells that are not skipped before running on the device: a cell skipped for the
+device, such as a CUDA-only technique on a CPU, could never have a value) and each benchmark's ``version``
+come from the suite file in the working tree that asv runs from, expanded by the working tree's ampsuite, so
+every commit's benchmark process sees the same list. Each commit is measured with its own copy of the suite
+file when the file lies inside the repository and exists at that commit (else the working tree's copy); its
+records are matched to the parameter by cell id.
 
 Results: ``status`` passed in every round gives the value; skipped, or a cell the commit's
 run does not have, is n/a (``NotImplementedError`` in ``setup``, asv's skip);
@@ -75,10 +78,11 @@ ROUNDS_ENV = "AMPSUITE_ASV_ROUNDS"
 DEFAULT_ROUNDS = 5
 CHECKOUT_ENV = "AMPSUITE_ASV_CHECKOUT"  # set by the ampsuite-venv environment (suite/asvtools/environment.py)
 RESULTS_FILE = "ampsuite-results.json"
-METRICS_REVISION = 2
+METRICS_REVISION = 3
 """Part of every benchmark's version: raise it when what a track_* function returns changes meaning.
-2: samples (one per round) instead of one bare value; parameters workload, combination, batch."""
-PARAM_NAMES = ["workload", "combination", "batch"]
+2: samples (one per round) instead of one bare value; parameters workload, combination, batch.
+3: one parameter, the cell id, over the cells the suite runs on the device."""
+PARAM_NAMES = ["cell"]
 
 # Status strings of ampsuite's results file (benchmarks/ runs against older commits: no import of ampsuite.Status).
 PASSED = "passed"
@@ -119,8 +123,8 @@ def load_plan() -> dict[str, Any]:
     if out.returncode != 0:
         raise RuntimeError(f"ampsuite could not expand the suite ({' '.join(cmd)}): {out.stderr.strip()[-2000:]}")
     plan: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])  # after anything a plugin printed
-    if not plan["cells"]:
-        raise RuntimeError(f"{plan['suite']}: the suite has no cells")
+    if not parameters(plan)[0]:
+        raise RuntimeError(f"{plan['suite']}: the suite has no cell that runs on {plan['device']}")
     return plan
 
 
@@ -297,17 +301,8 @@ def setup_cache() -> dict[str, Any]:
 setup_cache.timeout = float(os.environ.get(TIMEOUT_ENV) or 3600 * rounds())  # type: ignore[attr-defined]
 
 
-def cell_id(workload: str, combination: str, batch: int) -> str:
-    """The cell id of three asv parameters (``toy``, ``fp32``, ``32`` -> ``toy/fp32/bs32``)."""
-    return f"{workload}/{combination}/bs{batch}"
-
-
-def setup(cache: dict[str, Any], workload: str, combination: str, batch: int) -> None:
-    """n/a (asv's skip) for a triple that is no cell of the suite, a cell the
-    commit did not run, or one it ran as skipped."""
-    cell = cell_id(workload, combination, batch)
-    if cell not in PLAN["axes"]:
-        raise NotImplementedError(f"{cell}: not a cell of {PLAN['suite']}")
+def setup(cache: dict[str, Any], cell: str) -> None:
+    """n/a (asv's skip) for a cell the commit did not run, or one it ran as skipped."""
     record = cache["cells"].get(cell)
     if record is None:
         raise NotImplementedError(f"{cell}: not in this commit's run of {cache['suite']}")
@@ -340,31 +335,26 @@ def samples(figures: list[float]) -> float | dict[str, Any]:
 # -- the benchmarks -------------------------------------------------------------
 
 
-def track_seconds_per_sample(cache: dict[str, Any], workload: str, combination: str, batch: int) -> Any:
+def track_seconds_per_sample(cache: dict[str, Any], cell: str) -> Any:
     """Median step time divided by the samples (images, sequences, ...) one step
     processes; one sample per round (and worker process)."""
-    return samples(value(cache, cell_id(workload, combination, batch), "seconds_per_sample"))
+    return samples(value(cache, cell, "seconds_per_sample"))
 
 
-def track_peak_memory_bytes(cache: dict[str, Any], workload: str, combination: str, batch: int) -> Any:
+def track_peak_memory_bytes(cache: dict[str, Any], cell: str) -> Any:
     """Peak memory during the timed steps (device memory on a GPU, the worker's RSS
     on a CPU); one sample per round."""
-    return samples(value(cache, cell_id(workload, combination, batch), "peak_memory_bytes"))
+    return samples(value(cache, cell, "peak_memory_bytes"))
 
 
-def track_loss_at_n(cache: dict[str, Any], workload: str, combination: str, batch: int) -> float:
+def track_loss_at_n(cache: dict[str, Any], cell: str) -> float:
     """Training loss after the suite's ``numerics_steps`` steps from the seeded start (first round)."""
-    return float(value(cache, cell_id(workload, combination, batch), "loss_at_n"))
+    return float(value(cache, cell, "loss_at_n"))
 
 
-def parameters(plan: dict[str, Any]) -> list[list[Any]]:
-    """asv's ``params``: the workloads and combinations in matrix order, the batch sizes ascending."""
-    triples = [plan["axes"][c] for c in plan["cells"]]
-    return [
-        list(dict.fromkeys(t[0] for t in triples)),
-        list(dict.fromkeys(t[1] for t in triples)),
-        sorted({int(t[2]) for t in triples}),
-    ]
+def parameters(plan: dict[str, Any]) -> list[list[str]]:
+    """asv's ``params``: the cells the suite runs on the device, in matrix order."""
+    return [[c for c in plan["cells"] if c not in plan["skip_reasons"]]]
 
 
 PLAN = load_plan()

@@ -82,10 +82,11 @@ def untrusted_note(record: Mapping[str, Any], target: float) -> str | None:
     own = analysis.noise(cast(Record, record))  # records reach here from the validated results file
     if own is None:
         return "no noise estimate"
+    cause = analysis.waiting_note(record)
     if own > target:
-        return f"noise above the {target:.1%} target"
+        return f"noise above the {target:.1%} target" + (f"; {cause}" if cause else "")
     unstable = analysis.instability_warnings(cast(Record, record))
-    return unstable[0] if unstable else None
+    return unstable[0] + (f"; {cause}" if cause else "") if unstable else None
 
 
 def _nonfinite_note(record: Mapping[str, Any]) -> str | None:

@@ -1,9 +1,11 @@
 """``ampsuite new-plugin NAME``: write a working plugin package from the templates.
 
 The skeleton is the shortest path from nothing to a plugin that ``ampsuite
-list`` shows: a pyproject with the ``ampsuite`` entry point, a module with one
-workload and one technique, a README and a test that uses ampsuite's pytest
-plugin and passes as generated. The templates live in
+list`` shows: a pyproject with the ``ampsuite`` entry point (torch pinned to the
+range ampsuite requires), a registration module with one workload and one
+technique that imports no torch (their code is in ``_impl.py``, named with
+``ampsuite.lazy``, as the built-ins do), a README and tests that use ampsuite's
+pytest plugin and pass as generated. The templates live in
 ``suite/templates/plugin/`` (package data): a path component ``__package__``
 becomes the import name, and the ``.j2`` suffix is dropped.
 """

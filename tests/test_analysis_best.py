@@ -239,3 +239,16 @@ def test_an_unstable_spread_counts_as_untrusted_timing_too() -> None:
     unstable = ["unstable: interquartile range is 40% of the median"]  # the worker's words for a wide spread
     d = doc(cell("fp32", median=0.04), cell("amp", median=0.01, warnings=unstable))
     assert analysis.measure_again(d) == ["toy/fp32/bs32", "toy/amp/bs32"]
+
+
+def test_an_untrusted_figure_says_when_the_gpu_waited() -> None:
+    waiting, busy = cell("amp", median=0.01, noise=0.03), cell("amp-fp16", median=0.02, noise=0.03)
+    waiting["metrics"]["utilization"] = {"source": "nvml-gpm", "sm_active": 0.68}
+    busy["metrics"]["utilization"] = {"source": "nvml-gpm", "sm_active": 0.9}
+    d = doc(cell("fp32", median=0.04), waiting, busy)
+    notes = {r["id"]: analysis.derive(d)[r["id"]].trust_note for r in d["cells"]}
+    assert notes["toy/amp/bs32"] == (
+        "noise 3.00% above target 1.00%; SMs active 68% of the timed steps (NVML): "
+        "the GPU waited on the host or a synchronisation"
+    )
+    assert notes["toy/amp-fp16/bs32"] == "noise 3.00% above target 1.00%"  # busy SMs: no cause is claimed

@@ -6,18 +6,19 @@ model much larger, hence slower. Then plain asv commands, as a user types them:
 ``asv run ALL`` with the ampsuite-venv environment (no machine prompt: the
 machine file comes from ``ampsuite.asvtools.machine``), ``asv publish`` and
 ``asv compare``. Checked: three commits recorded for every cell (a value, a
-failure or n/a as the cell's status says) over the parameters workload,
-combination and batch, five rounds reaching asv as samples with a confidence
-interval, no change reported between the first two commits and the slowdown
+failure as the cell's status says) over one parameter, the ids of the cells that
+run (a cell CPUs always skip is none), five rounds reaching asv as samples with a
+confidence interval, no change reported between the first two commits and the slowdown
 reported by ``asv compare`` as a regression, the environment holding only ampsuite, and the
 published site working in headless Chromium that can reach no host but
-127.0.0.1, with no console error.
+127.0.0.1, served and opened from file://, with no console error.
 
 Takes a minute or two; every git command runs inside the temporary folder.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -65,8 +66,8 @@ kind = "raise"
 at = "apply"
 """
 FAST, BROKEN, SKIPPED = "toy/fp32/bs32", "toy/broken/bs32", "toy/graphs/bs32"
-PARAMS = [["'toy'"], ["'fp32'", "'broken'", "'graphs'"], ["32"]]  # asv's reprs; product order = the three cells
-FAST_NAME = "cells.track_seconds_per_sample('toy', 'fp32', 32)"
+PARAMS = [["'toy/fp32/bs32'", "'toy/broken/bs32'"]]  # asv's reprs: the cells that run on a CPU, nothing else
+FAST_NAME = "cells.track_seconds_per_sample('toy/fp32/bs32')"
 ROUNDS = 5  # asv's interval of a median from 3 samples can reach below zero under load
 METRICS = ("cells.track_seconds_per_sample", "cells.track_peak_memory_bytes", "cells.track_loss_at_n")
 
@@ -196,16 +197,18 @@ def test_every_commit_is_recorded_for_every_cell(project: Project) -> None:
     for commit, data in files.items():
         for name in METRICS:
             params = _column(data, name, "params")
-            assert params == PARAMS, (commit, name)
-            values = dict(zip((FAST, BROKEN, SKIPPED), _column(data, name, "result"), strict=True))
+            assert params == PARAMS and SKIPPED not in str(params), (commit, name)
+            values = dict(zip((FAST, BROKEN), _column(data, name, "result"), strict=True))
             assert isinstance(values[FAST], float) and values[FAST] > 0, (commit, name, values)
             assert values[BROKEN] is None, (commit, name, values)  # asv's "failed"
-            assert math.isnan(values[SKIPPED]), (commit, name, values)  # asv's "n/a"
+            assert not any(math.isnan(v) for v in values.values() if v is not None)  # no n/a: only real cells
             assert _column(data, name, "version") == benchmarks[name]["version"]
         # the timing's samples (one per round) reached asv: a median with a confidence interval around it
         low, high = (_column(data, METRICS[0], f"stats_ci_99_{end}")[0] for end in "ab")
         value = _column(data, METRICS[0], "result")[0]
-        assert _column(data, METRICS[0], "stats_repeat")[0] == ROUNDS
+        # one per round, or one per process of a round whose run measured the cell again (`ampsuite run`'s
+        # second pass of an untrusted fastest cell, in three processes)
+        assert _column(data, METRICS[0], "stats_repeat")[0] in range(ROUNDS, 3 * ROUNDS + 1)
         assert low <= value <= high and low < high, (commit, low, value, high)
 
 
@@ -256,7 +259,10 @@ def test_ampsuites_history_reads_the_asv_results(project: Project) -> None:
     assert points[2].throughput < points[1].throughput
 
 
-def test_the_published_site_works_offline(project: Project, tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["served", "file"])
+def test_the_published_site_works_offline(project: Project, tmp_path: Path, how: str) -> None:
+    """Served over http (``asv preview``) or opened from file://, where browsers refuse asv's JSON requests and
+    ampsuite's publisher answers them from the scripts it writes beside each JSON file."""
     from ampsuite.asvtools import remote_references
     from ampsuite.browser import find_chromium, load_page, serve
 
@@ -272,7 +278,8 @@ def test_the_published_site_works_offline(project: Project, tmp_path: Path) -> N
         "plots": "document.querySelectorAll('canvas').length",
         "text": "document.body.innerText",
     }
-    with serve(project.html) as origin:
+    with contextlib.ExitStack() as stack:
+        origin = stack.enter_context(serve(project.html)) if how == "served" else project.html.as_uri()
         report = load_page(
             f"{origin}/index.html",
             expressions=expressions,
@@ -290,5 +297,5 @@ def test_the_published_site_works_offline(project: Project, tmp_path: Path) -> N
     assert report.values["benchmarks"] == len(METRICS)
     graph = "@#cells.track_seconds_per_sample"
     assert report.values["plots" + graph] > 0
-    assert all(word in report.values["text" + graph] for word in ("workload", "combination", "batch", "fp32"))
+    assert all(word in report.values["text" + graph] for word in ("cell", FAST, BROKEN))
     assert "track_seconds_per_sample(" in report.values["text@#regressions"]

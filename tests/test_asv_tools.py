@@ -84,40 +84,24 @@ def cells(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleType]:
 TRACKS = ("track_seconds_per_sample", "track_peak_memory_bytes", "track_loss_at_n")
 
 
-def test_every_metric_is_one_benchmark_over_workload_combination_and_batch(cells: ModuleType) -> None:
+def test_every_metric_is_one_benchmark_over_the_cells_the_suite_runs(cells: ModuleType) -> None:
+    """asv runs every combination of its parameter lists; one list of the cells that run gives it the cells and
+    nothing else: no n/a row for a combination that is no cell, or a cell this device always skips."""
     expected = ["toy/fp32/bs8", "toy/graphs/bs8", "toy/fp32/bs16", "toy/graphs/bs16"]
-    assert sorted(cells.PLAN["cells"]) == sorted(expected)
+    assert cells.PLAN["cells"] == expected
+    assert set(cells.PLAN["skip_reasons"]) == {"toy/graphs/bs8", "toy/graphs/bs16"}
+    assert "cuda" in cells.PLAN["skip_reasons"]["toy/graphs/bs8"].lower()
     for name in TRACKS:
         fn = getattr(cells, name)
-        assert fn.params == [["toy"], ["fp32", "graphs"], [8, 16]]
-        assert fn.param_names == ["workload", "combination", "batch"]
-    assert {cells.cell_id(*cells.PLAN["axes"][c]) for c in expected} == set(expected)
+        assert fn.params == [["toy/fp32/bs8", "toy/fp32/bs16"]]
+        assert fn.param_names == ["cell"]
     assert (cells.track_seconds_per_sample.unit, cells.track_peak_memory_bytes.unit) == ("seconds", "bytes")
     assert len({getattr(cells, name).version for name in TRACKS}) == 3
-    assert cells.PLAN["skip_reasons"] == {
-        "toy/graphs/bs8": cells.PLAN["skip_reasons"]["toy/graphs/bs8"],
-        "toy/graphs/bs16": cells.PLAN["skip_reasons"]["toy/graphs/bs16"],
-    }
-    assert "cuda" in cells.PLAN["skip_reasons"]["toy/graphs/bs8"].lower()
 
 
-@pytest.mark.parametrize(
-    ("cell", "combination", "world", "batch", "triple"),
-    [
-        ("toy/fp32/bs32", "fp32", 1, 32, ("toy", "fp32", 32)),
-        ("resnet[depth=50]/amp-bf16/bs256", "amp-bf16", 1, 256, ("resnet[depth=50]", "amp-bf16", 256)),
-        ("bert[seq_len=128,layers=2]/amp/x2/bs16", "amp", 2, 16, ("bert[seq_len=128,layers=2]", "amp/x2", 16)),
-    ],
-)
-def test_a_cell_id_is_three_parameters_that_join_back_into_it(
-    cell: str, combination: str, world: int, batch: int, triple: tuple[str, str, int]
-) -> None:
-    from ampsuite.asvtools.plan import axes
-
-    assert axes(cell, combination, world, batch) == triple
-    assert "/".join([triple[0], triple[1], f"bs{triple[2]}"]) == cell
-    with pytest.raises(ValueError, match="does not end"):
-        axes(cell, "other", world, batch)
+def test_the_parameters_leave_out_the_cells_the_device_skips(cells: ModuleType) -> None:
+    plan = {"cells": ["a/fp32/bs8", "a/tf32/bs8", "b/fp32/bs8"], "skip_reasons": {"a/tf32/bs8": "needs cuda"}}
+    assert cells.parameters(plan) == [["a/fp32/bs8", "b/fp32/bs8"]]
 
 
 def _plan(**changes: Any) -> dict[str, Any]:
@@ -171,7 +155,7 @@ def _cache(cells: ModuleType, *records: dict[str, Any]) -> dict[str, Any]:
     return {"suite": "s.toml", "commit": None, "cells": {r["id"]: cells.summarize(r) for r in records}}
 
 
-CELL = ("toy", "fp32", 8)
+CELL = ("toy/fp32/bs8",)
 
 
 def test_a_passed_cell_gives_seconds_per_sample_bytes_and_loss(cells: ModuleType) -> None:
@@ -227,11 +211,9 @@ def test_a_failure_in_any_round_fails_the_cell(cells: ModuleType) -> None:
 def test_a_skipped_or_absent_cell_is_na(cells: ModuleType) -> None:
     cache = _cache(cells, _record("skipped", id="toy/graphs/bs8", metrics={}, evidence={"reason": "needs cuda"}))
     with pytest.raises(NotImplementedError, match="needs cuda"):
-        cells.setup(cache, "toy", "graphs", 8)
+        cells.setup(cache, "toy/graphs/bs8")
     with pytest.raises(NotImplementedError, match="toy/fp32/bs16: not in this commit"):
-        cells.setup(cache, "toy", "fp32", 16)
-    with pytest.raises(NotImplementedError, match="toy/fp32/bs12: not a cell"):
-        cells.setup(cache, "toy", "fp32", 12)
+        cells.setup(cache, "toy/fp32/bs16")
 
 
 @pytest.mark.parametrize(
@@ -297,8 +279,9 @@ def test_results_must_be_a_finished_strict_version_1_file(cells: ModuleType, tmp
         cells.read_results(path)
 
 
-def test_history_maps_workload_combination_and_batch_back_to_cell_ids(tmp_path: Path) -> None:
-    """asv stores the parameters as reprs over their Cartesian product; n/a triples are no cells."""
+def test_history_maps_every_form_of_the_parameters_back_to_cell_ids(tmp_path: Path) -> None:
+    """asv stores the parameters as reprs over their Cartesian product; n/a triples are no cells. Results of
+    three forms: the cell id (first, and again now), and workload, combination and batch in between."""
     from ampsuite import analysis
 
     new = [["'toy'", "'resnet[depth=18]'"], ["'fp32'", "'amp/x2'"], ["32", "128"]]
@@ -307,7 +290,9 @@ def test_history_maps_workload_combination_and_batch_back_to_cell_ids(tmp_path: 
     values = [0.001, 0.0005, nan, nan, 0.01, None, nan, 0.02]
     old = [["'toy/fp32/bs32'"]]
     columns = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a", "stats_ci_99_b"]
-    for commit, day, params, result in (("1" * 40, 1, old, [0.002]), ("2" * 40, 2, new, values)):
+    now = [["'toy/fp32/bs32'", "'bert/amp/x2/bs16'"]]
+    forms = (("1" * 40, 1, old, [0.002]), ("2" * 40, 2, new, values), ("3" * 40, 3, now, [0.0025, 0.004]))
+    for commit, day, params, result in forms:
         data = {
             "commit_hash": commit,
             "env_name": "ampsuite-venv-py3.11-torch2.4.1",
@@ -320,12 +305,14 @@ def test_history_maps_workload_combination_and_batch_back_to_cell_ids(tmp_path: 
         (tmp_path / f"{commit[:8]}-env.json").write_text(json.dumps(data))
     found = analysis.history(tmp_path)
     assert sorted(found) == [
+        "bert/amp/x2/bs16",
         "resnet[depth=18]/amp/x2/bs128",
         "resnet[depth=18]/fp32/bs32",
         "toy/fp32/bs128",
         "toy/fp32/bs32",
     ]
-    assert [p.throughput for p in found["toy/fp32/bs32"]] == pytest.approx([500.0, 1000.0])
+    assert [p.throughput for p in found["toy/fp32/bs32"]] == pytest.approx([500.0, 1000.0, 400.0])
+    assert [p.throughput for p in found["bert/amp/x2/bs16"]] == pytest.approx([250.0])
     assert [p.throughput for p in found["resnet[depth=18]/amp/x2/bs128"]] == pytest.approx([50.0])
 
 
@@ -353,6 +340,31 @@ def test_asvs_page_loads_only_vendored_files_after_make_offline(tmp_path: Path) 
         assert (site / "vendor" / asset.file).read_bytes() == vendored_file(asset).read_bytes()
     assert "integrity=" not in html and "crossorigin" not in html
     assert (site / "vendor" / "LICENSES.txt").is_file()
+    assert make_offline(site) == []  # idempotent
+
+
+def test_the_site_reads_its_data_from_file_urls_through_scripts(tmp_path: Path) -> None:
+    """Browsers refuse asv's $.ajax of a JSON file on a page opened from file://, and load a script: every JSON
+    file gets a script twin that hands its data to the transport loaded right after jQuery."""
+    site = _asv_site(tmp_path)
+    graph = site / "graphs" / "cpu-Intel(R) Xeon(R)" / "cells.track_seconds_per_sample.json"
+    graph.parent.mkdir(parents=True)
+    data = {"index.json": {"project": "ampsuite", "benchmarks": {}}, "regressions.json": {"regressions": []}}
+    for name, value in data.items():
+        (site / name).write_text(json.dumps(value))
+    graph.write_text("[[1700000000000, 0.5]]")
+    make_offline(site)
+    for path in (site / "index.json", site / "regressions.json", graph):
+        script = path.with_name(path.name + ".js").read_text()
+        assert script == f"ampsuiteAsvJson(document.currentScript, {path.read_text()});\n"
+    html = (site / "index.html").read_text()
+    jquery = html.index('src="vendor/jquery-3.3.1.min.js"')
+    transport = html.index('<script src="vendor/ampsuite-file-protocol.js"></script>')
+    assert jquery < transport < html.index('src="asv.js"') and html.count("ampsuite-file-protocol.js") == 1
+    shipped = Path(offline.__file__).parent / "www" / offline.FILE_PROTOCOL_SCRIPT
+    assert (site / "vendor" / offline.FILE_PROTOCOL_SCRIPT).read_bytes() == shipped.read_bytes()
+    (site / "info.json").write_text('{"timestamp": 1}')  # asv writes it after its publishers ran
+    assert offline.write_json_scripts(site) == 1 and offline.write_json_scripts(site) == 0
     assert make_offline(site) == []  # idempotent
 
 

@@ -163,17 +163,27 @@ def test_fixtures_and_result_members_are_documented():
             assert f"{parameter}=" in body, f"ampsuite_run's {parameter}= is not documented"
 
 
+TUTORIAL_MODULES = ("plugin", "_impl")
+"""The tutorial's package ampsuite_mine: the registration module and the code it names with ``lazy``."""
+
+
 def _tutorial_module(tmp_path: Path) -> Path:
-    """Write the tutorial's plugin module as the package ampsuite_mine in tmp_path."""
-    marker = "**`src/ampsuite_mine/plugin.py`**"
-    after = TEXT[TEXT.index(marker) :]
-    code = re.search(r"```python\n(.*?)^```", after, flags=re.MULTILINE | re.DOTALL)
-    assert code
+    """Write the tutorial's plugin modules as the package ampsuite_mine in tmp_path."""
     package = tmp_path / "ampsuite_mine"
     package.mkdir()
     (package / "__init__.py").write_text("")
-    (package / "plugin.py").write_text(code.group(1))
+    for name in TUTORIAL_MODULES:
+        after = TEXT[TEXT.index(f"**`src/ampsuite_mine/{name}.py`**") :]
+        code = re.search(r"```python\n(.*?)^```", after, flags=re.MULTILINE | re.DOTALL)
+        assert code
+        (package / f"{name}.py").write_text(code.group(1))
     return package
+
+
+def _forget_tutorial_modules() -> None:
+    for name in TUTORIAL_MODULES:
+        sys.modules.pop(f"ampsuite_mine.{name}", None)
+    sys.modules.pop("ampsuite_mine", None)
 
 
 def test_the_tutorial_plugin_and_suite_run(tmp_path, monkeypatch, ampsuite_run):
@@ -186,8 +196,7 @@ def test_the_tutorial_plugin_and_suite_run(tmp_path, monkeypatch, ampsuite_run):
         f"mlp/{c}/bs{b}" for c in ("fp32", "clipped", "bf16-clipped") for b in (32, 256)
     )
     assert result.notes("mlp/clipped/bs32") == {"grad_clip": {"max_norm": 0.5}}
-    sys.modules.pop("ampsuite_mine.plugin", None)
-    sys.modules.pop("ampsuite_mine", None)
+    _forget_tutorial_modules()
 
 
 def test_the_testing_example_passes(pytester, tmp_path):
@@ -199,5 +208,4 @@ def test_the_testing_example_passes(pytester, tmp_path):
     try:
         pytester.runpytest_inprocess(*args, "-p", "no:cacheprovider").assert_outcomes(passed=3)
     finally:
-        sys.modules.pop("ampsuite_mine.plugin", None)
-        sys.modules.pop("ampsuite_mine", None)
+        _forget_tutorial_modules()

@@ -168,12 +168,15 @@ def test_each_documented_default_is_the_loaders(table: str) -> None:
 
 # -- keys the loader takes out of tables whose other keys are a plugin's options ------------------------------------
 
-WORKLOAD_VALUES = {"plugin": "toy", "batch_size": 8, "gpus": 1, "nodes": 1}
+WORKLOAD_VALUES = {"workload": "toy", "plugin": "toy", "batch_size": 8, "gpus": 1, "nodes": 1}
 """A value for each of ``WORKLOAD_KEYS`` (a key added there needs one here)."""
 
 
-def test_workload_keys_are_the_loaders_and_the_rest_are_options() -> None:
-    body = {key: WORKLOAD_VALUES[key] for key in suitespec.WORKLOAD_KEYS} | {"hidden": 16}
+@pytest.mark.parametrize("spelling", ["workload", "plugin"])  # one of the two per table
+def test_workload_keys_are_the_loaders_and_the_rest_are_options(spelling: str) -> None:
+    keys = [k for k in suitespec.WORKLOAD_KEYS if k in (spelling, "batch_size", "gpus", "nodes")]
+    assert len(keys) == len(suitespec.WORKLOAD_KEYS) - 1
+    body = {key: WORKLOAD_VALUES[key] for key in keys} | {"hidden": 16}
     (entry,) = suitefile.loads(_suite_text(workloads={"toy": body})).workloads
     assert dict(entry.options) == {"hidden": 16}
 

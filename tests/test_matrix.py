@@ -457,7 +457,7 @@ BAD_RULES = [
     ("[[exclude]]\ntechnique = 'nop'", "exclude[0].technique", "unknown technique 'nop'; did you mean 'noop'?"),
     ("[[exclude]]\ntechnique = 'early'", "exclude[0].technique", "no combination of this suite uses 'early'"),
     ("[[include]]\nplugin = 'tyo'", "include[0].plugin", "unknown workload 'tyo'; did you mean 'toy'?"),
-    ("[[include]]\nplugin = 'grid'", "include[0].plugin", "no workload of this suite uses plugin 'grid'"),
+    ("[[include]]\nplugin = 'grid'", "include[0].plugin", "no [workloads.ID] table of this suite runs workload 'grid'"),
 ]
 
 

@@ -15,10 +15,14 @@ import json
 import os
 import shutil
 import subprocess
+import sys
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from venvs import layered_venv
 
 from ampsuite import Batch, TrainStep, Workload, hookimpl, scaffold
@@ -215,8 +219,6 @@ def test_dict_suites_write_valid_toml():
         },
         measure=None,
     )
-    import tomllib
-
     data = tomllib.loads(text)
     assert where == "<suite>"
     assert data["combinations"]["odd key"] == ["noop"]
@@ -267,17 +269,47 @@ def test_new_plugin_files_and_names(tmp_path):
         "README.md",
         "pyproject.toml",
         "src/acme_bench_kit/__init__.py",
+        "src/acme_bench_kit/_impl.py",
         "src/acme_bench_kit/plugin.py",
         "tests/test_acme_bench_kit.py",
     ]
-    import tomllib
-
     project = tomllib.loads((target / "pyproject.toml").read_text())["project"]
     assert project["name"] == "Acme.Bench-Kit"
     assert project["entry-points"]["ampsuite"] == {"Acme.Bench-Kit": "acme_bench_kit.plugin"}
     for path in target.rglob("*.py"):
         compile(path.read_text(), str(path), "exec")
     assert '"Acme.Bench-Kit-mlp"' in (target / "src/acme_bench_kit/plugin.py").read_text()
+
+
+def test_the_generated_plugin_registers_without_importing_torch(tmp_path):
+    """``ampsuite list`` and every suite-file check load every plugin: the skeleton's registration module names its
+    torch code with ``lazy``, as the built-ins do, so registering it imports no torch."""
+    src = scaffold.create("ampsuite-lazy", tmp_path) / "src"
+    code = (
+        "import sys\n"
+        "from ampsuite.host.manager import PluginSettings, load_registry\n"
+        "registry = load_registry(PluginSettings(extra=('ampsuite_lazy.plugin',), autoload=False))\n"
+        "print(registry.workloads['ampsuite-lazy-mlp'].build, registry.techniques['ampsuite-lazy-grad-clip'].apply)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))\n"
+        "import ampsuite_lazy._impl\n"  # and the named code is there
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AMPSUITE_")} | {"PYTHONPATH": str(src)}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["lazy('ampsuite_lazy._impl:build') lazy('ampsuite_lazy._impl:clip')", "[]"]
+
+
+def _torch_pin(dependencies: list[str]) -> SpecifierSet:
+    return next(Requirement(d).specifier for d in dependencies if Requirement(d).name == "torch")
+
+
+def test_the_skeleton_and_the_guide_pin_the_torch_ampsuite_requires():
+    own = [r for r in importlib.metadata.requires("ampsuite") or [] if Requirement(r).marker is None]
+    generated = tomllib.loads(scaffold.render("ampsuite-mine")["pyproject.toml"])["project"]["dependencies"]
+    guide = (REPO / "docs" / "plugins.md").read_text(encoding="utf-8")
+    block = guide.split("**`pyproject.toml`**", 1)[1].split("```toml", 1)[1].split("```", 1)[0]
+    shown = tomllib.loads(block)["project"]["dependencies"]
+    assert _torch_pin(generated) == _torch_pin(shown) == _torch_pin(own)
 
 
 # ---------------------------------------------------------------------------
@@ -469,4 +501,4 @@ def test_generated_plugin_installs_lists_and_passes_its_tests(venv):
     copy = venv.root / "src" / "ampsuite-scaffolded"
     proc = venv.run("-m", "pytest", "-q", "-p", "no:cacheprovider", *venv.pytest_args(), cwd=copy, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "4 passed" in proc.stdout
+    assert "5 passed" in proc.stdout

@@ -163,6 +163,11 @@ STRUCTURE_ERRORS = [
         r"tune\.torch-compile\.inductor\.combo_kernels: expected a non-empty list of values to try, got True",
     ),
     (
+        "workload-named-twice",
+        "[workloads.w]\nworkload = 'toy'\nplugin = 'toy'\nbatch_size = 8\n",
+        r"workloads\.w\.plugin: give the workload once, as `workload` \(`plugin` is its older spelling\)",
+    ),
+    (
         "tune-not-a-table-of-tables",
         GOOD_TOY + "[tune]\ntorch-compile = 'fast'\n",
         r"tune\.torch-compile: expected a table of option = \[values\], got 'fast'",
@@ -177,6 +182,11 @@ PLUGIN_ERRORS = [
         "unknown-workload-plugin",
         "[workloads.mlp]\nplugin = 'tyo'\nbatch_size = 8\n",
         r"workloads\.mlp\.plugin: unknown workload 'tyo'; did you mean 'toy'\? \(see `ampsuite list`\)",
+    ),
+    (
+        "unknown-workload",
+        "[workloads.mlp]\nworkload = 'tyo'\nbatch_size = 8\n",
+        r"workloads\.mlp\.workload: unknown workload 'tyo'; did you mean 'toy'\? \(see `ampsuite list`\)",
     ),
     (
         "unknown-technique-in-combination",
@@ -479,3 +489,24 @@ def test_cpu_workers_run_one_thread_unless_the_suite_says_otherwise() -> None:
     # A small CPU cell spread over every core measures the scheduler (noise of 60-140% on two cores).
     assert suitefile.loads(GOOD_TOY, "s.toml").cpu_threads == 1
     assert suitefile.loads("[suite]\ncpu_threads = 0\n" + GOOD_TOY, "s.toml").cpu_threads == 0
+
+
+def test_workload_names_the_workload_and_plugin_is_its_older_spelling() -> None:
+    table = "[workloads.small]\n{} = 'toy'\nbatch_size = 8\nhidden = 16\n"
+    new, old = (suitefile.loads(table.format(key)).workloads for key in ("workload", "plugin"))
+    assert new == old == (suitespec.WorkloadEntry("small", "toy", (8,), {"hidden": 16}),)
+    assert (new[0].key, old[0].key) == ("workload", "plugin")
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_the_default_suites_name_workloads_as_ampsuite_list_does(device: str, capsys) -> None:
+    """A newcomer reads the default suites beside `ampsuite list`: the suites' key and the listing's word agree."""
+    import tomllib
+
+    from ampsuite.cli import main
+
+    tables = tomllib.loads(suitefile.default_suite_path(device).read_text(encoding="utf-8"))["workloads"]
+    assert all("plugin" not in t for t in tables.values())
+    assert main(["list"]) == 0
+    listed = set(re.findall(r"^workload (\S+) ", capsys.readouterr().out, flags=re.MULTILINE))
+    assert {t["workload"] for t in tables.values()} <= listed

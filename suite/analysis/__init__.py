@@ -35,6 +35,7 @@ from ampsuite.analysis.access import status_counts as status_counts
 from ampsuite.analysis.access import technique_names as technique_names
 from ampsuite.analysis.access import throughput as throughput
 from ampsuite.analysis.access import throughput_per_gpu as throughput_per_gpu
+from ampsuite.analysis.access import waiting_note as waiting_note
 from ampsuite.analysis.access import workload_id as workload_id
 from ampsuite.analysis.access import world_size as world_size
 from ampsuite.analysis.best import NO_GAIN as NO_GAIN
@@ -48,6 +49,8 @@ from ampsuite.analysis.best import untrusted_reason as untrusted_reason
 from ampsuite.analysis.compare import MIN_RELATIVE_CHANGE as MIN_RELATIVE_CHANGE
 from ampsuite.analysis.compare import Comparison as Comparison
 from ampsuite.analysis.compare import compare as compare
+from ampsuite.analysis.compare import regressions as regressions
+from ampsuite.analysis.compare import same_run as same_run
 from ampsuite.analysis.derived import Derived as Derived
 from ampsuite.analysis.derived import derive as derive
 from ampsuite.analysis.derived import is_nonfinite as is_nonfinite

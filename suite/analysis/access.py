@@ -57,6 +57,7 @@ __all__ = [
     "throughput",
     "throughput_per_gpu",
     "workload_id",
+    "waiting_note",
     "world_size",
 ]
 
@@ -249,6 +250,21 @@ def copy_bytes_per_s(doc: AnyDocument) -> float | None:
 def dram_bytes_per_s(record: Mapping[str, Any]) -> float | None:
     """Achieved DRAM throughput over the timed steps, where the clocks probe could read it (NVML GPM)."""
     return finite(as_mapping(as_mapping(record.get("metrics")).get("utilization")).get("dram_bytes_per_s"))
+
+
+GPU_WAITING_SM_ACTIVE = 0.75
+"""Below this share of SMs active over the timed steps (NVML GPM) a GPU step waited for a good part of its
+time (on the host's launches, a data loader, a synchronisation); the compiled and eager training steps of the
+default CUDA suite keep 0.79-0.97 on an H200."""
+
+
+def waiting_note(record: Mapping[str, Any]) -> str | None:
+    """What an untrusted GPU figure's utilization says of its cause: ``SMs active 68% of the timed steps ...``
+    when NVML GPM saw the SMs idle for a good part of them, else None."""
+    active = finite(as_mapping(as_mapping(record.get("metrics")).get("utilization")).get("sm_active"))
+    if active is None or active >= GPU_WAITING_SM_ACTIVE:
+        return None
+    return f"SMs active {active:.0%} of the timed steps (NVML): the GPU waited on the host or a synchronisation"
 
 
 def gpu_name(doc: AnyDocument) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -29,7 +30,7 @@ from ampsuite.analysis.access import (
 from ampsuite.analysis.machines import beside, record_machine
 from ampsuite.contract.wire import Record, Status
 
-__all__ = ["MIN_RELATIVE_CHANGE", "CompareVerdict", "Comparison", "compare"]
+__all__ = ["MIN_RELATIVE_CHANGE", "CompareVerdict", "Comparison", "compare", "regressions", "same_run"]
 
 CompareVerdict = Literal["improved", "regressed", "same", "not comparable", "missing"]
 
@@ -186,4 +187,21 @@ def compare(doc_a: AnyDocument, doc_b: AnyDocument) -> list[Comparison]:
     return out
 
 
-# ---------------------------------------------------------------------------
+def regressions(comparisons: Iterable[Comparison], min_change: float | None = None) -> list[Comparison]:
+    """The comparisons that fail a regression gate (``ampsuite report --fail-on-regression``).
+
+    A cell fails when :func:`compare` calls it regressed (the noise-aware rule) and, given ``min_change``
+    (a fraction: 0.05 for 5%), its step time grew by more than that too: a threshold can only raise the bar
+    the noise sets, never call noise a regression. A cell that passed before and fails now (no step time to
+    weigh) fails the gate whatever ``min_change`` says.
+    """
+    return [
+        c
+        for c in comparisons
+        if c.verdict == "regressed" and (min_change is None or c.change is None or c.change > min_change)
+    ]
+
+
+def same_run(doc_a: AnyDocument, doc_b: AnyDocument) -> bool:
+    """Whether two documents hold the same run, record for record: a comparison of them can show no change."""
+    return canonical(doc_a) == canonical(doc_b)

@@ -87,6 +87,7 @@ from ampsuite.analysis.access import (
     technique_names,
     techniques_key,
     throughput,
+    waiting_note,
     world_size,
 )
 from ampsuite.analysis.datasheet import datasheet_bf16_tflops, environment_gpu_name
@@ -282,11 +283,12 @@ def _trust(record: Record, target: float) -> tuple[bool, str | None]:
     own = noise(record)
     if own is None:
         return False, "no noise estimate"
+    cause = waiting_note(record)
     if own > target:
-        return False, f"noise {own:.2%} above target {target:.2%}"
+        return False, f"noise {own:.2%} above target {target:.2%}" + (f"; {cause}" if cause else "")
     unstable = instability_warnings(record)
     if unstable:
-        return False, unstable[0]
+        return False, unstable[0] + (f"; {cause}" if cause else "")
     return True, None
 
 

@@ -3,11 +3,11 @@
 - :mod:`ampsuite.asvtools.environment`: the ``ampsuite-venv`` asv environment type
   (reuses the installed torch; installs only ampsuite per commit; no network).
 - :mod:`ampsuite.asvtools.publisher`: makes every ``asv publish`` site work offline
-  with the pinned copies in ``vendor/`` (:mod:`ampsuite.asvtools.offline`).
+  with the pinned copies in ``vendor/``, and from file:// (:mod:`ampsuite.asvtools.offline`).
 - :mod:`ampsuite.asvtools.asv_plugin`: what ``asv.conf.json`` loads; needs asv.
 - :mod:`ampsuite.asvtools.machine`: asv's machine file with the GPU, without prompts.
 - :mod:`ampsuite.asvtools.plan`: a suite expanded into the cell ids the benchmarks
-  in ``benchmarks/cells.py`` take as parameters.
+  in ``benchmarks/cells.py`` take as their parameter.
 - :mod:`ampsuite.browser` (shared with the report's tests): loads a page in headless
   Chromium and reports every request and console error (the offline check).
 

@@ -1,4 +1,4 @@
-"""Make a site written by ``asv publish`` work without a network.
+"""Make a site written by ``asv publish`` work without a network, and from file://.
 
 asv's ``index.html`` loads jQuery, flot, bootstrap and three small plugins
 from CDNs; offline it falls back to an error page. ampsuite ships pinned
@@ -6,6 +6,14 @@ copies of exactly those files (taken from the npm registry, see
 ``vendor/README.md``) and :func:`make_offline` copies them into the site and
 points the page at them. An asv whose page asks for a file that is not in
 :data:`ASSETS` is an error that names the URL, never a half-offline site.
+
+Opened from file://, the page still could not read its data: it fetches its
+JSON files with ``$.ajax``, and browsers refuse such requests from file://
+("Error fetching content"). :func:`write_json_scripts` writes each JSON file
+of the site beside itself as ``FILE.json.js``, a script that hands the data
+over, and ``www/ampsuite-file-protocol.js`` (loaded right after jQuery)
+answers asv's JSON requests from those scripts when, and only when, the page
+is a file:// one; a script element may load a file:// script.
 
 This module does not import asv: the asv publisher plugin
 (:mod:`ampsuite.asvtools.publisher`) and any post-processing of an existing site
@@ -22,12 +30,27 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["ASSETS", "VENDOR_DIR", "Asset", "make_offline", "remote_references", "vendored_file"]
+__all__ = [
+    "ASSETS",
+    "FILE_PROTOCOL_SCRIPT",
+    "VENDOR_DIR",
+    "Asset",
+    "make_offline",
+    "remote_references",
+    "vendored_file",
+    "write_json_scripts",
+]
 
 VENDOR_DIR = "vendor"
 """Folder of the published site that receives the vendored files."""
 
 LICENSES = "LICENSES.txt"
+FILE_PROTOCOL_SCRIPT = "ampsuite-file-protocol.js"
+"""ampsuite's own script (``www/``), copied beside the vendored files: asv's JSON requests answered on file://."""
+JSON_SCRIPT_SUFFIX = ".js"
+JSON_SCRIPT = "ampsuiteAsvJson(document.currentScript, {json});\n"
+# The <script> that loads jQuery, once make_offline pointed it at the vendored copy.
+_JQUERY_TAG = re.compile(r"""<script\b[^>]*\bsrc=(["'])vendor/jquery-[^"']*\1[^>]*>\s*</script>""", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -185,14 +208,42 @@ def make_offline(html_dir: str | Path) -> list[Path]:
     for asset in ASSETS:
         shutil.copyfile(vendored_file(asset), target / asset.file)
     shutil.copyfile(Path(str(resources.files("ampsuite.asvtools") / VENDOR_DIR / LICENSES)), target / LICENSES)
+    shutil.copyfile(
+        Path(str(resources.files("ampsuite.asvtools") / "www" / FILE_PROTOCOL_SCRIPT)), target / FILE_PROTOCOL_SCRIPT
+    )
     changed = []
     for page in sorted(root.glob("*.html")):
         text = page.read_text(encoding="utf-8")
-        new = _TAG.sub(functools.partial(_rewrite_tag, by_url=by_url, page=page), text)
+        new = _with_file_protocol(_TAG.sub(functools.partial(_rewrite_tag, by_url=by_url, page=page), text))
         if new != text:
             page.write_text(new, encoding="utf-8")
             changed.append(page)
+    write_json_scripts(root)
     return changed
+
+
+def _with_file_protocol(page: str) -> str:
+    """The page with ampsuite's file:// transport loaded right after jQuery (before asv's scripts ask for data)."""
+    tag = f'<script src="{VENDOR_DIR}/{FILE_PROTOCOL_SCRIPT}"></script>'
+    if tag in page:
+        return page
+    return _JQUERY_TAG.sub(lambda m: f"{m.group(0)}\n    {tag}", page, count=1)
+
+
+def write_json_scripts(html_dir: str | Path) -> int:
+    """Write every JSON file under ``html_dir`` beside itself as ``FILE.json.js`` (see the module's doc).
+
+    Idempotent; returns how many scripts were written or rewritten. The JSON text is used as it is: a JSON
+    document is a JavaScript expression.
+    """
+    written = 0
+    for path in sorted(Path(html_dir).rglob("*.json")):
+        script = path.with_name(path.name + JSON_SCRIPT_SUFFIX)
+        text = JSON_SCRIPT.format(json=path.read_text(encoding="utf-8").strip())
+        if not script.is_file() or script.read_text(encoding="utf-8") != text:
+            script.write_text(text, encoding="utf-8")
+            written += 1
+    return written
 
 
 def remote_references(html_dir: str | Path) -> list[str]:

@@ -5,8 +5,9 @@ JSON object:
 
     {"suite": absolute path, "sha256": of the file's bytes, "device": "cpu"|"cuda",
      "cells": [cell id, ...] (matrix order), "skip_reasons": {cell id: reason},
-     "axes": {cell id: [workload, combination, batch size]},
      "plugins": [{"name", "version", "source"}, ...]}
+
+The benchmarks take the cells without a skip reason as their one parameter.
 
 ``benchmarks/cells.py`` runs it with the *working tree's* ampsuite on the
 path (PYTHONPATH), never with the ampsuite of the commit being measured, so
@@ -24,23 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["axes", "describe", "main"]
-
-
-def axes(cell_id: str, combination: str, world_size: int, batch_size: int) -> tuple[str, str, int]:
-    """A cell id ``WORKLOAD[axis=value,...]/COMBINATION[/xN]/bsN`` as the three asv parameters
-    ``(workload, combination, batch)``: ``"/".join([workload, combination, f"bs{batch}"])`` is the id.
-
-    The workload keeps its option axes (``resnet[depth=50]``) and the combination
-    its world size (``amp-bf16/x2``), so every cell has its own triple.
-    """
-    from ampsuite.spec import parallel
-
-    combo = combination + parallel.id_part(world_size)
-    tail = f"/{combo}/bs{batch_size}"
-    if not cell_id.endswith(tail) or len(cell_id) == len(tail):
-        raise ValueError(f"cell id {cell_id!r} does not end in {tail!r}")
-    return cell_id[: -len(tail)], combo, batch_size
+__all__ = ["describe", "main"]
 
 
 def describe(suite: str | Path | None, device: str | None) -> dict[str, Any]:
@@ -57,7 +42,6 @@ def describe(suite: str | Path | None, device: str | None) -> dict[str, Any]:
         "device": p.device,
         "cells": [c.id for c in p.cells],
         "skip_reasons": {c.id: c.skip_reason for c in p.cells if c.skip_reason},
-        "axes": {c.id: list(axes(c.id, c.combination, c.world_size, c.batch_size)) for c in p.cells},
         "plugins": [{"name": i.name, "version": i.version, "source": i.source} for i in p.registry.plugins],
     }
 

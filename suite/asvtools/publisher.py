@@ -1,4 +1,4 @@
-"""An asv output publisher that makes every ``asv publish`` site work offline.
+"""An asv output publisher that makes every ``asv publish`` site work offline, and from file://.
 
 asv runs each subclass of ``asv.publishing.OutputPublisher`` after it has
 copied its page template into ``html_dir`` (sorted by ``order``); this one runs
@@ -9,13 +9,14 @@ loaded through the ``plugins`` key of ``asv.conf.json`` (module
 
 from __future__ import annotations
 
+import atexit
 import math
 from typing import Any
 
 from asv.console import log
 from asv.publishing import OutputPublisher
 
-from ampsuite.asvtools.offline import make_offline
+from ampsuite.asvtools.offline import make_offline, write_json_scripts
 
 __all__ = ["OfflineAssets"]
 
@@ -32,3 +33,6 @@ class OfflineAssets(OutputPublisher):
     def publish(cls, conf: Any, repo: Any, benchmarks: Any, graphs: Any, revisions: Any) -> None:
         changed = make_offline(conf.html_dir)
         log.info(f"ampsuite: vendored assets referenced from {', '.join(p.name for p in changed) or 'no page'}")
+        # asv writes index.json and info.json after every publisher has run (asv/commands/publish.py): their
+        # scripts for file:// are written when the publish command is done.
+        atexit.register(write_json_scripts, conf.html_dir)

@@ -1,13 +1,30 @@
-"""``ampsuite report``: the static HTML site (and Markdown) of results files, their history, a comparison."""
+"""``ampsuite report``: the static HTML site (and Markdown) of results files, their history, a comparison.
+
+With ``--compare`` the comparison is also printed as a table (as ``asv compare`` prints one), and
+``--fail-on-regression`` turns it into a gate: exit ``CELLS_FAILED`` when a cell got slower.
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
+from typing import Any
 
 from ampsuite.commands.common import Command, registry, render, report_sections
-from ampsuite.contract.errors import ExitCode
+from ampsuite.contract.errors import ExitCode, UsageError
 from ampsuite.terminal import echo
+
+
+def _percent(text: str) -> float:
+    """``--fail-on-regression=PCT``: a percentage (``5``, ``2.5%``) as a fraction."""
+    try:
+        value = float(text.strip().removesuffix("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage such as 5 or 2.5%, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a percentage > 0, got {text!r}")
+    return value / 100
 
 
 def add_arguments(report: argparse.ArgumentParser) -> None:
@@ -17,20 +34,58 @@ def add_arguments(report: argparse.ArgumentParser) -> None:
         help="results files: several of one machine (GPU and host) are its history; "
         "of several machines, also compared side by side (machines.html)",
     )
-    report.add_argument("-o", "--output", required=True, help="output directory")
-    report.add_argument("--compare", metavar="RESULTS", help="compare against this earlier results file")
+    report.add_argument("-o", "--output", help="output directory (optional with --compare: the table alone)")
+    report.add_argument(
+        "--compare",
+        metavar="RESULTS",
+        help="compare against this earlier results file: a table of the changed cells here, compare.html in -o",
+    )
+    report.add_argument("--compare-all", action="store_true", help="print every cell of the comparison")
+    report.add_argument(
+        "--fail-on-regression",
+        nargs="?",
+        const=0.0,  # without PCT: the noise-aware rule alone decides
+        type=_percent,
+        metavar="PCT",
+        help="with --compare: exit 1 when a cell got slower beyond the noise (and beyond PCT percent, if given) "
+        "or fails now",
+    )
     report.add_argument("--asv-results", metavar="DIR", help="asv results directory for the history page")
     report.add_argument("--markdown", metavar="FILE", help="also write a Markdown summary")
+
+
+def _check_usage(args: argparse.Namespace) -> None:
+    if args.output is None and args.compare is None:
+        raise UsageError("report: give -o DIR for the HTML report, or --compare RESULTS for the comparison alone")
+    if args.compare is None and (args.fail_on_regression is not None or args.compare_all):
+        flag = "--fail-on-regression" if args.fail_on_regression is not None else "--compare-all"
+        raise UsageError(f"report: {flag} needs --compare RESULTS (the run to compare against)")
 
 
 def execute(args: argparse.Namespace) -> ExitCode:
     from ampsuite import analysis, results
 
+    _check_usage(args)
     docs = [results.load(p) for p in args.results]
     compare_with = results.load(args.compare) if args.compare else None
     for path, doc in zip(args.results, docs, strict=True):  # docs/architecture.md: such reports are refused
         if compare_with is not None:
             results.check_comparable(path, compare_with["environment"], doc["environment"], action="compare")
+            if args.fail_on_regression is not None and analysis.same_run(compare_with, doc):
+                raise UsageError(
+                    f"report --fail-on-regression: {path} and {args.compare} hold the same run "
+                    f"({doc['run']['id']}), so no cell can regress; compare with an earlier run"
+                )
+
+    if args.output is not None:
+        _render(args, docs, compare_with)
+    if compare_with is None:
+        return ExitCode.OK
+    return _compare(args, docs, compare_with)
+
+
+def _render(args: argparse.Namespace, docs: list[dict[str, Any]], compare_with: dict[str, Any] | None) -> None:
+    from ampsuite import analysis, results
 
     # Files of one machine (GPU, else CPU, and host) are its history; files of several machines
     # are also compared side by side on machines.html (render_site decides that from the same rule).
@@ -68,7 +123,27 @@ def execute(args: argparse.Namespace) -> ExitCode:
 
         text = markdown_summary(docs, compare_with=compare_with, extra_sections=sections)
         Path(args.markdown).write_text(text, encoding="utf-8")
+
+
+def _compare(args: argparse.Namespace, docs: list[dict[str, Any]], compare_with: dict[str, Any]) -> ExitCode:
+    from ampsuite import analysis
+    from ampsuite.comparison import gate_line, line, print_comparison
+    from ampsuite.display import make_console
+
+    console = make_console()
+    failed = []
+    for path, doc in zip(args.results, docs, strict=True):
+        if analysis.same_run(compare_with, doc):
+            line(console, f"no change: {path} and {args.compare} hold the same run ({doc['run']['id']})")
+            continue
+        all_rows = print_comparison(console, compare_with, doc, args.compare, path, everything=args.compare_all)
+        regressed = analysis.regressions((r.comparison for r in all_rows), args.fail_on_regression)
+        if args.fail_on_regression is not None:
+            line(console, gate_line(regressed, args.compare, args.fail_on_regression))
+        failed += regressed
+    if args.fail_on_regression is not None and failed:
+        return ExitCode.CELLS_FAILED
     return ExitCode.OK
 
 
-COMMAND = Command("report", "render the HTML report of results files", add_arguments, execute)
+COMMAND = Command("report", "render the HTML report of results files, or compare two runs", add_arguments, execute)

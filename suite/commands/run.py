@@ -11,7 +11,7 @@ from typing import Any
 from ampsuite.analysis.estimate import Estimate, earlier_walls
 from ampsuite.commands import again
 from ampsuite.commands.common import Command, plugin_settings, render, report_sections, seconds
-from ampsuite.contract.errors import ExitCode
+from ampsuite.contract.errors import ExitCode, UsageError
 from ampsuite.contract.wire import FAILURES
 
 
@@ -22,6 +22,12 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--device", choices=("cpu", "cuda"), help="override the suite's device")
     run.add_argument("-k", dest="keyword", metavar="EXPR", help="only cells whose id matches EXPR (and, or, not)")
     run.add_argument("--dry-run", action="store_true", help="list the cells and why any would be skipped")
+    run.add_argument(
+        "--as-device",
+        metavar="DEVICE",
+        help="with --dry-run: preview the cells as on DEVICE (cpu, cuda or cuda:N for N GPUs), whatever this "
+        "machine has",
+    )
     run.add_argument("--resume", action="store_true", help="keep finished records of OUTPUT, run the rest")
     run.add_argument("--in-process", action="store_true", help="run cells in this process (debugging; no isolation)")
     run.add_argument("--timeout", type=seconds, help="seconds per cell (overrides suite.timeout)")
@@ -73,26 +79,35 @@ def execute(args: argparse.Namespace) -> ExitCode:
     from ampsuite.terminal import plain
 
     executor_options = dict(executors.parse_option(o) for o in args.executor_option or [])
-
+    preview = _preview(args)
     p = session.plan(
         args.suite,
         device=args.device,
         keyword=args.keyword,
         settings=plugin_settings(args),
         allow_large=args.allow_large,
+        preview=preview,
     )
     chosen = executors.resolve(p.spec, p.registry.executors, args.executor, executor_options)
     # The device's peaks are measured where the cells run: by the local executor only.
     peaks = not args.no_peaks and not args.in_process and chosen.executor.name == executors.DEFAULT
     out_dir = Path(args.report_dir or Path("reports") / p.spec.dir_name)
     output = Path(args.output) if args.output else out_dir / "results.json"
-    estimate = Estimate(p.cells, earlier_walls(_earlier(output)), str(output))
+    earlier = _earlier(output)
+    if preview is not None and earlier is not None and earlier["environment"].get("device") != preview[0]:
+        earlier = None  # wall times of another device say nothing of the previewed one
+    estimate = Estimate(p.cells, earlier_walls(earlier), str(output))
     display = Display(noise_target=p.spec.measure.noise_target, measures_peaks=peaks, estimate=estimate)
     if not p.cells:
         display.console.print(f"{p.spec.path}: no cells selected", markup=False)
         return ExitCode.NO_CELLS
     if args.dry_run:
+        before, after = _preview_lines(*preview) if preview is not None else (None, None)
+        if before:
+            display.console.print(before, markup=False, soft_wrap=True)
         display.dry_run(p.cells)
+        if after:
+            display.console.print(after, markup=False, soft_wrap=True)
         return ExitCode.OK
     if all(c.skip_reason for c in p.cells):
         # As pytest exits 5 when it collects nothing: a run that can measure nothing is no success.
@@ -135,6 +150,30 @@ def execute(args: argparse.Namespace) -> ExitCode:
     if any(r["status"] in FAILURES for r in doc["cells"]):
         return ExitCode.CELLS_FAILED
     return ExitCode.OK
+
+
+def _preview(args: argparse.Namespace) -> tuple[str, int] | None:
+    """``--as-device``: only with ``--dry-run`` (nothing can run on a device that is not there), never with
+    ``--device`` (one device per plan)."""
+    from ampsuite.host.session import parse_device
+
+    if args.as_device is None:
+        return None
+    if not args.dry_run:
+        raise UsageError("run: --as-device previews the cells of another device; use it with --dry-run")
+    if args.device is not None:
+        raise UsageError("run: give --device (run here) or --as-device (preview), not both")
+    return parse_device(args.as_device)
+
+
+def _preview_lines(device: str, gpus: int) -> tuple[str, str]:
+    """What a preview says before its cells, and after them."""
+    machine = f"{gpus} CUDA GPU{'s' * (gpus != 1)}" if device == "cuda" else "a CPU and no GPU"
+    return (
+        f"preview (--as-device): the cells as on a machine with {machine}, not this machine's",
+        "preview only: nothing ran; what only a worker on that device can tell (compute capability, memory, "
+        "a technique's SkipCell) is not known",
+    )
 
 
 COMMAND = Command("run", "run a suite (the default one for this device without SUITE)", add_arguments, execute)

@@ -12,7 +12,8 @@ class ExitCode(enum.IntEnum):
     OK = 0
     """Every cell passed or was skipped with a reason."""
     CELLS_FAILED = 1
-    """At least one cell ended failed, oom, timeout or crashed."""
+    """At least one cell ended failed, oom, timeout or crashed; or, with ``report --fail-on-regression``, a cell
+    regressed against the run it is compared with (as pytest exits 1 when a test fails)."""
     INTERRUPTED = 2
     """The run was interrupted (Ctrl-C or SIGTERM); finished records were kept."""
     INTERNAL_ERROR = 3

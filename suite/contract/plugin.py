@@ -59,6 +59,10 @@ class CheckContext:
         batch_size: the cell's batch size.
         technique_options: validated options instance of every technique in
             the combination, by name.
+        preview: True when the device is previewed (``ampsuite run --dry-run
+            --as-device cuda:N``) rather than this machine's: decide from
+            these fields alone; what only the real device can say (compute
+            capability, free memory) belongs in ``apply`` (raise ``SkipCell``).
     """
 
     workload: Workload
@@ -67,6 +71,7 @@ class CheckContext:
     techniques: tuple[str, ...]
     batch_size: int
     technique_options: Mapping[str, Any] = field(default_factory=dict)
+    preview: bool = False
 
 
 @dataclass(frozen=True)

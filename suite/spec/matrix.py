@@ -33,7 +33,7 @@ from ampsuite.spec.options import (
 )
 from ampsuite.spec.suitespec import Rule, SuiteSpec, WorkloadEntry
 
-__all__ = ["Catalog", "Cell", "check_size", "expand", "matrix_size"]
+__all__ = ["Catalog", "Cell", "CheckRaised", "check_size", "expand", "matrix_size"]
 
 
 class Catalog(Protocol):
@@ -43,6 +43,27 @@ class Catalog(Protocol):
     def workloads(self) -> Mapping[str, Workload]: ...
     @property
     def techniques(self) -> Mapping[str, Technique]: ...
+
+
+class CheckRaised(Exception):
+    """A workload's or technique's ``check`` raised while a device was previewed (``--as-device``): the check
+    probed a device the preview only pretends to have (``ampsuite.host.session`` names the plugin)."""
+
+    def __init__(self, kind: str, name: str, error: Exception) -> None:
+        super().__init__(f"{kind} {name!r}: check raised {type(error).__name__}: {error}")
+        self.kind, self.name, self.error = kind, name, error
+
+
+def _checked(kind: str, name: str, preview: bool, check: Any, *args: Any) -> str | None:
+    """``check(*args)``; in a preview an exception from it is :class:`CheckRaised`, naming the record."""
+    if not preview:
+        result: str | None = check(*args)
+        return result
+    try:
+        result = check(*args)
+    except Exception as exc:
+        raise CheckRaised(kind, name, exc) from exc
+    return result
 
 
 def _fmt(value: Any) -> str:
@@ -129,8 +150,8 @@ def matrix_size(spec: SuiteSpec, registry: Catalog) -> int:
     """How many cells the suite expands to before include/exclude rules, computed without building one."""
     total = 0
     for entry in spec.workloads:
-        _lookup(spec, f"workloads.{entry.id}.plugin", registry.workloads, "workload", entry.plugin)
-        axes, _ = _split_axes(entry, registry.workloads[entry.plugin])
+        _lookup(spec, f"workloads.{entry.id}.{entry.key}", registry.workloads, "workload", entry.workload)
+        axes, _ = _split_axes(entry, registry.workloads[entry.workload])
         total += math.prod(len(v) for v in axes.values()) * len(entry.batch_sizes) * len(entry.gpus) * len(entry.nodes)
     return total * len(spec.combinations)
 
@@ -155,8 +176,8 @@ def _workload_configs(spec: SuiteSpec, registry: Catalog) -> list[tuple[Any, Wor
     configs = []
     for entry in spec.workloads:
         key = f"workloads.{entry.id}"
-        _lookup(spec, f"{key}.plugin", registry.workloads, "workload", entry.plugin)
-        record = registry.workloads[entry.plugin]
+        _lookup(spec, f"{key}.{entry.key}", registry.workloads, "workload", entry.workload)
+        record = registry.workloads[entry.workload]
         axes, fixed = _split_axes(entry, record)
         for point in itertools.product(*axes.values()):
             axis_values = dict(zip(axes, point, strict=True))
@@ -178,12 +199,13 @@ def _skip_reason(
     device: str,
     batch_size: int,
     tech_options: Mapping[str, Mapping[str, Any]],
+    preview: bool,
 ) -> str | None:
     if record.requires and device not in record.requires:
         needs = " or ".join(sorted(record.requires))
         return f"workload {record.name!r} needs a {needs} device; this run is on {device}"
     if record.check is not None:
-        reason = record.check(options, device)
+        reason = _checked("workload", record.name, preview, record.check, options, device)
         if reason:
             return reason
     names = {t.name for t in techniques}
@@ -204,10 +226,11 @@ def _skip_reason(
         tuple(sorted(names)),
         batch_size,
         {t.name: build_options(t.options, tech_options[t.name]) for t in techniques},
+        preview,
     )
     for t in techniques:
         if t.check is not None:
-            reason = t.check(ctx)
+            reason = _checked("technique", t.name, preview, t.check, ctx)
             if reason:
                 return reason if reason.startswith(t.name) else f"{t.name}: {reason}"  # a reason that names itself
     return None
@@ -216,7 +239,7 @@ def _skip_reason(
 def _check_rules(spec: SuiteSpec, registry: Catalog) -> None:
     """Refuse rule values that name nothing in the suite: such a rule would silently match no cell."""
     workload_ids = {e.id: e for e in spec.workloads}
-    plugins_used = {e.plugin for e in spec.workloads}
+    plugins_used = {e.workload for e in spec.workloads}
     techniques_used = {t for combo in spec.combinations.values() for t in combo}
     for kind, rules in (("include", spec.include), ("exclude", spec.exclude)):
         for i, rule in enumerate(rules):
@@ -229,7 +252,9 @@ def _check_rules(spec: SuiteSpec, registry: Catalog) -> None:
                 _lookup(spec, f"{key}.plugin", registry.workloads, "workload", rule.plugin)
                 if rule.plugin not in plugins_used:
                     raise SuiteFileError(
-                        spec.path, f"{key}.plugin", f"no workload of this suite uses plugin {rule.plugin!r}"
+                        spec.path,
+                        f"{key}.plugin",
+                        f"no [workloads.ID] table of this suite runs workload {rule.plugin!r}",
                     )
             if rule.technique is not None:
                 _lookup(spec, f"{key}.technique", registry.techniques, "technique", rule.technique)
@@ -262,9 +287,18 @@ def _matches(rule: Rule, cell: Cell, entry_plugin: str) -> bool:
 
 
 def expand(
-    spec: SuiteSpec, registry: Catalog, device: str, gpu_count: int = 0, *, max_cells: int | None = limits.MAX_CELLS
+    spec: SuiteSpec,
+    registry: Catalog,
+    device: str,
+    gpu_count: int = 0,
+    *,
+    max_cells: int | None = limits.MAX_CELLS,
+    preview: bool = False,
 ) -> list[Cell]:
     """Every cell of the suite on ``device`` with ``gpu_count`` GPUs, in run order, with skip reasons set.
+
+    ``preview``: the device facts are not this machine's (``ampsuite run --dry-run --as-device``); checks are
+    told so (``CheckContext.preview``), and one that raises is :class:`CheckRaised`.
 
     Order: workloads and their option points as declared, then batch sizes,
     then world sizes (``gpus``, then ``nodes``), then combinations with the baseline first (so
@@ -302,11 +336,11 @@ def expand(
                     world_size=world,
                     nodes=nodes,
                 )
-                if spec.include and not any(_matches(r, cell, entry.plugin) for r in spec.include):
+                if spec.include and not any(_matches(r, cell, entry.workload) for r in spec.include):
                     continue
-                if any(_matches(r, cell, entry.plugin) for r in spec.exclude):
+                if any(_matches(r, cell, entry.workload) for r in spec.exclude):
                     continue
-                reason = _skip_reason(spec, registry, record, opts_obj, techs, device, bs, tech_options[cid])
+                reason = _skip_reason(spec, registry, record, opts_obj, techs, device, bs, tech_options[cid], preview)
                 if reason is None and world > 1:
                     reason = parallel.skip_reason(world, device, [t.name for t in techs], gpu_count, nodes)
                 if reason is not None:

@@ -259,7 +259,11 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
     for wid, body in w_table.items():
         key = f"workloads.{wid}"
         r = _Reader(path, key, body)
-        plugin = r.get("plugin", str, wid, "a workload name (see `ampsuite list`)")
+        given = [k for k in ("workload", "plugin") if k in r.table]
+        if len(given) > 1:
+            raise r.error("plugin", "give the workload once, as `workload` (`plugin` is its older spelling)")
+        name_key = given[0] if given else "workload"
+        workload = r.get(name_key, str, wid, "a workload name (see `ampsuite list`)")
         if "batch_size" not in r.table:
             raise SuiteFileError(path, f"{key}.batch_size", "missing; expected an integer > 0 or a list of them")
         batch_sizes = _batch_sizes(path, f"{key}.batch_size", r.table.pop("batch_size"))
@@ -268,7 +272,7 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
         for opt, value in r.table.items():
             if isinstance(value, list) and not value:
                 raise SuiteFileError(path, f"{key}.{opt}", "empty list: an axis needs at least one value")
-        workloads.append(WorkloadEntry(wid, plugin, batch_sizes, dict(r.table), gpus, nodes))
+        workloads.append(WorkloadEntry(wid, workload, batch_sizes, dict(r.table), gpus, nodes, name_key))
 
     c_table = top.get("combinations", dict, {"fp32": []}, "a table of combination = [technique, ...]")
     if not c_table:

@@ -54,8 +54,9 @@ SUITE_KEYS = (
     "base_techniques",
 )
 """The keys of ``[suite]``; any other is refused."""
-WORKLOAD_KEYS = ("plugin", "batch_size", "gpus", "nodes")
-"""The keys of a ``[workloads.ID]`` table that are not workload options (every other key is one)."""
+WORKLOAD_KEYS = ("workload", "plugin", "batch_size", "gpus", "nodes")
+"""The keys of a ``[workloads.ID]`` table that are not workload options (every other key is one); ``plugin`` is
+the older spelling of ``workload``, still read."""
 EXECUTOR_KEYS = ("name",)
 """The key of ``[executor]`` that is not an executor option (every other key is one)."""
 
@@ -84,13 +85,16 @@ class WorkloadEntry:
     """One ``[workloads.ID]`` table; ``options`` still holds raw values (lists may be axes)."""
 
     id: str
-    plugin: str
+    workload: str
+    """The registered workload's name (``ampsuite list``): the table's ``workload`` key, else its ID."""
     batch_sizes: tuple[int, ...]
     options: Mapping[str, Any]
     gpus: tuple[int, ...] = (1,)
     """Processes (one per GPU) per node each cell runs on; 1 is the usual single-process cell."""
     nodes: tuple[int, ...] = (1,)
     """Nodes each cell spans (world size = nodes x gpus); 1: every process on one host."""
+    key: str = field(default="workload", compare=False)
+    """The key that named the workload (``workload``, or its older spelling ``plugin``), for messages."""
 
 
 TABLE_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(

@@ -1,0 +1,158 @@
+"""``ampsuite report A --compare B`` in the terminal: asv compare's table, the regression gate, a run against itself.
+
+The runs are the published H200 run (reports/example/results.json) and a later copy of it in which some cells
+got slower, faster or failing, written as valid results files.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ampsuite import results
+from ampsuite.cli import main
+from ampsuite.contract.errors import ExitCode
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "reports" / "example" / "results.json"
+SLOWER, FASTER, FAILING, UNCHANGED = (
+    "resnet50/fp32/bs256",
+    "bert-base/amp-bf16/bs128",
+    "vit-b16/fp32/bs32",
+    "gemm-8193/fp32/bs1",
+)
+
+
+def _scale(record: dict[str, Any], factor: float) -> None:
+    """The record as if every step had taken ``factor`` times as long."""
+    step_time = record["metrics"]["step_time"]
+    for key in ("median", "mean", "min", "max", "p10", "p90", "p99", "iqr"):
+        if step_time.get(key) is not None:
+            step_time[key] *= factor
+    step_time["samples"] = [s * factor for s in step_time["samples"]]
+    record["metrics"]["throughput"] /= factor
+
+
+def _on(record: dict[str, Any], gpu_uuid: str) -> None:
+    record["machine"] = {
+        "host": "h200-box",
+        "device": "cuda",
+        "gpu_uuid": gpu_uuid,
+        "driver": "580",
+        "max_sm_mhz": 1980,
+    }
+
+
+def _write(doc: dict[str, Any], path: Path) -> Path:
+    doc.pop("integrity", None)
+    doc["integrity"] = {"sha256": results.checksum(doc)}
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path
+
+
+def _later(tmp_path: Path, slower: float = 1.2, failing: bool = True) -> Path:
+    """A later run of the example suite: SLOWER ``slower`` times slower, FASTER 0.8x, FAILING failed."""
+    doc = copy.deepcopy(results.load(EXAMPLE))
+    doc["run"]["id"] = "20261204T090000Z"
+    cells = {r["id"]: r for r in doc["cells"]}
+    _scale(cells[SLOWER], slower)
+    _scale(cells[FASTER], 0.8)
+    if failing:
+        cells[FAILING].update(status="failed", evidence={"type": "RuntimeError", "message": "boom"}, metrics={})
+    return _write(doc, tmp_path / "later.json")
+
+
+def _rows(out: str) -> dict[str, list[str]]:
+    """The table's rows by cell id: [mark, before, after, ratio, note]."""
+    found = {}
+    for line in out.splitlines():
+        cols = [c.strip() for c in line.strip().strip("│").split("│")]
+        if len(cols) == 6 and "/" in cols[4]:
+            found[cols[4]] = [*cols[:4], cols[5]]
+    return found
+
+
+def test_compare_prints_the_changed_cells_as_asv_compare_does(tmp_path: Path, capsys) -> None:
+    later = _later(tmp_path)
+    assert main(["report", str(later), "--compare", str(EXAMPLE)]) == ExitCode.OK
+    out = capsys.readouterr().out
+    rows = _rows(out)
+    assert set(rows) == {SLOWER, FASTER, FAILING}  # only what changed, regressions first
+    assert list(rows) == [SLOWER, FAILING, FASTER]
+    assert rows[SLOWER][0] == "+" and rows[SLOWER][3] == "1.20" and rows[SLOWER][1] == "241 ms ±0.07%"
+    assert rows[FASTER][0] == "-" and rows[FASTER][3] == "0.80"
+    assert rows[FAILING][:4] == ["!", "97.5 ms ±0.04%", "failed", "n/a"]
+    assert "40 cells: 2 regressed, 1 improved, 37 unchanged; 37 unmarked or ~ rows left out" in out
+    assert f"before: {EXAMPLE} (run 20261203T211531Z" in out and f"after: {later} (run 20261204T090000Z" in out
+
+    assert main(["report", str(later), "--compare", str(EXAMPLE), "--compare-all"]) == ExitCode.OK
+    every = _rows(capsys.readouterr().out)
+    assert len(every) == 40 and every[UNCHANGED][0] == "" and every[UNCHANGED][3] == "1.00"
+
+
+def test_fail_on_regression_exits_1_and_names_the_cells(tmp_path: Path, capsys) -> None:
+    later = str(_later(tmp_path))
+    assert main(["report", later, "--compare", str(EXAMPLE), "--fail-on-regression"]) == ExitCode.CELLS_FAILED
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == (
+        f"2 cells regressed against {EXAMPLE} beyond the noise: "
+        f"{SLOWER} (+20.00%), {FAILING} (passed before, now failed)"
+    )
+    # A threshold raises the bar for step times; a cell that fails now fails the gate whatever it says.
+    assert main(["report", later, "--compare", str(EXAMPLE), "--fail-on-regression=25"]) == ExitCode.CELLS_FAILED
+    assert capsys.readouterr().out.splitlines()[-1].endswith(f": {FAILING} (passed before, now failed)")
+
+
+@pytest.mark.parametrize(("pct", "code"), [("25", ExitCode.OK), ("15%", ExitCode.CELLS_FAILED)])
+def test_a_threshold_decides_on_a_slowdown_beyond_the_noise(tmp_path: Path, capsys, pct: str, code: int) -> None:
+    later = str(_later(tmp_path, slower=1.2, failing=False))
+    assert main(["report", later, "--compare", str(EXAMPLE), f"--fail-on-regression={pct}"]) == code
+    last = capsys.readouterr().out.splitlines()[-1]
+    bar = f"the noise and {float(pct.rstrip('%')):.1f}%"
+    assert last == (
+        f"no regression against {EXAMPLE} (beyond {bar})"
+        if code == 0
+        else f"1 cell regressed against {EXAMPLE} beyond {bar}: {SLOWER} (+20.00%)"
+    )
+
+
+def test_a_run_compared_with_itself_says_so_and_cannot_gate(tmp_path: Path, capsys) -> None:
+    copy_of = tmp_path / "copy.json"
+    copy_of.write_bytes(EXAMPLE.read_bytes())
+    assert main(["report", str(copy_of), "--compare", str(EXAMPLE)]) == ExitCode.OK
+    assert capsys.readouterr().out == (f"no change: {copy_of} and {EXAMPLE} hold the same run (20261203T211531Z)\n")
+    assert main(["report", str(copy_of), "--compare", str(EXAMPLE), "--fail-on-regression"]) == ExitCode.USAGE_ERROR
+    err = capsys.readouterr().err
+    assert "hold the same run (20261203T211531Z), so no cell can regress" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([str(EXAMPLE)], "give -o DIR for the HTML report, or --compare RESULTS"),
+        ([str(EXAMPLE), "-o", "site", "--fail-on-regression"], "--fail-on-regression needs --compare RESULTS"),
+        ([str(EXAMPLE), "--compare", str(EXAMPLE), "--fail-on-regression=0"], "expected a percentage > 0, got '0'"),
+        ([str(EXAMPLE), "--compare", str(EXAMPLE), "--fail-on-regression=x"], "expected a percentage such as 5"),
+    ],
+)
+def test_report_usage_errors_are_one_line(argv: list[str], message: str, capsys) -> None:
+    assert main(["report", *argv]) == ExitCode.USAGE_ERROR
+    err = capsys.readouterr().err
+    assert message in err and len(err.splitlines()) == 1
+
+
+def test_a_change_between_two_machines_says_so(tmp_path: Path, capsys) -> None:
+    before = copy.deepcopy(results.load(EXAMPLE))
+    for record in before["cells"]:
+        _on(record, "GPU-a")
+    after = json.loads(_later(tmp_path).read_text())
+    for record in after["cells"]:
+        _on(record, "GPU-b" if record["id"] == SLOWER else "GPU-a")
+    argv = ["report", str(_write(after, tmp_path / "b.json")), "--compare", str(_write(before, tmp_path / "a.json"))]
+    assert main(argv) == ExitCode.OK
+    rows = _rows(capsys.readouterr().out)
+    assert rows[SLOWER][4] == "+20.00% (threshold 1.00%); measured on two machines"
+    assert rows[FASTER][4] == "-20.00% (threshold 1.00%)"

@@ -58,7 +58,8 @@ def _slurm_local(folder: Path) -> str:
 
 
 def run_cli(*args: str) -> int:
-    return cli.main(["run", *args, "--no-report", "--no-peaks"])
+    # --no-again: these tests count the jobs of the first measurement; a second pass would submit more.
+    return cli.main(["run", *args, "--no-report", "--no-peaks", "--no-again"])
 
 
 # ---------------------------------------------------------------------------
@@ -119,7 +120,7 @@ def _job_of(jobs: Path, cell_id: str) -> int:
 def _parent(*argv: str, cwd: Path) -> Iterator[subprocess.Popen[str]]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ampsuite", "run", *argv, "--no-report", "--no-peaks"],
+        [sys.executable, "-m", "ampsuite", "run", *argv, "--no-report", "--no-peaks", "--no-again"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -297,7 +297,7 @@ def _row_cells(doc: Mapping[str, Any]) -> tuple[list[str], list[list[str]], list
             if again:
                 notes.append(
                     f"  {rec['id']}: measured again in {again['processes']} processes "
-                    f"(the first figure, {_time(again['first_median'])}, was untrusted: {again['reason']})"
+                    f"(first figure {_time(again['first_median'])}: {again['reason']})"
                 )
             bad = _nonfinite_note(rec)
             if bad:

@@ -298,7 +298,7 @@ class Remeasured(TypedDict):
     first_median: float
     first_noise: float
     reason: str
-    """Why the first figure was not trusted."""
+    """Why the first figure was not trusted, or that the cell is the reference of one that was not."""
 
 
 class Record(TypedDict):

@@ -8,7 +8,8 @@ fresh processes whose samples are pooled (``[measure] processes``: the noise of
 a pooled figure also counts how far the processes disagree), into a scratch
 file beside the results file. A passed new record replaces the first one in the
 results file, saying it was measured again and what the first figure was; a
-cell that fails the second time keeps its first record.
+cell that fails the second time keeps its first record, and a record that was
+measured again already (kept by ``--resume``) is not measured a third time.
 """
 
 from __future__ import annotations
@@ -54,7 +55,9 @@ def measure_again(plan: Any, config: Any, display: Any, doc: dict[str, Any]) -> 
     from ampsuite import analysis, results
     from ampsuite.run import runner
 
-    ids = set(analysis.measure_again(doc))
+    # A record measured again already (kept by --resume) stands: measuring it a third time decides nothing new.
+    done = {r["id"] for r in doc["cells"] if r.get("remeasured")}
+    ids = set(analysis.measure_again(doc)) - done
     cells = [c for c in plan.cells if c.id in ids]
     if not cells:
         return doc, False

@@ -38,7 +38,7 @@ from ampsuite.results import base_record, now, open_results
 from ampsuite.run import attempt, handoff
 from ampsuite.run.attempt import CellJob, in_worker
 from ampsuite.run.forkserver import worker_context
-from ampsuite.run.pool import measure_processes, pool_outcomes, process_count
+from ampsuite.run.pool import measure_processes, most_processes, pool_outcomes, process_count
 from ampsuite.run.signals import RunSignals, sigterm_interrupts
 from ampsuite.spec.suitespec import SuiteSpec
 
@@ -305,7 +305,7 @@ def run_cells(
             interrupt()
             observer.message("interrupted before the first cell (while measuring the device's peaks)")
         if not interrupted:
-            seconds = timeout * max(1, spec.measure.processes)
+            seconds = timeout * most_processes(spec)
             context = ExecutorContext(
                 tasks(),
                 chosen.options,

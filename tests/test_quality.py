@@ -298,3 +298,37 @@ def test_half_weights_without_masters_needs_bfloat16() -> None:
     with pytest.raises(ValueError, match="master_weights = false needs dtype = 'bfloat16'"):
         HalfWeightsOptions(master_weights=False)
     assert not HalfWeightsOptions(dtype="bfloat16", master_weights=False).master_weights
+
+
+# -- the H200 suite -------------------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_h200_quality_suite_fits_its_fifteen_minutes(registry: Any) -> None:
+    """Its cells, and the decoder's training priced from the default CUDA suite's published step times (FP16 and
+    FP8 as bf16's plus a third): under eight minutes, and under twelve with ~10 s a process of start, evaluation
+    and timing (its header's figure), which leaves the digits' ~2 minutes within fifteen."""
+    from ampsuite.spec import matrix
+
+    spec = suitefile.load(ROOT / "tests" / "gpu" / "quality.toml")
+    cells = matrix.expand(spec, registry, "cuda")
+    assert [c.id for c in cells] == [
+        *(f"llm-125m/{c}/bs8" for c in ("tf32", "bf16", "fp16", "fp8")),
+        *(f"digits/{c}/bs128" for c in ("fp32", "tf32", "bf16", "fp16")),
+    ]
+    quality = spec.quality
+    assert quality is not None and quality.reference_of("fp8") == "bf16" and quality.reference_of("fp16") == "tf32"
+    published = _medians(ROOT / "reports" / "example" / "results.json")
+    tf32, bf16 = published["llm-125m/tf32/bs8"], published["llm-125m/amp-bf16/bs8"]
+    training = quality.steps * quality.seeds * (tf32 + bf16 + 2 * bf16 * 4 / 3)
+    processes = len(cells) * quality.seeds
+    assert training < 8 * 60 and training + processes * 10 < 12 * 60
+
+
+def _medians(path: Path) -> dict[str, float]:
+    from ampsuite import results
+
+    return {
+        r["id"]: r["metrics"]["step_time"]["median"] for r in results.load(path)["cells"] if r["status"] == "passed"
+    }

@@ -53,7 +53,7 @@ def _chart(records: Sequence[Record], title: str) -> Any:
     steps: list[int] = []
     series = []
     for record in records:
-        for run in (record.get("quality") or {}).get("runs", []):
+        for run in record["quality"]["runs"] if "quality" in record else []:
             curve = run["curve"]
             steps += [s for s in curve["steps"] if s not in steps]
             points = [(str(s), v) for s, v in zip(curve["steps"], curve["eval_loss"], strict=True) if v is not None]

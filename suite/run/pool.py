@@ -80,9 +80,9 @@ def pool_outcomes(outcomes: Sequence[Outcome], noise_target: float) -> Outcome:
     first = outcomes[0]
     if len(outcomes) == 1:
         return first
-    runs = [run for o in outcomes for run in (o.get("quality") or {}).get("runs", [])]
-    if runs:
-        first = {**first, "quality": {"runs": runs}}
+    seeds = [run for o in outcomes if "quality" in o for run in o["quality"]["runs"]]
+    if seeds:
+        first = {**first, "quality": {"runs": seeds}}
     step_times = [(o.get("metrics") or {}).get("step_time") or {} for o in outcomes]
     runs: list[list[float]] = [st.get("samples") or [] for st in step_times]
     if not all(isinstance(r, list) and r for r in runs):  # a worker that passed always records its samples

@@ -14,7 +14,7 @@ from ampsuite.plugins.workloads._optim import make_optimizer
 from ampsuite.plugins.workloads._text import TokenWindows, corpus_notes, prepare_corpus
 from ampsuite.plugins.workloads.llm import LlmOptions, Shape, model_flops_per_token, non_embedding_params
 
-__all__ = ["Decoder", "RandomTokens", "build", "rope_tables"]
+__all__ = ["Decoder", "RandomTokens", "build", "prepare", "rope_tables"]
 
 
 def rope_tables(head_dim: int, seq_len: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -178,6 +178,11 @@ class OwnLoss(nn.Module):
 
     def forward(self, loss: torch.Tensor, target: object) -> torch.Tensor:
         return loss
+
+
+def prepare(options: LlmOptions, data_dir: str) -> str:
+    """Write the text corpus that ``data = "stdlib"`` reads (once); returns its folder ("" for random tokens)."""
+    return str(prepare_corpus(data_dir)) if options.data == "stdlib" else ""
 
 
 def build(options: LlmOptions, ctx: BuildContext) -> TrainStep:

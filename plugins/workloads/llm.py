@@ -173,5 +173,6 @@ def ampsuite_workloads() -> list[Workload]:
             unit="tokens",
             traits=frozenset({"model", "data-path", "blocks"}),
             check=check_optimizer,
+            prepare=lazy("ampsuite.plugins.workloads._llm:prepare"),
         )
     ]

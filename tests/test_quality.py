@@ -332,3 +332,35 @@ def _medians(path: Path) -> dict[str, float]:
     return {
         r["id"]: r["metrics"]["step_time"]["median"] for r in results.load(path)["cells"] if r["status"] == "passed"
     }
+
+
+@pytest.mark.slow  # scikit-learn's import alone takes a second or two
+def test_a_loading_technique_feeds_the_real_data_in_the_workloads_own_order(
+    registry: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The _data.py rule on real data: the same shuffled batches through the workload's loader and a technique's."""
+    import torch
+
+    from ampsuite.run.cell import build_step
+
+    cell = {
+        "workload": "resnet",
+        "options": {"source": "digits", "depth": 18, "width": 4, "image_size": 8, "stem": "small", "classes": 10},
+        "batch_size": 16,
+        "techniques": [],
+    }
+    data_dir = str(tmp_path_factory.mktemp("data"))
+    own = build_step(registry, cell, torch.device("cpu"), 3, data_dir)
+    loaded = build_step(
+        registry,
+        {**cell, "techniques": [{"name": "pageable-loading", "options": {}}]},
+        torch.device("cpu"),
+        3,
+        data_dir,
+    )
+    assert own.eval_data is not None and own.classifies and loaded.notes["loading"]["loader"] == "pageable"
+    for _ in range(3):
+        a, b = own.data(), loaded.data()
+        assert torch.equal(a.inputs[0], b.inputs[0]) and torch.equal(a.target, b.target)
+    (first,) = own.eval_data(1)
+    assert torch.equal(first.target, own.eval_data(1)[0].target)  # the same held-out batches at every call

@@ -1,11 +1,14 @@
 """The ``ampsuite`` command: the parser assembled from ``ampsuite.commands``, and one exit code per outcome.
 
-Every user error is one line on stderr and an :class:`ExitCode`; only a bug prints a traceback.
+Every user error is one line on stderr and an :class:`ExitCode`; only a bug prints a traceback. Every command
+runs under one signal policy (:mod:`ampsuite.run.signals`): SIGINT, SIGTERM and SIGHUP interrupt it, what was
+measured is written, and it exits INTERRUPTED (2).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -15,6 +18,8 @@ from ampsuite import __version__
 from ampsuite.commands import COMMANDS
 from ampsuite.commands.common import add_plugin_args
 from ampsuite.contract.errors import AmpsuiteError, ExitCode, UsageError
+from ampsuite.run.signals import interrupts
+from ampsuite.terminal import echo
 
 __all__ = ["build_parser", "main"]
 
@@ -37,21 +42,53 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+UNFINISHED = (ExitCode.OK, ExitCode.CELLS_FAILED, ExitCode.NO_CELLS)
+"""Outcomes that a signal received on the way turns into INTERRUPTED: the command did not do all it was asked."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command ``argv`` (the process's own arguments when None) and return its exit code.
+
+    Called without ``argv`` the process is this command's (the ``ampsuite`` script, ``python -m ampsuite``): the
+    signals stay ignored after it returns (its exit code is decided, and a Ctrl-C during the interpreter's
+    teardown would otherwise end the process silently with 130), and an interrupted command exits at once.
+    """
+    own = argv is None
+    with interrupts(keep_ignoring=own) as policy:
+        code = _command(argv)
+        if policy.received is not None and code in UNFINISHED:
+            code = ExitCode.INTERRUPTED
+    if own and policy.received is not None:
+        # Asked to stop, and what was measured is written: leave without the interpreter's teardown, which
+        # (torch's, a CUDA context's) takes seconds. Files are closed by the OS, the results lock with them.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(int(code))
+    return int(code)
+
+
+def _command(argv: Sequence[str] | None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as exc:  # --help and --version: argparse's own exit, with its own code
+            return exc.code if isinstance(exc.code, int) else 0
         return int(args.func(args))
     except AmpsuiteError as exc:
-        print(f"ampsuite: error: {exc}", file=sys.stderr)
+        echo(f"ampsuite: error: {exc}", file=sys.stderr)
         return int(exc.exit_code)
     except KeyboardInterrupt:
-        print("ampsuite: interrupted", file=sys.stderr)
+        echo("ampsuite: interrupted", file=sys.stderr)
         return int(ExitCode.INTERRUPTED)
-    except SystemExit as exc:  # --help and --version
-        return int(exc.code or 0)
-    except Exception:
-        traceback.print_exc()
-        print(
-            "ampsuite: internal error (a bug in ampsuite; please report it with the traceback above)", file=sys.stderr
+    except SystemExit as exc:  # sys.exit() in code the command ran (a plugin's hook): not a way to end ampsuite
+        echo(
+            f"ampsuite: error: sys.exit({exc.code!r}) was called while the command ran (by a plugin?); "
+            "a plugin reports an error by raising an exception",
+            file=sys.stderr,
         )
+        return int(ExitCode.USAGE_ERROR)
+    except Exception:
+        for line in traceback.format_exc().splitlines():  # an exception's message may be a plugin's text
+            echo(line, file=sys.stderr)
+        echo("ampsuite: internal error (a bug in ampsuite; please report it with the traceback above)", file=sys.stderr)
         return int(ExitCode.INTERNAL_ERROR)

@@ -19,6 +19,7 @@ from ampsuite import analysis
 from ampsuite.analysis import AnyDocument, Comparison
 from ampsuite.contract.wire import Record, Status
 from ampsuite.report.fmt import pct, secs, signed_pct
+from ampsuite.terminal import plain
 
 __all__ = ["LEGEND", "Row", "compare_table", "gate_line", "line", "print_comparison", "rows", "summary_line"]
 
@@ -110,7 +111,12 @@ def compare_table(table_rows: Sequence[Row]) -> Table:
     for r in table_rows:
         style = STYLES.get(r.mark, "")
         table.add_row(
-            Text(r.mark, style=style), r.before, r.after, Text(r.ratio, style=style), Text(r.cell), Text(r.note)
+            Text(r.mark, style=style),
+            r.before,
+            r.after,
+            Text(r.ratio, style=style),
+            Text(plain(r.cell)),
+            Text(plain(r.note)),
         )
     return table
 
@@ -141,7 +147,7 @@ def gate_line(failed: Sequence[Comparison], reference: str, min_change: float | 
 
 def line(console: Console, text: str) -> None:
     """One line as it is: no markup, no highlighting, never wrapped (a CI log is searched by line)."""
-    console.print(text, markup=False, highlight=False, soft_wrap=True)
+    console.print(plain(text), markup=False, highlight=False, soft_wrap=True)
 
 
 def print_comparison(

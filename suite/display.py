@@ -1,4 +1,8 @@
-"""Terminal output: a live progress display on a terminal, one plain line per cell otherwise."""
+"""Terminal output: a live progress display on a terminal, one plain line per cell otherwise.
+
+Text a plugin or a file supplies (ids, reasons, messages) reaches the terminal only through
+:func:`ampsuite.terminal.plain`, and is printed as text, never as rich markup.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +19,18 @@ from rich.text import Text
 from ampsuite.analysis.estimate import Estimate, duration_text, is_compiled
 from ampsuite.contract.cell import Cell
 from ampsuite.contract.wire import Record, Status
+from ampsuite.interrupted import interruption_line, never_ran
+from ampsuite.terminal import plain
 
-__all__ = ["Display", "format_bytes", "line_for", "print_summary", "results_table", "untrusted_note"]
+__all__ = [
+    "Display",
+    "format_bytes",
+    "line_for",
+    "make_console",
+    "print_summary",
+    "results_table",
+    "untrusted_note",
+]
 
 STATUS_STYLE: dict[str, str] = {
     Status.PASSED: "green",
@@ -30,10 +44,11 @@ STATUS_STYLE: dict[str, str] = {
 
 
 def make_console() -> Console:
-    """A console that keeps tables readable in CI logs, where rich would assume 80 columns."""
-    console = Console(highlight=False)
+    """A console that keeps tables readable in CI logs, where rich would assume 80 columns; it never turns
+    ``:name:`` in a plugin's text into an emoji."""
+    console = Console(highlight=False, emoji=False)
     if not console.is_terminal:
-        console = Console(highlight=False, width=max(console.width, 160))
+        console = Console(highlight=False, emoji=False, width=max(console.width, 160))
     return console
 
 
@@ -134,6 +149,8 @@ class Display:
         self.estimate = estimate
         self.total = 0
         self.started = ""
+        self.not_run = 0
+        """Cells recorded as interrupted before they ran: counted, not listed (the summary says it once)."""
         self._clock_start = 0.0
         self._progress: Progress | None = None
         self._task: Any = None
@@ -144,11 +161,12 @@ class Display:
         self.total = total
         self.started = now()
         self._clock_start = time.monotonic()
-        self.console.print(f"ampsuite: {total} cells, results in {path}", markup=False)
+        self.console.print(plain(f"ampsuite: {total} cells, results in {path}"), markup=False)
         first = "starting"
         if self.measures_peaks:
-            # Up to ~10 s on a first run (cached per device and torch version afterwards): say what it is.
-            first = "measuring the device's peak rates (cached after the first run; --no-peaks skips it)"
+            # Up to ~10 s when measured (cached per device and torch version): say what the first seconds are.
+            # Which it was, measured or cached, the runner says once it knows.
+            first = "device peak rates: from the cache, else measured (--no-peaks skips them)"
             if not self.live:
                 self.console.print(first, markup=False)
         if self.live:
@@ -187,18 +205,23 @@ class Display:
         # The first step of a compiled cell compiles (a minute or more on a GPU): name that phase.
         doing = f"{cell.id} (its first step compiles)" if is_compiled(cell.technique_names) else cell.id
         if self._progress is not None:
-            self._progress.update(self._task, description=doing, left=self._left())
+            self._progress.update(self._task, description=plain(doing), left=self._left())
         elif is_compiled(cell.technique_names) and self.estimate is not None:
-            print(f"[{self._position(index)}] {doing}", flush=True)
+            print(plain(f"[{self._position(index)}] {doing}"), flush=True)
 
     def cell_finished(self, index: int, record: Mapping[str, Any]) -> None:
         status = record["status"]
         if self.estimate is not None:
             self.estimate.finished(record)
+        if never_ran(record):  # one line for all of them at the end (print_summary), not one per cell
+            self.not_run += 1
+            if self._progress is not None:
+                self._progress.advance(self._task)
+            return
         # A record kept by --resume started before this run did: say so, or it reads as a new measurement.
         resumed = bool(self.started) and str(record.get("started") or "") < self.started
         kept = " (kept from the earlier run)" if resumed else ""
-        text = (
+        text = plain(
             f"[{self._position(index)}] {record['id']} {status.upper()}{kept} {line_for(record, self.noise_target)}"
         ).rstrip()
         if self.live:
@@ -209,8 +232,9 @@ class Display:
             print(text, flush=True)
 
     def message(self, text: str) -> None:
-        self.stop()
-        self.console.print(text, markup=False)
+        # Printed above the live progress (as the cells' lines are), which goes on: the device peaks line
+        # comes before the first cell.
+        self.console.print(plain(text), markup=False)
 
     def stop(self) -> None:
         if self._progress is not None:
@@ -220,7 +244,7 @@ class Display:
     def dry_run(self, cells: Sequence[Cell]) -> None:
         for cell in cells:
             state = f"SKIP ({cell.skip_reason})" if cell.skip_reason else "run"
-            self.console.print(f"{cell.id}  {state}", markup=False)
+            self.console.print(plain(f"{cell.id}  {state}"), markup=False)
         runs = sum(1 for c in cells if not c.skip_reason)
         self.console.print(f"{len(cells)} cells: {runs} to run, {len(cells) - runs} skipped", markup=False)
         if self.estimate is not None:
@@ -247,6 +271,8 @@ def _row_cells(doc: Mapping[str, Any]) -> tuple[list[str], list[list[str]], list
     rows: list[list[str]] = []
     notes: list[str] = []
     for rec in doc["cells"]:
+        if never_ran(rec):  # counted in the summary's interruption line instead
+            continue
         d = derived.get(rec["id"])
         if rec["status"] == Status.PASSED:
             m = rec["metrics"]
@@ -271,7 +297,7 @@ def _row_cells(doc: Mapping[str, Any]) -> tuple[list[str], list[list[str]], list
             if again:
                 notes.append(
                     f"  {rec['id']}: measured again in {again['processes']} processes "
-                    f"(the first figure, {_time(again['first_median'])}, was untrusted: {again['reason']})"
+                    f"(first figure {_time(again['first_median'])}: {again['reason']})"
                 )
             bad = _nonfinite_note(rec)
             if bad:
@@ -282,8 +308,8 @@ def _row_cells(doc: Mapping[str, Any]) -> tuple[list[str], list[list[str]], list
             reason = line_for(rec)
             if reason:
                 notes.append(f"  {rec['id']} {rec['status']}: {reason}")
-        rows.append(row)
-    return columns, rows, notes
+        rows.append([plain(c) for c in row])
+    return columns, rows, [plain(n) for n in notes]
 
 
 def _fit(columns: list[str], rows: list[list[str]], width: int) -> list[int]:
@@ -313,7 +339,7 @@ def results_table(doc: Mapping[str, Any], width: int | None = None) -> Table:
     dropped = [c for i, c in enumerate(columns) if i not in keep]
     table = Table(
         # User text (suite and device names) is Text, never rich markup.
-        title=Text(f"{doc['run']['suite']['name']} on {_device_name(doc)}"),
+        title=Text(plain(f"{doc['run']['suite']['name']} on {_device_name(doc)}")),
         caption=f"left out at this width: {', '.join(dropped)} (see the report)" if dropped else None,
         show_lines=False,
     )
@@ -354,6 +380,9 @@ def print_summary(doc: Mapping[str, Any], console: Console | None = None) -> Non
     line = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no cells"
     seconds = _run_seconds(doc.get("run") or {})
     console.print(line + ("" if seconds is None else f" in {duration_text(seconds)}"), markup=False)
+    interrupted = interruption_line(doc)
+    if interrupted:
+        console.print(plain(interrupted), markup=False)
 
 
 def _run_seconds(run: Mapping[str, Any]) -> float | None:

@@ -7,15 +7,20 @@ entry-point test turns it back on for its own subprocess only).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
+import sys
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+REPO = Path(__file__).resolve().parents[1]
 AUTOLOAD_ENV = "AMPSUITE_DISABLE_PLUGIN_AUTOLOAD"
 PLUGINS_ENV = "AMPSUITE_PLUGINS"
 FAULTS = "ampsuite.plugins.faults"
@@ -29,6 +34,17 @@ numerics_steps = 2
 max_seconds = 0.5
 """
 """A [measure] table that makes a toy cell take well under a second on a CPU."""
+
+SLOW_MEASURE = """\
+[measure]
+warmup_steps = 1
+min_steps = 3
+max_steps = 100000
+noise_target = 0.0000001
+numerics_steps = 2
+max_seconds = 1.5
+"""
+"""A [measure] table whose cells each measure for 1.5 s: long enough to signal a run while a cell runs."""
 
 
 SLOW_FIXTURES = {
@@ -181,3 +197,112 @@ def wait_for(predicate: Callable[[], Any], seconds: float, what: str) -> Any:
             return value
         time.sleep(0.05)
     raise AssertionError(f"timed out after {seconds} s waiting for {what}")
+
+
+# --- processes: what a test sees of the ampsuite processes it starts (Linux /proc) ------------------------------
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, parent pid) of a process, None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text.rsplit(")", 1)[1].split()
+    return fields[0], int(fields[1])
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie is not)."""
+    st = _stat(pid)
+    return st is not None and st[0] not in ("Z", "X")
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            st = _stat(int(entry.name))
+            if st is not None and st[1] == pid and st[0] not in ("Z", "X"):
+                out.append(int(entry.name))
+    return out
+
+
+def descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        for child in children(todo.pop()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def wait_gone(pids: Sequence[int], seconds: float = 20.0) -> list[int]:
+    """The processes of ``pids`` still alive after up to ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        left = [p for p in pids if alive(p)]
+        if not left:
+            return []
+        time.sleep(0.1)
+    return [p for p in pids if alive(p)]
+
+
+def as_a_shell_starts_it() -> None:
+    """SIGINT at its default and unblocked in the child, as a shell starts a foreground command. A child inherits
+    an ignored SIGINT across exec, and Python then never raises KeyboardInterrupt. The pytest process has it
+    ignored whenever the tests run as a background job of a non-interactive shell (`.ci/run &`: POSIX shells
+    start such jobs with SIGINT and SIGQUIT ignored); there this run finished its cells with SIGINT sent and
+    exited 0, which is not the behaviour under test."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def run_ampsuite(
+    *argv: str, cwd: Path, pythonpath: str | Path = "", timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """``python -m ampsuite ARGV`` in ``cwd`` to its end, output captured; ``pythonpath`` (plugin modules) first
+    on the path, then this checkout."""
+    path = os.pathsep.join(str(p) for p in (pythonpath, REPO) if p)
+    return subprocess.run(
+        [sys.executable, "-m", "ampsuite", *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+
+
+def start_foreground(argv: Sequence[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """``python -m ampsuite ARGV`` as a terminal's foreground job: a process group of its own (Ctrl-C goes to the
+    group: ``os.killpg(proc.pid, signal.SIGINT)``), SIGINT at its default, output captured."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "ampsuite", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=as_a_shell_starts_it,
+        cwd=cwd,
+        env=env,
+    )
+
+
+@contextlib.contextmanager
+def reaped(proc: subprocess.Popen[str]) -> Iterator[subprocess.Popen[str]]:
+    """``proc``, killed with its process group when the block ends while it still runs."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)

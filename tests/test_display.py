@@ -89,4 +89,4 @@ def test_progress_lines_mark_untrusted_nonfinite_and_resumed_cells(capsys, live:
     assert "kept" not in lines[new["id"]]
     assert "+-107.96%" in lines[new["id"]] and "UNTRUSTED: noise above the 1.0% target" in lines[new["id"]]
     assert "LOSS NON-FINITE AT STEP 3" in lines[new["id"]]
-    assert "measuring the device's peak rates" in text or live  # piped output says what the first seconds are
+    assert "device peak rates: from the cache, else measured" in text or live  # piped: what the first seconds are

@@ -20,6 +20,8 @@ from typing import Any, ClassVar
 
 import pytest
 from conftest import FAST_MEASURE
+from conftest import alive as _alive
+from conftest import descendants as _descendants
 
 from ampsuite import cli, results
 from ampsuite.contract.errors import ExitCode, SuiteFileError, UsageError
@@ -56,7 +58,8 @@ def _slurm_local(folder: Path) -> str:
 
 
 def run_cli(*args: str) -> int:
-    return cli.main(["run", *args, "--no-report", "--no-peaks"])
+    # --no-again: these tests count the jobs of the first measurement; a second pass would submit more.
+    return cli.main(["run", *args, "--no-report", "--no-peaks", "--no-again"])
 
 
 # ---------------------------------------------------------------------------
@@ -104,31 +107,6 @@ def _finished(path: Path) -> dict[str, dict[str, Any]]:
     return {r["id"]: r for r in doc["cells"] if r["status"] in results.TERMINAL}
 
 
-def _descendants(pid: int) -> list[int]:
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                if fields[0] not in ("Z", "X"):
-                    parents[int(entry.name)] = int(fields[1])
-    found, todo = [], [pid]
-    while todo:
-        parent = todo.pop()
-        children = [c for c, p in parents.items() if p == parent]
-        found += children
-        todo += children
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
-
-
 def _job_of(jobs: Path, cell_id: str) -> int:
     """The local job (its controller's pid) that runs ``cell_id``, read from submitit's submission pickle."""
     for path in jobs.glob("*/*_submitted.pkl"):
@@ -142,7 +120,7 @@ def _job_of(jobs: Path, cell_id: str) -> int:
 def _parent(*argv: str, cwd: Path) -> Iterator[subprocess.Popen[str]]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ampsuite", "run", *argv, "--no-report", "--no-peaks"],
+        [sys.executable, "-m", "ampsuite", "run", *argv, "--no-report", "--no-peaks", "--no-again"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -441,7 +441,7 @@ def test_list_shows_the_example_plugins_with_their_version(venv):
     assert "every (int >= 1, default 1)" in out  # options with their rules and help
     for line in ("extras-lstm", "extras-checkpointing"):
         (row,) = [r for r in out.splitlines() if f" {line} " in r and "ampsuite_extras" in r]
-        assert "0.1.0" in row and "entry point (ampsuite-extras)" in row
+        assert [c.strip() for c in row.split("│")][1:5] == [line, "ampsuite-extras", "0.1.0", "entry point"]
 
 
 @pytest.mark.slow

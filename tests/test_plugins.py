@@ -65,7 +65,7 @@ def test_entry_point_plugin_is_listed_with_its_version(venv: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     row = next((line for line in proc.stdout.splitlines() if re.search(r"\bexample\b.*\b1\.2\.3\b", line)), None)
     assert row is not None, proc.stdout
-    assert "entry point (ampsuite-example-plugin)" in row
+    assert [c.strip() for c in row.split("│")][1:5] == ["example", "ampsuite-example-plugin", "1.2.3", "entry point"]
     assert "workload example-regression (plugin example) [unit: rows]: linear regression from the example plugin" in (
         proc.stdout
     )
@@ -184,6 +184,25 @@ BROKEN_CASES = [
         "bp_hook_raises",
         r"hook ampsuite_techniques raised RuntimeError: cannot find my configuration file",
         id="hook-raises",
+    ),
+    # sys.exit() in a plugin is that plugin's error: it must not end the command (exit 0, nothing written)
+    pytest.param(
+        ("bp_sys_exit",),
+        "bp_sys_exit",
+        r"cannot import 'bp_sys_exit': SystemExit: sys\.exit\(None\) was called",
+        id="sys-exit-at-import",
+    ),
+    pytest.param(
+        ("bp_sys_exit_message",),
+        "bp_sys_exit_message",
+        r"cannot import 'bp_sys_exit_message': SystemExit: sys\.exit\('this plugin needs a GPU'\) was called",
+        id="sys-exit-message-at-import",
+    ),
+    pytest.param(
+        ("bp_hook_exits",),
+        "bp_hook_exits",
+        r"hook ampsuite_techniques raised SystemExit: sys\.exit\(3\) was called",
+        id="hook-exits",
     ),
 ]
 

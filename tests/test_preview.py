@@ -137,4 +137,4 @@ def test_the_default_cuda_suite_previews_without_a_suite_argument(
 ) -> None:
     assert main(["run", "--dry-run", "--as-device", "cuda:1"]) == ExitCode.OK
     out = capsys.readouterr().out
-    assert "40 cells: 40 to run, 0 skipped" in out.splitlines()  # the suite of the published H200 figures
+    assert "34 cells: 34 to run, 0 skipped" in out.splitlines()  # the suite of the published H200 figures

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import run_ampsuite
 
 from ampsuite import cli, results
 from ampsuite.contract.errors import ExitCode, OutputError, ResultsLockedError, SuiteFileError
@@ -40,10 +41,7 @@ batch_size = 4
 
 
 def _ampsuite(*argv: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run(
-        [sys.executable, "-m", "ampsuite", *argv], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
-    )
+    return run_ampsuite(*argv, cwd=cwd, timeout=timeout)
 
 
 def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
@@ -279,3 +277,52 @@ def test_a_builtin_module_the_fork_server_cannot_import_is_named_in_one_line(tmp
     )
     assert "operator torchvision::nms does not exist (torch " in last and "built for each other" in last
     assert "internal error" not in done.stderr
+
+
+# --- command-line values and plugins that exit --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["run", "tune", "max-batch"])
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "1e400", "abc", "700000"])
+def test_timeout_refuses_what_the_suite_file_key_refuses_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, value: str
+) -> None:
+    (tmp_path / "s.toml").write_text(SUITE.format(name="t"))
+    code = cli.main([command, str(tmp_path / "s.toml"), f"--timeout={value}"])
+    assert code == ExitCode.USAGE_ERROR
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "argument --timeout: expected " in err and repr(value) in err
+    with pytest.raises(SuiteFileError, match=r"^s\.toml: suite\.timeout: expected "):
+        loads(f"[suite]\ntimeout = {value if value not in ('abc', 'nan', 'inf') else repr(value)}\n", "s.toml")
+
+
+@pytest.mark.parametrize("plugin", ["bp_sys_exit", "bp_sys_exit_message", "bp_hook_exits"])
+@pytest.mark.parametrize("command", ["list", "run"])
+def test_a_plugin_that_calls_sys_exit_is_a_one_line_plugin_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], plugin: str, command: str
+) -> None:
+    monkeypatch.syspath_prepend(str(REPO / "tests" / "broken_plugins"))
+    (tmp_path / "s.toml").write_text(SUITE.format(name="exits"))
+    argv = [command, "-p", plugin]
+    if command == "run":
+        argv += [str(tmp_path / "s.toml"), "-o", str(tmp_path / "r.json"), "--no-peaks", "--no-report"]
+    assert cli.main(argv) == ExitCode.USAGE_ERROR
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"ampsuite: error: plugin {plugin!r}: "), err
+    assert "sys.exit(" in err and not (tmp_path / "r.json").exists()
+
+
+def test_sys_exit_inside_a_command_is_one_line_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plugin's code that calls sys.exit("...") while a command runs (a report section hook, say)."""
+    from ampsuite.commands import listing
+
+    def exits(args: Any) -> None:
+        sys.exit("a message, not an exit code")
+
+    monkeypatch.setattr(listing, "registry", exits)
+    assert cli.main(["list"]) == ExitCode.USAGE_ERROR
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ampsuite: error: sys.exit('a message, not an exit code') was called while the command ran")
+    assert len(err.splitlines()) == 1

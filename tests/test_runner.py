@@ -10,21 +10,23 @@ those tests start one.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from conftest import FAST_MEASURE, QuietObserver
+from conftest import FAST_MEASURE, SLOW_MEASURE, QuietObserver, start_foreground
+from conftest import children as _children
+from conftest import cmdline as _cmdline
+from conftest import descendants as _descendants
+from conftest import reaped as _reaped
+from conftest import wait_gone as _wait_gone
 
 from ampsuite import cli, results
 from ampsuite.contract.errors import ExitCode
@@ -76,61 +78,10 @@ def run_cli(*args: str) -> int:
 # ---------------------------------------------------------------------------
 
 
-def _stat(pid: int) -> tuple[str, int] | None:
-    """(state, parent pid) of a live process, None when it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    fields = text.rsplit(")", 1)[1].split()
-    return fields[0], int(fields[1])
-
-
-def _alive(pid: int) -> bool:
-    st = _stat(pid)
-    return st is not None and st[0] not in ("Z", "X")
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            st = _stat(int(entry.name))
-            if st is not None and st[1] == pid and st[0] not in ("Z", "X"):
-                out.append(int(entry.name))
-    return out
-
-
-def _descendants(pid: int) -> list[int]:
-    found, todo = [], [pid]
-    while todo:
-        for child in _children(todo.pop()):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
 def _live_workers() -> list[int]:
     """Children of this process's fork server(s): the cell workers still alive."""
     servers = [c for c in _children(os.getpid()) if "forkserver" in _cmdline(c)]
     return [w for s in servers for w in _children(s)]
-
-
-def _wait_gone(pids: list[int], seconds: float = 20.0) -> list[int]:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        left = [p for p in pids if _alive(p)]
-        if not left:
-            return []
-        time.sleep(0.1)
-    return [p for p in pids if _alive(p)]
 
 
 def _finished_records(path: Path) -> list[dict[str, Any]]:
@@ -548,58 +499,26 @@ def test_limit_memory_adds_to_the_mapped_size(tmp_path: Path) -> None:
 # SIGKILL and SIGINT on a real ampsuite process
 # ---------------------------------------------------------------------------
 
-SLOW_SUITE = """
+SLOW_SUITE = (
+    """
 [suite]
 name = "slow"
 device = "cpu"
 timeout = 120
 
-[measure]
-warmup_steps = 1
-min_steps = 3
-max_steps = 100000
-noise_target = 0.0000001
-numerics_steps = 2
-max_seconds = 1.5
-
+"""
+    + SLOW_MEASURE
+    + """
 [workloads.toy]
 batch_size = 8
 hidden = [16, 17, 18]
 """
+)
 SLOW_IDS = ["toy[hidden=16]/fp32/bs8", "toy[hidden=17]/fp32/bs8", "toy[hidden=18]/fp32/bs8"]
 
 
-def _as_a_shell_starts_it() -> None:
-    """SIGINT at its default and unblocked in the child, as a shell starts a foreground command. A child inherits
-    an ignored SIGINT across exec, and Python then never raises KeyboardInterrupt. The pytest process has it
-    ignored whenever the tests run as a background job of a non-interactive shell (`.ci/run &`: POSIX shells
-    start such jobs with SIGINT and SIGQUIT ignored); there this run finished its cells with SIGINT sent and
-    exited 0, which is not the behaviour under test."""
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _start(suite_path: Path, out: Path, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "ampsuite", "run", str(suite_path), "-o", str(out), "--no-report", "--no-peaks", *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # like a terminal's foreground job: Ctrl-C goes to the group
-        preexec_fn=_as_a_shell_starts_it,
-        cwd=out.parent,
-    )
-
-
-@contextlib.contextmanager
-def _reaped(proc: subprocess.Popen[str]) -> Iterator[subprocess.Popen[str]]:
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
+    return start_foreground(["run", str(suite_path), "-o", str(out), "--no-report", "--no-peaks", *extra], out.parent)
 
 
 def _resume(suite_path: Path, out: Path) -> tuple[int, dict[str, Any], str]:

@@ -464,24 +464,29 @@ def test_the_default_cuda_suite_gives_each_model_its_own_tuned_row(registry) -> 
         "resnet50": {("cudnn-benchmark", "channels-last", "amp-fp16", "fused-optimizer", "torch-compile")},
         "bert-base": {("cudnn-benchmark", "amp-bf16", "fused-optimizer", "torch-compile")},
         "vit-b16": {("cudnn-benchmark", "patch-gemm", "amp-bf16", "fused-optimizer", "torch-compile")},
+        "llm-125m": {("cudnn-benchmark", "amp-bf16", "fused-optimizer", "torch-compile")},
     }
 
 
 def test_the_default_cuda_suite_measures_every_lever_at_the_large_batch_and_no_host_bound_eager_cell(registry) -> None:
-    """The main job's matrix: FP32 and TF32 baselines, both AMP dtypes, loss scaling, FP32 islands, pinned against
-    pageable loading, CUDA graphs and channels-last at each model's large batch; at batch 32 only FP32 and the
-    CUDA-graph cells (an eager AMP cell there is host-bound, and its noise says so)."""
+    """The main job's matrix: FP32 and TF32 baselines, both AMP dtypes, loss scaling and FP32 islands for every
+    model at its training batch; pinned against pageable loading, channels-last and CUDA graphs where they teach
+    (ResNet-50); checkpointing and the compiled recipe for the decoder; at batch 32 only FP32 and the CUDA-graph
+    cell (an eager AMP cell there is host-bound, and its noise says so)."""
     spec = suitefile.load(suitefile.default_suite_path("cuda"))
     cells = [c for c in matrix.expand(spec, registry, "cuda") if c.skip_reason is None]
-    large = {"resnet50": 256, "bert-base": 128, "vit-b16": 256}
-    for workload, batch in large.items():
-        ours = [c for c in cells if c.workload_id == workload]
-        techniques = {t for c in ours if c.batch_size == batch for t in c.technique_names}
-        assert {"tf32", "amp-fp16", "amp-bf16", "fp32-islands", "pinned-loading", "pageable-loading"} <= techniques
-        assert {"cuda-graphs", "torch-compile", "fused-optimizer"} <= techniques
-        small = {c.combination for c in ours if c.batch_size == 32}
-        assert "fp32" in small and all(name == "fp32" or "graphs" in name for name in small), small
-    assert any("channels-last" in c.technique_names for c in cells if c.workload_id == "resnet50")
+
+    def techniques(workload: str, batch: int) -> set[str]:
+        return {t for c in cells if c.workload_id == workload and c.batch_size == batch for t in c.technique_names}
+
+    for workload, batch in {"resnet50": 256, "bert-base": 128, "vit-b16": 256}.items():
+        assert {"tf32", "amp-fp16", "amp-bf16", "fp32-islands", "torch-compile", "fused-optimizer"} <= techniques(
+            workload, batch
+        )
+    assert {"pinned-loading", "pageable-loading", "channels-last", "cuda-graphs"} <= techniques("resnet50", 256)
+    assert {"tf32", "amp-bf16", "activation-checkpointing", "torch-compile"} <= techniques("llm-125m", 8)
+    small = {c.combination for c in cells if c.batch_size == 32}
+    assert small == {"fp32", "bf16-cl-fused-graphs"}
     assert len(cells) <= 40
 
 

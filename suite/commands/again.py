@@ -20,7 +20,10 @@ from typing import Any
 from ampsuite.contract.cell import Cell
 from ampsuite.contract.wire import Status
 
-__all__ = ["PROCESSES", "measure_again"]
+__all__ = ["PROCESSES", "REFERENCE", "measure_again"]
+
+REFERENCE = "the FP32 reference of a workload's untrusted fastest cell"
+"""Why a cell whose own first figure was trusted was measured again."""
 
 PROCESSES = 3
 """Processes a cell is measured in again (at least this many, and two more than the suite's own)."""
@@ -82,7 +85,7 @@ def measure_again(plan: Any, config: Any, display: Any, doc: dict[str, Any]) -> 
             "processes": processes,
             "first_median": step["median"],
             "first_noise": step["noise"],
-            "reason": analysis.untrusted_reason(earlier, doc) or "",
+            "reason": analysis.untrusted_reason(earlier, doc) or REFERENCE,
         }
         if "quality" in earlier:
             record["quality"] = earlier["quality"]

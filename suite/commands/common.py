@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,7 @@ from ampsuite.contract.errors import ExitCode
 if TYPE_CHECKING:
     from ampsuite.host.manager import PluginSettings, Registry
 
-__all__ = ["Command", "add_plugin_args", "plugin_settings", "registry", "render", "report_sections"]
+__all__ = ["Command", "add_plugin_args", "plugin_settings", "registry", "render", "report_sections", "seconds"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,23 @@ def add_plugin_args(p: argparse.ArgumentParser, dest: str = "plugin") -> None:
         metavar="MODULE",
         help="load plugin MODULE; -p no:NAME blocks the plugin registered as NAME",
     )
+
+
+def seconds(text: str) -> float:
+    """``--timeout``: a finite number of seconds > 0 within the bound the suite file's ``timeout`` has."""
+    from ampsuite.spec.limits import MAX_TIMEOUT
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds > 0, got {text!r}")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    if value > MAX_TIMEOUT:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_TIMEOUT:g} seconds (a week), got {text!r}")
+    return value
 
 
 def plugin_settings(args: argparse.Namespace) -> PluginSettings:
@@ -67,15 +85,29 @@ def render(
     compare_with: Any = None,
     history: Any = None,
     files: Sequence[str | Path] = (),
+    inputs: Sequence[str | Path | None] = (),
 ) -> Path:
+    """The report site of ``docs`` in ``out_dir``; ``files`` (the documents' files) and ``inputs`` (other files the
+    command read) are never replaced (:mod:`ampsuite.results.outputs`). A signal while it is written ends the
+    command once the site is whole."""
     from ampsuite.contract.errors import OutputError
     from ampsuite.report import render_site
+    from ampsuite.run.signals import deferred
+    from ampsuite.terminal import echo
 
     try:
-        return Path(
-            render_site(
-                docs, out_dir, compare_with=compare_with, history=history, extra_sections=sections, results_files=files
+        with deferred():
+            return Path(
+                render_site(
+                    docs,
+                    out_dir,
+                    compare_with=compare_with,
+                    history=history,
+                    extra_sections=sections,
+                    results_files=files,
+                    inputs=[i for i in inputs if i is not None],
+                    note=echo,
+                )
             )
-        )
     except OSError as exc:  # read-only folder, full disk: one line, exit OUTPUT_ERROR
         raise OutputError(exc.filename or str(out_dir), exc) from None

@@ -6,6 +6,7 @@ import argparse
 
 from ampsuite.commands.common import Command, plugin_settings
 from ampsuite.contract.errors import ExitCode
+from ampsuite.terminal import echo
 
 
 def add_arguments(data: argparse.ArgumentParser) -> None:
@@ -27,7 +28,7 @@ def execute(args: argparse.Namespace) -> ExitCode:
             continue
         done.add(key)
         where = record.prepare(build_options(record.options, cell.options), args.data_dir)
-        print(f"{cell.workload_id}: {where or 'synthetic data, nothing written'}")
+        echo(f"{cell.workload_id}: {where or 'synthetic data, nothing written'}")
     return ExitCode.OK
 
 

@@ -7,9 +7,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ampsuite.commands.common import Command, plugin_settings
+from ampsuite.commands.common import Command, plugin_settings, seconds
 from ampsuite.contract.errors import ExitCode, UsageError
 from ampsuite.contract.wire import Status
+from ampsuite.terminal import echo
 
 
 def add_arguments(mb: argparse.ArgumentParser) -> None:
@@ -19,20 +20,20 @@ def add_arguments(mb: argparse.ArgumentParser) -> None:
     mb.add_argument("--limit", type=int, default=65536, help="largest batch size to try (default 65536)")
     mb.add_argument("-o", "--output", help="results file (default reports/SUITE-NAME/max-batch.json)")
     mb.add_argument("--device", choices=("cpu", "cuda"), help="override the suite's device")
-    mb.add_argument("--timeout", type=float, help="seconds per attempt (overrides suite.timeout)")
+    mb.add_argument("--timeout", type=seconds, help="seconds per attempt (overrides suite.timeout)")
     mb.add_argument("--data-dir", default="reports/data", help="where generated data sets live")
 
 
 def _print_record(record: dict[str, Any]) -> None:
     facts = record["metrics"].get("max_batch")
     if facts is None:
-        print(f"{record['id']}: {record['status']}", flush=True)
+        echo(f"{record['id']}: {record['status']}")
     elif record["status"] == Status.PASSED:
         unit = record["workload"]["unit"]
-        print(f"{record['id']}: {facts['largest']} ({record['metrics']['throughput']:,.1f} {unit}/s)", flush=True)
+        echo(f"{record['id']}: {facts['largest']} ({record['metrics']['throughput']:,.1f} {unit}/s)")
     else:
         reason = (record.get("evidence") or {}).get("reason") or (record.get("evidence") or {}).get("message", "")
-        print(f"{record['id']}: {record['status']} {reason}".rstrip(), flush=True)
+        echo(f"{record['id']}: {record['status']} {reason}".rstrip())
 
 
 def execute(args: argparse.Namespace) -> ExitCode:
@@ -41,7 +42,7 @@ def execute(args: argparse.Namespace) -> ExitCode:
 
     p = session.plan(args.suite, device=args.device, keyword=args.keyword, settings=plugin_settings(args))
     if not p.cells:
-        print(f"{p.spec.path}: no cells selected")
+        echo(f"{p.spec.path}: no cells selected")
         return ExitCode.NO_CELLS
     output = Path(args.output) if args.output else Path("reports") / p.spec.dir_name / "max-batch.json"
     try:
@@ -57,7 +58,7 @@ def execute(args: argparse.Namespace) -> ExitCode:
     except ValueError as exc:
         raise UsageError(f"max-batch: {exc}") from None
     summaries = maxbatch.search(p, config, _print_record)
-    print(f"results: {output}")
+    echo(f"results: {output}")
     return (
         ExitCode.OK if all(r["status"] in (Status.PASSED, Status.SKIPPED) for r in summaries) else ExitCode.CELLS_FAILED
     )

@@ -13,6 +13,7 @@ from typing import Any
 
 from ampsuite.commands.common import Command, registry, render, report_sections
 from ampsuite.contract.errors import ExitCode, UsageError
+from ampsuite.terminal import echo
 
 
 def _percent(text: str) -> float:
@@ -84,13 +85,13 @@ def execute(args: argparse.Namespace) -> ExitCode:
 
 
 def _render(args: argparse.Namespace, docs: list[dict[str, Any]], compare_with: dict[str, Any] | None) -> None:
-    from ampsuite import analysis
+    from ampsuite import analysis, results
 
     # Files of one machine (GPU, else CPU, and host) are its history; files of several machines
     # are also compared side by side on machines.html (render_site decides that from the same rule).
     machines = analysis.group_machines(docs, args.results)
     if len(machines) > 1:
-        print("machines: " + "; ".join(f"{m.label} ({len(m.docs)} file{'s' * (len(m.docs) > 1)})" for m in machines))
+        echo("machines: " + "; ".join(f"{m.label} ({len(m.docs)} file{'s' * (len(m.docs) > 1)})" for m in machines))
     own_history = [docs[i] for m in machines if len(m.docs) > 1 for i in m.docs]
     history = None
     if args.asv_results or own_history:
@@ -102,10 +103,20 @@ def _render(args: argparse.Namespace, docs: list[dict[str, Any]], compare_with: 
             tracked = len(history)
             history = {k: v for k, v in history.items() if k.split(" @ ", 1)[0] in ids}
             if not history:
-                print(f"history: {args.asv_results} tracks none of these cells ({tracked} others); no history page")
+                echo(f"history: {args.asv_results} tracks none of these cells ({tracked} others); no history page")
         history = in_commit_order(history, git_commit_order()) if history else None
+    if args.markdown:  # an input or an earlier run there is never replaced (ampsuite.results.outputs)
+        results.claim(Path(args.markdown), [*args.results, args.compare], "--markdown")
     sections = report_sections(registry(args), docs)
-    index = render(sections, docs, Path(args.output), compare_with=compare_with, history=history, files=args.results)
+    index = render(
+        sections,
+        docs,
+        Path(args.output),
+        compare_with=compare_with,
+        history=history,
+        files=args.results,
+        inputs=[args.compare],
+    )
     print(f"report: {index}")
     if args.markdown:
         from ampsuite.report import markdown_summary

@@ -10,7 +10,7 @@ from typing import Any
 
 from ampsuite.analysis.estimate import Estimate, earlier_walls
 from ampsuite.commands import again
-from ampsuite.commands.common import Command, plugin_settings, render, report_sections
+from ampsuite.commands.common import Command, plugin_settings, render, report_sections, seconds
 from ampsuite.contract.errors import ExitCode, UsageError
 from ampsuite.contract.wire import FAILURES
 
@@ -30,7 +30,7 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
     )
     run.add_argument("--resume", action="store_true", help="keep finished records of OUTPUT, run the rest")
     run.add_argument("--in-process", action="store_true", help="run cells in this process (debugging; no isolation)")
-    run.add_argument("--timeout", type=float, help="seconds per cell (overrides suite.timeout)")
+    run.add_argument("--timeout", type=seconds, help="seconds per cell (overrides suite.timeout)")
     run.add_argument("--data-dir", default="reports/data", help="where generated data sets live")
     run.add_argument("--no-report", action="store_true", help="do not render the HTML report")
     run.add_argument("--no-peaks", action="store_true", help="do not measure the device's peak rates first")
@@ -75,6 +75,8 @@ def execute(args: argparse.Namespace) -> ExitCode:
     from ampsuite.display import Display, print_summary
     from ampsuite.host import executors, session
     from ampsuite.run import runner
+    from ampsuite.run.signals import deferred
+    from ampsuite.terminal import plain
 
     executor_options = dict(executors.parse_option(o) for o in args.executor_option or [])
     preview = _preview(args)
@@ -111,8 +113,10 @@ def execute(args: argparse.Namespace) -> ExitCode:
         # As pytest exits 5 when it collects nothing: a run that can measure nothing is no success.
         reason = Counter(str(c.skip_reason) for c in p.cells).most_common(1)[0][0]
         display.console.print(
-            f"{p.spec.path}: all {len(p.cells)} cells would be skipped, nothing to measure (most often: {reason}); "
-            "--dry-run lists each reason",
+            plain(
+                f"{p.spec.path}: all {len(p.cells)} cells would be skipped, nothing to measure (most often: {reason}); "
+                "--dry-run lists each reason"
+            ),
             markup=False,
         )
         return ExitCode.NO_CELLS
@@ -136,11 +140,12 @@ def execute(args: argparse.Namespace) -> ExitCode:
             doc = _with_verdicts(doc, output)
     finally:
         display.stop()
-    print_summary(doc, display.console)
-    display.console.print(f"results: {output}", markup=False)
-    if not args.no_report:
-        index = render(report_sections(p.registry, [doc]), [doc], out_dir, files=[output])
-        display.console.print(f"report: {index}", markup=False)
+    with deferred():  # a signal now ends the command once the summary and the report are written
+        print_summary(doc, display.console)
+        display.console.print(f"results: {output}", markup=False)
+        if not args.no_report:
+            index = render(report_sections(p.registry, [doc]), [doc], out_dir, files=[output], inputs=[p.spec.path])
+            display.console.print(f"report: {index}", markup=False)
     if interrupted:
         return ExitCode.INTERRUPTED
     if any(r["status"] in FAILURES for r in doc["cells"]):

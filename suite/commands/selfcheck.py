@@ -33,8 +33,15 @@ def execute(args: argparse.Namespace) -> ExitCode:
     from ampsuite.host import environment, session
     from ampsuite.run import selfcheck
     from ampsuite.spec.keyword import KeywordExpression
+    from ampsuite.terminal import plain
 
     device = session.resolve_device("auto", args.device)
+    if args.output:  # before minutes of checks: -o never replaces the file read, nor a run without a backup
+        from ampsuite.results.outputs import claim
+
+        kept = claim(Path(args.output), [args.tuned, args.cells], "-o")
+        if kept is not None:
+            make_console().print(plain(f"{args.output}: an earlier run's results file, kept as {kept}"), markup=False)
     if args.tuned or args.cells:
         from ampsuite import results
 
@@ -45,7 +52,7 @@ def execute(args: argparse.Namespace) -> ExitCode:
             path, checks = args.cells, selfcheck.cell_checks(results.load(args.cells))
             missing = "no passed single-process cell to check"
         if not checks:
-            make_console().print(f"{path}: {missing}", markup=False)
+            make_console().print(plain(f"{path}: {missing}"), markup=False)
             return ExitCode.NO_CELLS
     else:
         checks = selfcheck.CHECKS[device]
@@ -59,15 +66,17 @@ def execute(args: argparse.Namespace) -> ExitCode:
         try:
             r = selfcheck.run_check(check, device, rounds=args.rounds)
         except selfcheck.NotComparable as exc:
-            console.print(f"{check.name}: not checked: {exc}", markup=False)
+            console.print(plain(f"{check.name}: not checked: {exc}"), markup=False)
             rows.append({"name": check.name, "not_checked": str(exc)})
             continue
         flag = "" if r.ratio >= args.min_ratio else f"  BELOW {args.min_ratio:.2f}"
         if flag:
             worst = ExitCode.CELLS_FAILED
         console.print(
-            f"{r.name}: harness {r.harness_median * 1e3:.3f} ms (noise {r.harness_noise:.2%}), "
-            f"plain loop {r.plain_per_step * 1e3:.3f} ms, ratio {r.ratio:.3f}{flag}",
+            plain(
+                f"{r.name}: harness {r.harness_median * 1e3:.3f} ms (noise {r.harness_noise:.2%}), "
+                f"plain loop {r.plain_per_step * 1e3:.3f} ms, ratio {r.ratio:.3f}{flag}"
+            ),
             markup=False,
         )
         rows.append(selfcheck.as_dict(r))

@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ampsuite.commands.common import Command, plugin_settings
+from ampsuite.commands.common import Command, plugin_settings, seconds
 from ampsuite.contract.errors import ExitCode
+from ampsuite.terminal import echo
 
 
 def duration(text: str) -> float:
@@ -30,7 +31,7 @@ def add_arguments(tn: argparse.ArgumentParser) -> None:
     tn.add_argument("--resume", action="store_true", help="keep candidates already measured in the tune results")
     tn.add_argument("--report-dir", help="output directory (default reports/SUITE-NAME-tune)")
     tn.add_argument("--device", choices=("cpu", "cuda"), help="override the suite's device")
-    tn.add_argument("--timeout", type=float, help="seconds per cell (overrides suite.timeout)")
+    tn.add_argument("--timeout", type=seconds, help="seconds per cell (overrides suite.timeout)")
     tn.add_argument("--data-dir", default="reports/data", help="where generated data sets live")
 
 
@@ -38,11 +39,12 @@ def execute(args: argparse.Namespace) -> ExitCode:
     from ampsuite import results
     from ampsuite.host import session
     from ampsuite.report.tune_page import render_tune_page
+    from ampsuite.run.signals import deferred
     from ampsuite.tune import TuneConfig, recipe_toml, tune, tune_markdown
 
     p = session.plan(args.suite, device=args.device, keyword=args.keyword, settings=plugin_settings(args))
     if not p.cells:
-        print(f"{p.spec.path}: no cells selected")
+        echo(f"{p.spec.path}: no cells selected")
         return ExitCode.NO_CELLS
     out_dir = Path(args.report_dir or Path("reports") / f"{p.spec.dir_name}-tune")
     config = TuneConfig(
@@ -56,21 +58,24 @@ def execute(args: argparse.Namespace) -> ExitCode:
     )
 
     def write_outputs(summary: dict[str, Any]) -> Path:
-        recipe = recipe_toml(summary)
-        (out_dir / "recipe.toml").write_text(recipe, encoding="utf-8")
-        (out_dir / "tune.md").write_text(tune_markdown(summary), encoding="utf-8")
-        print(recipe, end="")
-        return render_tune_page(summary, out_dir)
+        with deferred():  # a signal now ends the command once the outputs are whole (ampsuite.run.signals)
+            recipe = recipe_toml(summary)
+            (out_dir / "recipe.toml").write_text(recipe, encoding="utf-8")
+            (out_dir / "tune.md").write_text(tune_markdown(summary), encoding="utf-8")
+            for line in recipe.splitlines():
+                echo(line)
+            return render_tune_page(summary, out_dir)
 
     with results.locked(config.output, wait=False):
         try:
-            summary = tune(p, config, lambda line: print(line, flush=True))
+            summary = tune(p, config, echo)
         except KeyboardInterrupt:
             # The results file holds the summary so far: the outputs beside it must not be an older run's.
             write_outputs(results.load(config.output)["run"]["tune"])
             raise
     page = write_outputs(summary)
-    print(f"results: {config.output}\nrecipe: {out_dir / 'recipe.toml'}\npage: {page}")
+    for line in (f"results: {config.output}", f"recipe: {out_dir / 'recipe.toml'}", f"page: {page}"):
+        echo(line)
     return ExitCode.OK if all(w.get("winner") for w in summary["workloads"]) else ExitCode.CELLS_FAILED
 
 

@@ -9,18 +9,32 @@ integers, bounded depth) are a few lines.
 
 from __future__ import annotations
 
+import json
 import math
 import types
 import typing
 from enum import StrEnum
 from typing import Any, Literal, NotRequired, Union
 
-__all__ = ["MAX_DEPTH", "MAX_INT", "WireError", "check", "json_problem"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_INT",
+    "MAX_RECORD_BYTES",
+    "WireError",
+    "check",
+    "json_problem",
+    "json_size",
+    "size_problem",
+]
 
 MAX_INT = 2**63
 """Integers beyond 64 bits are no figure ampsuite writes; a file holding one is refused."""
 MAX_DEPTH = 64
 """Deeper JSON than this is no document ampsuite writes."""
+MAX_RECORD_BYTES = 4 * 2**20
+"""The most one cell's record may hold as JSON (4 MiB): a record of 100,000 timed steps writes about 2 MiB, and a
+results file (64 MiB at most) must still hold many. What a plugin puts in notes, diagnostics, metrics or an
+exception's message counts against it where it enters: in the worker's result."""
 
 
 class WireError(ValueError):
@@ -57,6 +71,30 @@ def json_problem(value: Any, where: str = "", depth: int = 0) -> str | None:
                 return problem
         return None
     return f"{where or 'value'}: a {type(value).__name__} is not JSON data"
+
+
+def json_size(value: Any) -> int:
+    """Bytes of ``value`` as compact JSON (strict JSON data, as :func:`json_problem` accepts)."""
+    return len(json.dumps(value, separators=(",", ":")))
+
+
+def size_problem(value: Any, limit: int = MAX_RECORD_BYTES) -> str | None:
+    """None when ``value``'s JSON fits in ``limit`` bytes; else what is too large, naming the part that holds
+    most of it (``notes.trace: 100,000,002 bytes``), so that the plugin that wrote it can be found."""
+    size = json_size(value)
+    if size <= limit:
+        return None
+    where, part, part_size = "", value, size
+    while isinstance(part, dict | list) and part:
+        items = list(part.items()) if isinstance(part, dict) else list(enumerate(part))
+        sizes = [(json_size(v), k, v) for k, v in items]
+        biggest, key, child = max(sizes, key=lambda t: t[0])
+        if biggest * 2 < part_size:  # no single part holds most of it: name this one
+            break
+        where = (f"{where}.{key}" if where else key) if isinstance(key, str) else f"{where}[{key}]"
+        part, part_size = child, biggest
+    held = f"; {where} holds {part_size:,}" if where else ""
+    return f"{size:,} bytes of JSON, more than a record may hold ({limit:,}){held}"
 
 
 def _name(tp: Any) -> str:

@@ -27,12 +27,21 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 from ampsuite.contract.qualitywire import Quality, QualityRule, QualityVerdicts
 from ampsuite.contract.tunewire import TuneData
-from ampsuite.contract.validate import MAX_DEPTH, MAX_INT, WireError, check, json_problem
+from ampsuite.contract.validate import (
+    MAX_DEPTH,
+    MAX_INT,
+    MAX_RECORD_BYTES,
+    WireError,
+    check,
+    json_problem,
+    size_problem,
+)
 
 __all__ = [
     "FAILURES",
     "MAX_DEPTH",
     "MAX_INT",
+    "MAX_RECORD_BYTES",
     "NOT_RUN",
     "ORDER",
     "TERMINAL",
@@ -52,6 +61,7 @@ __all__ = [
     "json_problem",
     "outcome",
     "record_problem",
+    "size_problem",
 ]
 
 
@@ -292,7 +302,7 @@ class Remeasured(TypedDict):
     first_median: float
     first_noise: float
     reason: str
-    """Why the first figure was not trusted."""
+    """Why the first figure was not trusted, or that the cell is the reference of one that was not."""
 
 
 class Record(TypedDict):

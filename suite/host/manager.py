@@ -142,11 +142,18 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+def _raised(exc: BaseException) -> str:
+    """What a plugin's code raised, for a one-line message (sys.exit() included: it ends no ampsuite command)."""
+    if isinstance(exc, SystemExit):
+        return f"SystemExit: sys.exit({exc.code!r}) was called"
+    return f"{type(exc).__name__}: {_one_line(str(exc))}"
+
+
 def _import(name: str, module: str) -> types.ModuleType:
     try:
         return importlib.import_module(module)
-    except Exception as exc:  # any error in third-party code is that plugin's fault
-        raise PluginError(name, f"cannot import {module!r}: {type(exc).__name__}: {_one_line(str(exc))}") from exc
+    except (Exception, SystemExit) as exc:  # any error in third-party code is that plugin's fault
+        raise PluginError(name, f"cannot import {module!r}: {_raised(exc)}") from exc
 
 
 def _register(pm: pluggy.PluginManager, plugin: object, name: str) -> None:
@@ -218,10 +225,8 @@ def load_registry(settings: PluginSettings | None = None, objects: Sequence[tupl
         version = ep.dist.version if ep.dist else "?"
         try:
             plugin = ep.load()
-        except Exception as exc:
-            raise PluginError(
-                ep.name, f"cannot load entry point {ep.value!r}: {type(exc).__name__}: {_one_line(str(exc))}"
-            ) from exc
+        except (Exception, SystemExit) as exc:
+            raise PluginError(ep.name, f"cannot load entry point {ep.value!r}: {_raised(exc)}") from exc
         _register(pm, plugin, ep.name)
         source = "builtin" if builtin else f"entry point ({dist})"
         registry.plugins.append(PluginInfo(ep.name, ep.value, version, source))
@@ -309,8 +314,8 @@ def _collect(
         plugin = impl.plugin_name
         try:
             returned = impl.function()
-        except Exception as exc:
-            raise PluginError(plugin, f"hook {hook.name} raised {type(exc).__name__}: {_one_line(str(exc))}") from exc
+        except (Exception, SystemExit) as exc:
+            raise PluginError(plugin, f"hook {hook.name} raised {_raised(exc)}") from exc
         for record in _as_list(plugin, hook.name, returned, record_type):
             if not isinstance(record, record_type):
                 raise PluginError(
@@ -340,8 +345,8 @@ def _as_list(plugin: str, hook_name: str, returned: object, record_type: type) -
         raise PluginError(plugin, f"{expected}, got {type(returned).__name__}")
     try:
         return list(returned)
-    except Exception as exc:  # a generator hook fails while it is consumed
-        raise PluginError(plugin, f"hook {hook_name} raised {type(exc).__name__}: {_one_line(str(exc))}") from exc
+    except (Exception, SystemExit) as exc:  # a generator hook fails while it is consumed
+        raise PluginError(plugin, f"hook {hook_name} raised {_raised(exc)}") from exc
 
 
 def _check_record(plugin: str, kind: str, record: _R) -> _R:

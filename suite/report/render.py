@@ -15,7 +15,7 @@ import importlib.resources
 import json
 import re
 import shutil
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,9 @@ from ampsuite.report.markdown import markdown_summary
 from ampsuite.report.pages import index_context, speedup_summary, workload_contexts
 from ampsuite.report.quality_page import quality_context
 from ampsuite.report.views import load_runs, run_label
+from ampsuite.results import outputs
+
+Note = Callable[[str], None] | None
 
 __all__ = ["CSV_NAME", "JSON_NAME", "MACHINES_CSV_NAME", "MARKDOWN_NAME", "environment", "render_site"]
 
@@ -61,14 +64,17 @@ def environment() -> jinja2.Environment:
     return env
 
 
+def _static_files() -> list[Any]:
+    source = importlib.resources.files("ampsuite.report") / STATIC_DIR
+    return [item for item in source.iterdir() if item.is_file()]
+
+
 def _copy_static(out_dir: Path) -> None:
     target = out_dir / STATIC_DIR
     target.mkdir(parents=True, exist_ok=True)
-    source = importlib.resources.files("ampsuite.report") / STATIC_DIR
-    for item in source.iterdir():
-        if item.is_file():
-            with importlib.resources.as_file(item) as path:
-                shutil.copyfile(path, target / item.name)
+    for item in _static_files():
+        with importlib.resources.as_file(item) as path:
+            shutil.copyfile(path, target / item.name)
 
 
 def _section_views(sections: Iterable[ReportSection]) -> list[dict[str, Any]]:
@@ -84,23 +90,26 @@ def _section_views(sections: Iterable[ReportSection]) -> list[dict[str, Any]]:
     return out
 
 
-def _results_json(out: Path, items: Sequence[Doc], files: Sequence[str | Path]) -> list[str]:
+def _results_json(
+    out: Path, items: Sequence[Doc], files: Sequence[str | Path], inputs: Sequence[str | Path], note: Note
+) -> list[str]:
     """Put each run's results file in the site (results.json, results-2.json, ...); their names.
 
-    A given file is copied (never over itself: ``ampsuite run`` writes its results where its
-    report goes); a document given without a file is written out, unless the name is taken.
+    A given file is copied under :mod:`ampsuite.results.outputs`' rules (never over itself, as when ``ampsuite
+    run`` writes its results where its report goes; never over another input; an earlier run there is kept aside
+    and named through ``note``); a document given without a file is written out, unless the name is taken.
     """
-    names = []
-    for i, doc in enumerate(items):
-        name = JSON_NAME if i == 0 else f"results-{i + 1}.json"
-        target = out / name
-        source = Path(files[i]) if i < len(files) else None
-        if source is not None:
-            if not (target.exists() and target.samefile(source)):
-                shutil.copyfile(source, target)
-        elif not target.exists():
-            target.write_text(json.dumps(doc, indent=1, allow_nan=False), encoding="utf-8")
-        names.append(name)
+    names = [JSON_NAME if i == 0 else f"results-{i + 1}.json" for i in range(len(items))]
+    copies = [(Path(f), out / name) for f, name in zip(files, names, strict=False)]
+    for source, target in copies:  # every copy checked before the first is made
+        outputs.check_copy(source, target, inputs, "the report's copy of a results file")
+    for source, target in copies:
+        backup = outputs.copy_into(source, target, inputs, "the report's copy of a results file")
+        if backup is not None and note is not None:
+            note(f"{target}: an earlier run's results file, kept as {backup}")
+    for doc, name in list(zip(items, names, strict=True))[len(copies) :]:
+        if not (out / name).exists():
+            (out / name).write_text(json.dumps(doc, indent=1, allow_nan=False), encoding="utf-8")
     return names
 
 
@@ -123,6 +132,8 @@ def render_site(
     extra_sections: Iterable[ReportSection] = (),
     title: str | None = None,
     results_files: Sequence[str | Path] = (),
+    inputs: Sequence[str | Path] = (),
+    note: Note = None,
 ) -> Path:
     """Write the report site for ``docs`` (loaded results documents) into ``out_dir``.
 
@@ -131,6 +142,9 @@ def render_site(
     :param results_files: the files ``docs`` were loaded from, copied into the site as
         results.json (results-2.json, ...) and linked from every page; their names tell
         machines apart on machines.html where GPU and host do not.
+    :param inputs: files the command read besides ``results_files`` (a ``--compare`` file): no page or copy
+        may replace one of them or of ``results_files`` (:mod:`ampsuite.results.outputs`).
+    :param note: told (one line) where an earlier run's results file in ``out_dir`` was kept.
     :param extra_sections: plugin sections (``ampsuite_report_sections``), shown on
         the index after the built-in ones and in summary.md when they carry Markdown.
     :return: the path of index.html.
@@ -153,7 +167,18 @@ def render_site(
     workloads = workload_contexts(runs)
     across = analysis.across_machines(items, results_files) if len(items) > 1 else None
     several = across is not None and len(across.machines) > 1
-    json_names = _results_json(out, items, results_files)
+    every_input = [*results_files, *inputs]
+    pages = [
+        "index.html",
+        CSV_NAME,
+        MARKDOWN_NAME,
+        *(f"{STATIC_DIR}/{f.name}" for f in _static_files()),
+        *(p["file"] for p in workloads.values()),
+    ]
+    pages += ["history.html"] * (history is not None) + ["compare.html"] * (compare_with is not None)
+    pages += ["machines.html", MACHINES_CSV_NAME] * several
+    outputs.refuse_inputs([out / p for p in pages], every_input, "the report")
+    json_names = _results_json(out, items, results_files, every_input, note)
     quality = quality_context(runs)
     nav = {
         "quality": quality is not None,

@@ -10,10 +10,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_json_atomic"]
+__all__ = ["TooLarge", "write_json_atomic"]
 
 FILE_MODE = 0o644
 """Readable by anyone the umask allows: results and caches are shared, unlike mkstemp's private 0600."""
+
+
+class TooLarge(ValueError):
+    """The JSON text is larger than the file may be; nothing was written."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"{size:,} bytes is more than {limit:,}")
+        self.size = size
+        self.limit = limit
 
 
 def write_json_atomic(
@@ -23,15 +32,20 @@ def write_json_atomic(
     indent: int | None = None,
     default: Callable[[Any], Any] | None = None,
     allow_nan: bool = False,
+    max_bytes: int | None = None,
 ) -> None:
     """Write ``value`` as JSON to ``path``: a temporary file in the same folder, fsync, then ``os.replace``.
 
     The folder is created when missing; the temporary file is removed when anything fails
     (including serialising ``value``, which happens before the file exists).
+
+    :raises TooLarge: when the text is longer than ``max_bytes`` (the file is left as it was).
     """
     path = Path(path)
     # No trailing newline: a results file cut anywhere, even just before one, must not load.
     text = json.dumps(value, indent=indent, default=default, allow_nan=allow_nan)
+    if max_bytes is not None and len(text) > max_bytes:  # ensure_ascii: one byte a character
+        raise TooLarge(len(text), max_bytes)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Same folder: os.replace is only atomic within one file system. O_EXCL with a
     # unique name instead of mkstemp, so that the mode passes through the umask.

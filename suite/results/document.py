@@ -7,20 +7,21 @@ records copies it aside first.
 from __future__ import annotations
 
 import datetime as dt
-import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
 
 from ampsuite.contract.cell import Cell
+from ampsuite.contract.errors import ResultsFileError
 from ampsuite.host import environment
 from ampsuite.host.manager import Registry
 from ampsuite.results import definition
+from ampsuite.results.outputs import copy_aside, refuse_inputs, set_aside
 from ampsuite.results.store import FORMAT, TERMINAL, VERSION, ResultsWriter, check_comparable, load
 from ampsuite.spec.suitespec import SuiteSpec
 
-__all__ = ["DocumentSettings", "backup_path", "base_record", "copy_aside", "new_document", "now", "open_results"]
+__all__ = ["DocumentSettings", "base_record", "check_same_suite", "new_document", "now", "open_results"]
 
 
 class DocumentSettings(Protocol):
@@ -103,28 +104,6 @@ def _new_document(spec: SuiteSpec, config: DocumentSettings, device: str, regist
     }
 
 
-def backup_path(out: Path) -> Path:
-    """A free name for the previous results file: ``NAME.STAMP.json`` after its mtime, then ``NAME.STAMP-1.json``, ...
-
-    Two earlier runs can share the mtime's second (or a clock can be reset), and a
-    rename onto an existing backup would silently replace it.
-    """
-    stamp = dt.datetime.fromtimestamp(out.stat().st_mtime, dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    candidate = out.with_name(f"{out.stem}.{stamp}{out.suffix}")
-    n = 0
-    while candidate.exists():
-        n += 1
-        candidate = out.with_name(f"{out.stem}.{stamp}-{n}{out.suffix}")
-    return candidate
-
-
-def copy_aside(out: Path) -> Path:
-    """A copy of the results file ``out`` at :func:`backup_path`, before records in it are replaced; its path."""
-    backup = backup_path(out)
-    shutil.copy2(out, backup)
-    return backup
-
-
 def open_results(
     spec: SuiteSpec,
     config: DocumentSettings,
@@ -135,18 +114,20 @@ def open_results(
     message: Callable[[str], None] | None = None,
 ) -> ResultsWriter:
     """The writer of this run's results file: resumed from ``config.output`` when asked, else a new
-    document (an existing file is renamed to :func:`backup_path`, never overwritten).
+    document (an existing file is renamed aside, :func:`ampsuite.results.outputs.set_aside`, never overwritten).
 
     Resuming keeps the finished records of ``ids``; of those among ``cells``, only the ones that measured
     the same definition (:func:`ampsuite.results.definition.difference`): the others run again, and the file as it
-    was is copied to :func:`backup_path` first, so nothing measured is lost. Records of cells outside
+    was is copied aside first, so nothing measured is lost. Records of cells outside
     ``ids`` (a run narrowed by ``-k``) are kept as they are.
     """
-    doc = new_document(spec, config, device, registry)
     out = config.output
+    refuse_inputs([out], [spec.path], "the results file")
+    doc = new_document(spec, config, device, registry)
     if config.resume and out.exists():
         old = load(out)
         check_comparable(str(out), old["environment"], doc["environment"])
+        check_same_suite(str(out), old, spec)
         by_id = {c.id: c for c in cells}
         changed = {}
         for r in old["cells"]:
@@ -170,5 +151,19 @@ def open_results(
         return ResultsWriter(out, old)
     if out.exists():
         # Never overwrite measurements: the previous file is kept beside the new one.
-        out.rename(backup_path(out))
+        backup = set_aside(out)
+        if message is not None:
+            message(f"{out}: the earlier file there is kept as {backup}")
     return ResultsWriter(out, doc)
+
+
+def check_same_suite(path: str, old: dict[str, Any], spec: SuiteSpec) -> None:
+    """Refuse to resume ``old`` (the document at ``path``) with another suite: its records, noise target and
+    measurement settings are that suite's, and a resumed run would mix two suites in one file."""
+    name = (old["run"].get("suite") or {}).get("name")
+    if name != spec.name:
+        raise ResultsFileError(
+            path,
+            f"holds a run of suite {str(name)[:80]!r}, not of {spec.name!r}; --resume continues a run of the same "
+            "suite (choose another -o, or leave out --resume to start anew: this file is then kept aside)",
+        )

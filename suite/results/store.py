@@ -6,6 +6,7 @@ Version history:
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
@@ -16,7 +17,7 @@ from typing import Any
 
 from ampsuite.contract import wire
 from ampsuite.contract.errors import OutputError, ResultsFileError
-from ampsuite.results.atomic import write_json_atomic
+from ampsuite.results.atomic import TooLarge, write_json_atomic
 
 __all__ = [
     "FORMAT",
@@ -60,7 +61,7 @@ def checksum(doc: dict[str, Any]) -> str:
 def _write_atomic(path: Path, doc: dict[str, Any]) -> None:
     clean = sanitize(doc)
     clean["integrity"] = {"sha256": checksum(clean)}
-    write_json_atomic(path, clean, indent=1)
+    write_json_atomic(path, clean, indent=1, max_bytes=MAX_BYTES)
 
 
 def _reject_constant(name: str) -> Any:
@@ -168,12 +169,22 @@ class ResultsWriter:
         return cell_id in self._index
 
     def add(self, record: dict[str, Any]) -> None:
+        """Put ``record`` in the document and rewrite the file. A record that would make the file larger than
+        any reader accepts (:data:`MAX_BYTES`) is written as ``failed`` instead, naming its size: the file, and
+        every record in it, stays readable."""
+        self._put(record)
+        try:
+            self._write()
+        except TooLarge as exc:
+            self._put(_too_large(record, exc))
+            self.flush()
+
+    def _put(self, record: dict[str, Any]) -> None:
         if record["id"] in self._index:
             self.doc["cells"][self._index[record["id"]]] = record
         else:
             self._index[record["id"]] = len(self.doc["cells"])
             self.doc["cells"].append(record)
-        self.flush()
 
     def order(self, ids: Iterable[str]) -> None:
         """Put records in matrix order (resumed runs append out of order)."""
@@ -184,10 +195,33 @@ class ResultsWriter:
     def flush(self) -> None:
         """Rewrite the file; on an OS error (read-only, disk full) the previous file stays as it was.
 
-        :raises OutputError: naming the path and the error (exit code OUTPUT_ERROR).
+        :raises OutputError: naming the path and the error (exit code OUTPUT_ERROR), also when the document
+            has grown larger than :data:`MAX_BYTES`.
         """
+        try:
+            self._write()
+        except TooLarge as exc:
+            raise OutputError(str(self.path), OSError(errno.EFBIG, f"the results file would be {exc}")) from None
+
+    def _write(self) -> None:
         self.doc.pop("integrity", None)
         try:
             _write_atomic(self.path, self.doc)
         except OSError as exc:
             raise OutputError(str(self.path), exc) from None
+
+
+def _too_large(record: dict[str, Any], exc: TooLarge) -> dict[str, Any]:
+    """``record`` as ``failed``, its measured parts left out: with them the results file would be too large."""
+    size = len(json.dumps(sanitize(record)))
+    message = (
+        f"the record ({size:,} bytes) would make the results file {exc.size:,} bytes, more than any results "
+        f"file may hold ({exc.limit:,}); its measured parts are left out"
+    )
+    empty: dict[str, Any] = {"metrics": {}, "numerics": None, "diagnostics": {}, "notes": {}, "warnings": []}
+    return {
+        **record,
+        **empty,
+        "status": wire.Status.FAILED,
+        "evidence": {"type": "OversizedRecord", "message": message},
+    }

@@ -106,6 +106,10 @@ def _payload(job: CellJob) -> WorkerPayload:
 
 
 def kill_group(proc: Any) -> None:
+    """End the worker ``proc``, every process below it (whatever its session: the worker is their subreaper) and
+    whatever is left of its process group (the children of a worker that died)."""
+    if proc.pid is not None and proc.is_alive():  # its tree only while it lives: a reaped pid may be reused
+        procs.kill_tree(proc.pid)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(Exception):
@@ -165,8 +169,6 @@ def in_worker(
                 proc.join(KILL_GRACE_SECONDS)
                 return "unreadable", proc.exitcode
             proc.join(KILL_GRACE_SECONDS)
-            if proc.is_alive():
-                kill_group(proc)
             return "result", value
         dump = stacks(proc, log)
         kill_group(proc)
@@ -177,10 +179,8 @@ def in_worker(
         finally:  # a second Ctrl-C during the dump still takes the worker down
             kill_group(proc)
         raise WorkerInterrupted(dump) from exc
-    except BaseException:
-        kill_group(proc)
-        raise
     finally:
+        kill_group(proc)  # however the attempt ended, nothing it started outlives it
         receiver.close()
 
 
@@ -209,9 +209,7 @@ def measure_once(job: CellJob) -> Outcome:
         state: dict[str, Any] = {}
         try:
             return checked(worker.run_cell(dict(data), state, job.registry), job.log)
-        except KeyboardInterrupt:
-            raise
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # a plugin's sys.exit() is its cell's failure, as in a worker
             return worker.classify(exc, state)
     kind, value = in_worker(job.ctx, worker.main, (data,), job.timeout, job.log)
     if kind == "result":

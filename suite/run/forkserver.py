@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import multiprocessing.forkserver
 import sys
 from collections.abc import Sequence
 from multiprocessing.context import BaseContext
 
 from ampsuite.contract.errors import PluginError
 from ampsuite.host.manager import Registry
+from ampsuite.run.signals import ignored
 
 __all__ = ["worker_context"]
 
@@ -26,6 +28,11 @@ def worker_context(registry: Registry) -> BaseContext:
         # registry of a process decides: CPython starts one fork server per process.
         preload = ["ampsuite.run.worker", *registry.own_modules()]
         ctx.set_forkserver_preload(preload)
+        # The fork server is started in the terminal's process group: a Ctrl-C there during its `import torch` would
+        # print a traceback and kill it. It starts with the signals ignored (inherited across exec); the run's
+        # handling of them is the parent's (ampsuite.run.signals), and each worker restores its own (procs).
+        with ignored():
+            multiprocessing.forkserver.ensure_running()
         _check_fork_server(ctx, preload)
         return ctx
     return mp.get_context("spawn")

@@ -51,7 +51,7 @@ from ampsuite.host.session import Plan
 from ampsuite.results import base_record, now, open_results
 from ampsuite.run.forkserver import worker_context
 from ampsuite.run.runner import CellJob, RunConfig, run_record
-from ampsuite.run.signals import sigterm_interrupts
+from ampsuite.run.signals import interrupts
 from ampsuite.spec.suitespec import MeasureSpec, SuiteSpec
 
 __all__ = ["QUANTUM", "RESOLUTION", "SearchConfig", "attempt_measure", "midpoint", "search"]
@@ -260,7 +260,7 @@ def search(plan: Plan, config: SearchConfig, report: Report = lambda record: Non
         )
     s = _Search(plan, config, report)
     try:
-        with sigterm_interrupts():
+        with interrupts():
             return _search_all(s, plan, config, report)
     finally:
         s.writer.doc["run"]["finished"] = now()

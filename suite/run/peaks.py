@@ -42,7 +42,7 @@ import torch
 
 from ampsuite.results.atomic import write_json_atomic
 
-__all__ = ["CACHE_ENV", "CACHE_FORMAT", "cache_dir", "device_name", "measure_peaks", "mfu"]
+__all__ = ["CACHE_ENV", "CACHE_FORMAT", "cache_dir", "cache_file", "device_name", "measure_peaks", "mfu"]
 
 CACHE_ENV = "AMPSUITE_CACHE_DIR"
 CACHE_FORMAT = 2
@@ -82,6 +82,11 @@ def device_name(device_type: str) -> str:
     if device_type == "cpu":
         return f"{_cpu_model()} ({torch.get_num_threads()} threads)"
     raise ValueError(f"device_type must be 'cpu' or 'cuda', got {device_type!r}")
+
+
+def cache_file(device_type: str) -> Path:
+    """The file the current device's peaks are cached in (whether it exists yet or not)."""
+    return _cache_file(device_name(device_type))
 
 
 def _cache_file(name: str) -> Path:

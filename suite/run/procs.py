@@ -5,6 +5,11 @@ cell all start the same way (:func:`start_child`), so that each can be killed
 with everything it started, dies with its parent, writes into the log the
 runner keeps as evidence, and leaves Python stacks there when it crashes or
 when the runner asks for them (:data:`STACKS_SIGNAL`, on a timeout).
+
+Everything a cell starts ends with the cell. A worker is a child subreaper (Linux): a process its code starts
+stays in its tree even when it leaves the worker's process group (a session of its own) or its parent exits (a
+double fork), instead of being handed to init. The worker ends its tree before it exits (:func:`end_descendants`),
+and the runner ends it, worker included, when it stops a worker (:func:`kill_tree`, then the process group).
 """
 
 from __future__ import annotations
@@ -16,10 +21,16 @@ import signal
 import sys
 from pathlib import Path
 
+from ampsuite.run.signals import restore_defaults
+
 __all__ = [
     "LOG_TAIL_BYTES",
     "STACKS_SIGNAL",
+    "become_subreaper",
+    "descendants",
     "die_with_parent",
+    "end_descendants",
+    "kill_tree",
     "log_since",
     "log_size",
     "log_tail",
@@ -32,6 +43,16 @@ LOG_TAIL_BYTES = 4000
 STACKS_SIGNAL = signal.SIGUSR1
 """Sent by the runner to a worker that timed out: faulthandler writes every thread's stack to the log."""
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+LINUX = sys.platform.startswith("linux")
+
+
+def _prctl(option: int, value: int) -> None:
+    if LINUX:
+        with contextlib.suppress(Exception):
+            import ctypes
+
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(option, value)
 
 
 def die_with_parent(parent_pid: int | None = None) -> None:
@@ -41,13 +62,75 @@ def die_with_parent(parent_pid: int | None = None) -> None:
     With ``parent_pid``, a parent that died before the request took effect ends
     this process at once.
     """
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(Exception):
-            import ctypes
-
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if parent_pid is not None and os.getppid() != parent_pid:
         os._exit(1)
+
+
+def become_subreaper() -> None:
+    """Linux: orphans below this process are re-parented to it rather than to init, so they stay in its tree."""
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def _parents() -> dict[int, int]:
+    """pid -> parent pid of every live process (Linux /proc; empty elsewhere). Zombies are left out: they are
+    dead already and wait only to be reaped."""
+    found: dict[int, int] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as f:
+                    fields = f.read().rpartition(b")")[2].split()  # the name before ")" may hold anything
+            except OSError:  # gone meanwhile
+                continue
+            if len(fields) > 1 and fields[0] not in (b"Z", b"X"):
+                found[int(entry.name)] = int(fields[1])
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid``, parents before their children."""
+    children: dict[int, list[int]] = {}
+    for child, parent in _parents().items():
+        children.setdefault(parent, []).append(child)
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(0), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+def kill_tree(pid: int, *, with_root: bool = True) -> list[int]:
+    """SIGKILL every process below ``pid`` (and ``pid`` itself with ``with_root``); the pids killed.
+
+    Each is stopped first, and the tree walked again until it holds no process not yet stopped: a process that
+    forks while it is being walked cannot leave a child behind it.
+    """
+    if with_root:
+        _signal(pid, signal.SIGSTOP)
+    stopped: list[int] = []
+    while fresh := [p for p in descendants(pid) if p not in stopped]:
+        for p in fresh:
+            _signal(p, signal.SIGSTOP)
+        stopped += fresh
+    doomed = [pid, *stopped] if with_root else stopped
+    for p in doomed:
+        _signal(p, signal.SIGKILL)
+    return doomed
+
+
+def end_descendants() -> None:
+    """End everything this process started (a worker before it exits: a cell leaves no process behind)."""
+    if LINUX:
+        kill_tree(os.getpid(), with_root=False)
 
 
 def start_child(log_path: str | Path | None, *, new_session: bool = True, parent_pid: int | None = None) -> None:
@@ -61,7 +144,9 @@ def start_child(log_path: str | Path | None, *, new_session: bool = True, parent
     """
     if new_session:
         os.setsid()
+        become_subreaper()
     die_with_parent(parent_pid)
+    restore_defaults()
     if log_path is not None:
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(fd, 1)

@@ -1,19 +1,33 @@
 """Whether a worker's result can become a record, and the failed outcome that replaces one that cannot.
 
 A plugin runs inside the worker and can put anything into metrics, notes or
-diagnostics. The worker checks its own result before sending it (a tensor
-would otherwise travel through torch's shared-memory pickling and be lost
-when the worker exits), and the runner checks what arrives again: what it
+diagnostics, of any size. The worker checks its own result before sending it
+(a tensor would otherwise travel through torch's shared-memory pickling and be
+lost when the worker exits; 100 MB of notes would be pickled through the pipe),
+and the runner checks what arrives again: what it
 writes must stay strict JSON, and a worker must not claim a status only the
-runner can observe. Both give the same :func:`refused` outcome, so a
-malformed result is ``failed`` with ``MalformedResult`` in every mode.
+runner can observe, and a result larger than a record may be
+(``wire.MAX_RECORD_BYTES``) is refused where it enters, so that one record
+never makes the whole results file unreadable. Both give the same
+:func:`refused` outcome, so a malformed result is ``failed`` with
+``MalformedResult`` in every mode.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ampsuite.contract.wire import ORDER, WORKER_STATUSES, Outcome, Status, WireError, check, json_problem, outcome
+from ampsuite.contract.wire import (
+    ORDER,
+    WORKER_STATUSES,
+    Outcome,
+    Status,
+    WireError,
+    check,
+    json_problem,
+    outcome,
+    size_problem,
+)
 
 __all__ = ["FIELDS", "malformed", "refused"]
 
@@ -33,7 +47,7 @@ def malformed(result: Any) -> str | None:
     if not isinstance(status, str) or status not in WORKER_STATUSES:
         return f"status {status!r} is not one of {_ALLOWED}"
     # JSON first: it names the deepest path (notes.x.y), where the type check stops at notes.x.
-    problem = json_problem(result)
+    problem = json_problem(result) or size_problem(result)
     if problem:
         return problem
     try:

@@ -19,27 +19,28 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.context import BaseContext
 from pathlib import Path
-from typing import Any, Protocol, Unpack
+from typing import Any, Protocol
 
 from ampsuite import results
 from ampsuite.contract.cell import Cell
 from ampsuite.contract.errors import AmpsuiteError, PluginError
-from ampsuite.contract.plugin import ExecutorContext, NodePlace
-from ampsuite.contract.wire import Outcome, Status
+from ampsuite.contract.plugin import ExecutorContext
+from ampsuite.contract.wire import Status
 from ampsuite.host import executors
-from ampsuite.host.manager import PluginSettings, Registry, load_registry
+from ampsuite.host.manager import PluginSettings, Registry
 from ampsuite.host.session import Plan
 from ampsuite.results import base_record, now, open_results
-from ampsuite.run import attempt, handoff
-from ampsuite.run.attempt import CellJob, in_worker
+from ampsuite.run import handoff
+from ampsuite.run.attempt import CellJob
+from ampsuite.run.devicepeaks import measure_peaks as _measure_peaks
 from ampsuite.run.forkserver import worker_context
-from ampsuite.run.pool import measure_processes, most_processes, pool_outcomes, process_count
-from ampsuite.run.signals import RunSignals, sigterm_interrupts
+from ampsuite.run.pool import most_processes, pool_outcomes, process_count
+from ampsuite.run.signals import interrupts
+from ampsuite.run.task import Task, run_record
 from ampsuite.spec.suitespec import SuiteSpec
 
 __all__ = [
@@ -53,8 +54,6 @@ __all__ = [
     "run_plan",
     "run_record",
 ]
-
-PEAKS_TIMEOUT = {"cpu": 60.0, "cuda": 300.0}
 
 
 class Observer(Protocol):
@@ -85,51 +84,6 @@ class RunConfig:
     """Executor options that override the suite file's (``--executor-option KEY=VALUE``)."""
 
 
-def _measure_peaks(
-    ctx: BaseContext, device: str, refresh: bool, log: Path, observer: Observer
-) -> dict[str, Any] | None:
-    from ampsuite.run import worker
-
-    kind, value = in_worker(ctx, worker.peaks_main, (device, refresh, str(log)), PEAKS_TIMEOUT[device], log)
-    if kind == "result" and "peaks" in value:
-        return dict(value["peaks"])
-    if kind == "result":
-        why = f"{kind}: {value.get('error') if isinstance(value, dict) else value}"
-    elif kind == "timed out":  # the value is the process's stack dump, too long for a one-line message
-        why = f"timed out after {PEAKS_TIMEOUT[device]:g} s"
-    else:
-        why = f"{kind}: exit code {value}"
-    observer.message(f"device peaks not measured ({why})")
-    return None
-
-
-def run_record(job: CellJob) -> dict[str, Any]:
-    """Run ``job.cell`` (in a worker from ``job.ctx``, or in this process when None) and return its complete record.
-
-    The one code path from a cell to its record, shared by ``ampsuite run`` and
-    ``ampsuite max-batch``. With ``[measure] processes`` > 1 the cell runs in
-    that many workers, one after another, each with ``job.timeout`` (see
-    :func:`pool_outcomes`). Ctrl-C (or SIGTERM under :func:`sigterm_interrupts`)
-    while the cell runs is not raised: the worker is killed and the record's
-    status is ``interrupted``, which only this function gives; the caller
-    writes the record and decides what interruption means for the rest.
-    """
-    record = base_record(job.cell, job.registry)
-    t0 = time.perf_counter()
-    try:
-        outcome: Outcome = measure_processes(job)
-    except KeyboardInterrupt as exc:
-        outcome = attempt.interrupted_outcome(job.log, exc)
-    return _completed(record, outcome, t0)
-
-
-def _completed(record: dict[str, Any], outcome: Mapping[str, Any], t0: float) -> dict[str, Any]:
-    """``record`` with the outcome's keys (``evidence`` even when None) and the wall time since ``t0``."""
-    record.update({k: v for k, v in outcome.items() if v is not None or k == "evidence"})
-    record["wall_seconds"] = time.perf_counter() - t0
-    return record
-
-
 NOT_STARTED = "not started: the run was interrupted before this cell"
 NOT_FINISHED = "not finished: the run was interrupted while the executor had this cell"
 
@@ -139,87 +93,6 @@ def _not_run(cell: Cell, registry: Registry, status: Status, reason: str) -> dic
     record["status"] = status
     record["evidence"] = {"reason": reason}
     return record
-
-
-@dataclass
-class Task:
-    """One cell handed to an executor (:class:`ampsuite.CellTask`): call it where the cell should run.
-
-    In the parent it runs the cell with the run's worker context and plugins.
-    Pickled (an executor sending it to another process or node), it leaves
-    both behind, and the process that calls it loads the plugins again from
-    ``config.plugins``, starts its own fork server and keeps the worker's log
-    in a temporary folder of its own.
-    """
-
-    index: int
-    cell: Cell
-    spec: SuiteSpec
-    config: RunConfig
-    log: Path
-    timeout: float
-    ctx: BaseContext | None = field(default=None, repr=False)
-    registry: Registry | None = field(default=None, repr=False)
-    here: bool = True
-    """Whether ``ctx`` and ``registry`` are this process's (False once unpickled)."""
-    interrupted_here: bool = False
-    """Set when Ctrl-C (or SIGTERM) stopped the cell while it ran in this process: the run ends."""
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state.update(ctx=None, registry=None, here=False)
-        return state
-
-    @contextlib.contextmanager
-    def _place(self) -> Iterator[tuple[Registry, BaseContext | None, Path]]:
-        """The registry, worker context and log the cell runs with in this process: the run's own in the
-        parent; where an unpickled task is called, the plugins loaded again, a fork server of its own and a
-        temporary log folder, with a scheduler's SIGTERM (scancel, a time limit) ending the cell like Ctrl-C."""
-        if self.here:
-            assert self.registry is not None
-            yield self.registry, self.ctx, self.log
-            return
-        with sigterm_interrupts():
-            registry = load_registry(self.config.plugins)
-            ctx = None if self.config.in_process else worker_context(registry)
-            logdir = Path(tempfile.mkdtemp(prefix="ampsuite-logs-"))
-            try:
-                yield registry, ctx, logdir / "cell.log"
-            finally:
-                shutil.rmtree(logdir, ignore_errors=True)
-
-    def _job(self, registry: Registry, ctx: BaseContext | None, log: Path) -> CellJob:
-        return CellJob(ctx, self.spec, self.cell, self.config, log, self.timeout, registry)
-
-    def __call__(self) -> dict[str, Any]:
-        with self._place() as place:
-            record = run_record(self._job(*place))
-        if self.here:
-            self.interrupted_here = record["status"] == Status.INTERRUPTED
-        return record
-
-    def node(self, **where: Unpack[NodePlace]) -> dict[str, Any]:
-        """Run one node of this multi-node cell here (a cluster job's task); see :meth:`ampsuite.CellTask.node`."""
-        from ampsuite.run import nodes
-
-        with self._place() as place:
-            job = self._job(*place)
-            record = base_record(self.cell, job.registry)
-            t0 = time.perf_counter()
-            try:
-                result = nodes.measure_node(job, where)
-            except KeyboardInterrupt:
-                result = attempt.interrupted_outcome(job.log)
-        if "node_done" in result:
-            return dict(result)
-        return _completed(record, result, t0)
-
-    def record(self, status: Status, evidence: Mapping[str, Any]) -> dict[str, Any]:
-        """A record of this cell that was not measured (the executor's evidence of why)."""
-        record = base_record(self.cell, self.registry or load_registry(self.config.plugins))
-        record["status"] = Status(status)
-        record["evidence"] = dict(evidence)
-        return record
 
 
 def run_cells(
@@ -234,11 +107,11 @@ def run_cells(
 
     Records are written as the executor yields them, so a killed run keeps what
     it finished; ``config.resume`` skips cells that already have a terminal
-    record. Ctrl-C or SIGTERM, wherever it lands (peaks, a cell, between cells),
-    ends the run the same way: the executor is closed (a batch executor cancels
-    its jobs), the running cell and every cell without a record are recorded as
-    ``interrupted``, and the document is returned as usual, so the caller still
-    prints its summary.
+    record. Ctrl-C, SIGTERM or SIGHUP (:mod:`ampsuite.run.signals`), wherever it
+    lands (the fork server's start, peaks, a cell, between cells), ends the run
+    the same way: the executor is closed (a batch executor cancels its jobs), the
+    running cell and every cell without a record are recorded as ``interrupted``,
+    and the document is returned as usual, so the caller still prints its summary.
     """
     chosen = executors.resolve(spec, registry.executors, config.executor, config.executor_options)
     if chosen.executor.check is not None:
@@ -248,18 +121,17 @@ def run_cells(
     writer = open_results(spec, config, device, registry, {c.id for c in cells}, cells, observer.message)
     kept = {r["id"]: r for r in writer.doc["cells"]}
     local = chosen.executor.name == executors.DEFAULT
-    ctx = None if config.in_process else worker_context(registry)
-    timeout = config.timeout or spec.timeout
+    ctx: BaseContext | None = None
+    timeout = spec.timeout if config.timeout is None else config.timeout
     interrupted = False
     failure: AmpsuiteError | None = None
     handed: set[int] = set()
     logdir = Path(tempfile.mkdtemp(prefix="ampsuite-logs-"))
     with contextlib.ExitStack() as stack:
         # Run in reverse: the records are put in order and the run's end written
-        # while the run's signal handling still holds, then the handlers are restored.
+        # while the run's signal policy still holds, then the handlers are restored.
         stack.callback(shutil.rmtree, logdir, ignore_errors=True)
-        signals = RunSignals()
-        stack.callback(signals.restore)
+        policy = stack.enter_context(interrupts())
         stack.callback(_finish, writer, [c.id for c in cells])
         memory = handoff.ExecutorMemory(writer, chosen.executor.name, {c.id for c in cells}, observer.message)
         stack.callback(memory.prune)  # before _finish writes the run's end
@@ -267,7 +139,7 @@ def run_cells(
         def interrupt() -> None:
             nonlocal interrupted
             interrupted = True
-            signals.defer()
+            policy.interrupted()
 
         def write(index: int, record: dict[str, Any]) -> None:
             memory.forget(record["id"])  # a job is collected, or given up, once: its record is written
@@ -294,16 +166,22 @@ def run_cells(
         def started(task: Any) -> None:
             observer.cell_started(task.index, task.cell)
 
+        step = "starting the workers' fork server"
         try:
             observer.run_started(len(cells), config.output)
+            ctx = None if config.in_process else worker_context(registry)
             if config.measure_peaks and writer.doc["environment"].get("peaks") is None and ctx is not None and local:
+                step = "measuring the device's peaks"
                 writer.doc["environment"]["peaks"] = _measure_peaks(
-                    ctx, device, config.refresh_peaks, logdir / "peaks.log", observer
+                    ctx, device, config.refresh_peaks, logdir / "peaks.log", observer.message
                 )
                 writer.flush()
         except KeyboardInterrupt:
             interrupt()
-            observer.message("interrupted before the first cell (while measuring the device's peaks)")
+            observer.message(f"interrupted before the first cell (while {step})")
+        except AmpsuiteError as exc:  # a built-in the fork server cannot import: recorded below, then raised
+            failure = exc
+            interrupt()
         if not interrupted:
             seconds = timeout * most_processes(spec)
             context = ExecutorContext(
@@ -368,7 +246,7 @@ def _notify(registry: Registry, record: dict[str, Any]) -> list[str]:
     for impl in registry.hook.ampsuite_cell_finished.get_hookimpls():
         try:
             impl.function(record=record)
-        except Exception as exc:  # an observer must not stop the run
+        except (Exception, SystemExit) as exc:  # an observer must not stop the run
             errors.append(
                 f"warning: plugin {impl.plugin_name!r} ampsuite_cell_finished raised {type(exc).__name__}: {exc}"
             )

@@ -15,7 +15,7 @@ import sys
 import traceback
 from typing import Any
 
-from ampsuite.contract.wire import Outcome, Status, json_problem, outcome
+from ampsuite.contract.wire import Outcome, Status, json_problem, outcome, size_problem
 from ampsuite.host.manager import Registry
 from ampsuite.run import launcher, procs
 from ampsuite.run.cell import build_step, classify, limit_memory, mapped_bytes, measure_cell, traceback_tail
@@ -69,7 +69,7 @@ def unsendable(result: Any, exc: BaseException) -> Outcome:
 def _send(conn: Any, result: Any, log_path: str) -> None:
     # Checked here, not only by the runner: a value that is not JSON data (a tensor
     # in notes) may not survive the trip at all once this process exits.
-    problem = json_problem(result)
+    problem = json_problem(result) or size_problem(result)
     if problem:
         sys.stderr.flush()
         result = refused(problem, procs.log_tail(log_path))
@@ -136,6 +136,7 @@ def node_main(payload: dict[str, Any], node: dict[str, Any], conn: Any) -> None:
 
 
 def _exit() -> None:
+    procs.end_descendants()  # what the cell started (a build's server, a double fork) ends with it
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown: DataLoader workers, CUDA contexts and
@@ -147,9 +148,9 @@ def peaks_main(device_type: str, refresh: bool, log_path: str, conn: Any) -> Non
     """Entry point of the process that measures the device's peaks before the cells."""
     procs.start_child(log_path)
     try:
-        from ampsuite.run.peaks import measure_peaks
+        from ampsuite.run.peaks import cache_file, measure_peaks
 
-        conn.send({"peaks": measure_peaks(device_type, refresh=refresh)})
+        conn.send({"peaks": measure_peaks(device_type, refresh=refresh), "cache": str(cache_file(device_type))})
     except BaseException as exc:
         conn.send({"error": f"{type(exc).__name__}: {exc}"})
     finally:

@@ -43,7 +43,7 @@ from ampsuite.contract.tunerecords import AblationRow, TuneSummary, Winner, Work
 from ampsuite.contract.tunesteps import Decision, Phase
 from ampsuite.contract.wire import Status
 from ampsuite.host.session import Plan
-from ampsuite.run.signals import sigterm_interrupts
+from ampsuite.run.signals import interrupts
 from ampsuite.tune import space
 from ampsuite.tune.ablation import _ablation
 from ampsuite.tune.common import StepLog, _reason, _step, _value
@@ -129,7 +129,7 @@ def tune_summary(
     searches: list[_Search] = []
     incomplete = False
     try:
-        with sigterm_interrupts():
+        with interrupts():
             for workload in space.workload_configs(plan.spec, plan.cells, units):
                 # In the summary before its search starts: an interrupted search keeps what it measured.
                 searches.append(_Search(workload))

@@ -29,7 +29,12 @@ def test_ampsuite_list_shows_each_technique_with_the_package_as_its_source() -> 
     for technique, plugin in PLUGINS.items():
         assert f"technique {technique} (plugin {plugin}) [order " in out, technique
         (row,) = [line for line in out.splitlines() if f" {plugin} " in line]
-        assert "0.1.0" in row and "entry point (ampsuite-resnet-kernels)" in row, row
+        assert [c.strip() for c in row.split("│")][1:5] == [
+            plugin,
+            "ampsuite-resnet-kernels",
+            "0.1.0",
+            "entry point",
+        ], row
         assert f"ampsuite_resnet_kernels.{technique.replace('-', '_')}" in row, row
 
 

@@ -1,0 +1,134 @@
+"""What an output path may replace: never an input of the same command, never an earlier run without a backup.
+
+Every file ampsuite writes where a user pointed it (a results file, a report folder's copies of the results,
+``--markdown``, ``selfcheck -o``) is claimed here first. The rules are the same for every command:
+
+- an output that is one of the command's inputs (the same file, through any path or link) is refused in one
+  line before anything is written: the input would be gone once the output is written;
+- an existing file there that holds a run (an ampsuite results file) is renamed aside to :func:`backup_path`
+  and the new path named; an identical copy is left as it is;
+- anything else there (a page, a CSV, a summary ampsuite wrote before) is derived and simply replaced.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import filecmp
+import os
+import re
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+from ampsuite.contract.errors import UsageError
+
+__all__ = [
+    "backup_path",
+    "check_copy",
+    "claim",
+    "copy_aside",
+    "copy_into",
+    "holds_run",
+    "refuse_inputs",
+    "same_file",
+    "set_aside",
+]
+
+_RUN_HEAD = re.compile(rb'\A\s*\{\s*"format"\s*:\s*"ampsuite-results"')
+"""How every results file ampsuite writes begins (``format`` is its first key)."""
+
+PathLike = str | os.PathLike[str]
+
+
+def backup_path(out: Path) -> Path:
+    """A free name for an earlier file at ``out``: ``NAME.STAMP.json`` after its mtime, then ``NAME.STAMP-1.json``, ...
+
+    Two earlier runs can share the mtime's second (or a clock can be reset), and a
+    rename onto an existing backup would silently replace it.
+    """
+    stamp = dt.datetime.fromtimestamp(out.stat().st_mtime, dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    candidate = out.with_name(f"{out.stem}.{stamp}{out.suffix}")
+    n = 0
+    while candidate.exists():
+        n += 1
+        candidate = out.with_name(f"{out.stem}.{stamp}-{n}{out.suffix}")
+    return candidate
+
+
+def copy_aside(out: Path) -> Path:
+    """A copy of the file ``out`` at :func:`backup_path`, before records in it are replaced; its path."""
+    backup = backup_path(out)
+    shutil.copy2(out, backup)
+    return backup
+
+
+def set_aside(out: Path) -> Path:
+    """Rename the file ``out`` to :func:`backup_path`; its new path."""
+    backup = backup_path(out)
+    out.rename(backup)
+    return backup
+
+
+def same_file(a: PathLike, b: PathLike) -> bool:
+    """Whether ``a`` and ``b`` name one file (links and ``..`` included; two missing paths by their resolved names)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return Path(a).resolve() == Path(b).resolve()
+
+
+def holds_run(path: Path) -> bool:
+    """Whether ``path`` is a file that begins as an ampsuite results file does."""
+    try:
+        with open(path, "rb") as f:
+            return bool(_RUN_HEAD.match(f.read(256)))
+    except OSError:
+        return False
+
+
+def refuse_inputs(outputs: Iterable[PathLike], inputs: Iterable[PathLike | None], what: str = "the output") -> None:
+    """:class:`UsageError` naming the first of ``outputs`` that is one of ``inputs`` (None and missing inputs
+    are skipped): writing it would destroy what the command reads."""
+    present = [Path(i) for i in inputs if i is not None and Path(i).exists()]
+    for out in outputs:
+        for source in present:
+            if same_file(out, source):
+                raise UsageError(
+                    f"{out}: {what} would replace this input ({source}); choose another output path"
+                    if Path(out) != source
+                    else f"{out}: {what} would replace this input; choose another output path"
+                )
+
+
+def claim(target: Path, inputs: Iterable[PathLike | None] = (), what: str = "the output") -> Path | None:
+    """Make ``target`` free to be written: refused when it is one of ``inputs``; an earlier run there is renamed
+    aside (its new path is returned, for the caller to name); any other file is left to be replaced."""
+    refuse_inputs([target], inputs, what)
+    if target.is_file() and holds_run(target):
+        return set_aside(target)
+    return None
+
+
+def check_copy(source: Path, target: Path, inputs: Iterable[PathLike | None] = (), what: str = "the output") -> bool:
+    """Whether copying ``source`` to ``target`` writes anything (not when ``target`` is ``source`` itself);
+    :class:`UsageError` when ``target`` is another of ``inputs``."""
+    if target.exists() and same_file(source, target):
+        return False
+    refuse_inputs([target], [i for i in inputs if i is None or not same_file(i, source)], what)
+    return True
+
+
+def copy_into(
+    source: Path, target: Path, inputs: Iterable[PathLike | None] = (), what: str = "the output"
+) -> Path | None:
+    """Copy ``source`` to ``target`` under :func:`claim`'s rules; the path an earlier run there was renamed to.
+
+    Nothing is written when ``target`` is ``source`` itself or already holds the same bytes.
+    """
+    if not check_copy(source, target, inputs, what):
+        return None
+    if target.is_file() and filecmp.cmp(source, target, shallow=False):
+        return None
+    backup = claim(target, (), what)
+    shutil.copyfile(source, target)
+    return backup

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from ampsuite.analysis.access import AnyDocument, as_mapping, finite, group_key
+from ampsuite.contract.errors import UsageError
 from ampsuite.contract.qualitywire import QualityVerdict as VerdictData
 from ampsuite.contract.qualitywire import QualityVerdicts
 from ampsuite.contract.wire import Record
@@ -152,8 +153,10 @@ def welch_greater(cell: Sequence[float], reference: Sequence[float]) -> tuple[fl
         if diff > 0:
             return math.inf, float(len(cell) + len(reference) - 2), 0.0
         return (0.0 if diff == 0 else -math.inf), float(len(cell) + len(reference) - 2), 1.0
-    from scipy import stats
-
+    try:
+        from scipy import stats
+    except ImportError as exc:
+        raise UsageError("quality verdicts need scipy's t distribution: pip install 'ampsuite[quality]'") from exc
     result = stats.ttest_ind(cell, reference, equal_var=False, alternative="greater")
     return float(result.statistic), float(result.df), float(result.pvalue)
 

@@ -370,6 +370,10 @@ def print_summary(doc: Mapping[str, Any], console: Console | None = None) -> Non
     _, _, notes = _row_cells(doc)
     for note in notes:
         console.print(note, markup=False, highlight=False)
+    from ampsuite.analysis.quality import quality_lines
+
+    for line in quality_lines(doc):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     counts: dict[str, int] = {}
     for rec in doc["cells"]:
         counts[rec["status"]] = counts.get(rec["status"], 0) + 1

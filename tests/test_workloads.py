@@ -233,7 +233,7 @@ def test_reduced_width_narrows_every_stage() -> None:
         ({"depth": 20}, "depth: expected one of 18, 34, 50, 101, 152, got 20"),
         ({"depth": 50.0}, "depth: expected an integer, got 50.0"),
         ({"optimizer": "adam"}, "optimizer: expected one of 'sgd', 'adamw', 'lamb', got 'adam'"),
-        ({"source": "s3"}, "source: expected one of 'synthetic', 'disk', got 's3'"),
+        ({"source": "s3"}, "source: expected one of 'synthetic', 'disk', 'digits', got 's3'"),
         ({"width": 0}, "width: expected an integer >= 1, got 0"),
         ({"lr": 0}, "lr: expected a number > 0, got 0.0"),
         ({"weight_decay": -0.1}, "weight_decay: expected a number >= 0, got -0.1"),

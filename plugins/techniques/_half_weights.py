@@ -77,6 +77,14 @@ def apply(step: TrainStep, options: HalfWeightsOptions) -> TrainStep:
         for name, b in module.named_buffers(recurse=False):
             if b.is_floating_point():
                 setattr(module, name, b.to(dtype))
+
+    def forward(batch: Batch) -> Any:
+        assert step.model is not None
+        return _to_float(step.model(*cast_inputs(batch, dtype)))
+
+    step.forward = forward
+    if not options.master_weights:
+        return _without_masters(step, options, kept)
     masters: dict[int, nn.Parameter] = {}
     pairs: list[tuple[nn.Parameter, nn.Parameter]] = []
     for group in optimizer.param_groups:
@@ -91,9 +99,8 @@ def apply(step: TrainStep, options: HalfWeightsOptions) -> TrainStep:
     step.scaler = scaler
 
     def forward_backward(batch: Batch) -> torch.Tensor:
-        assert step.model is not None and step.loss_fn is not None
-        out = step.model(*cast_inputs(batch, dtype))
-        loss: torch.Tensor = step.loss_fn(_to_float(out), batch.target)
+        assert step.loss_fn is not None
+        loss: torch.Tensor = step.loss_fn(forward(batch), batch.target)
         if step.scaler is not None:
             step.scaler.scale(loss).backward()
         else:
@@ -138,4 +145,30 @@ def apply(step: TrainStep, options: HalfWeightsOptions) -> TrainStep:
         "master_bytes": sum(m.numel() * 4 for _, m in pairs),
         "loss_scale": "dynamic GradScaler" if scaler is not None else None,
     }
+    return step
+
+
+def _without_masters(step: TrainStep, options: HalfWeightsOptions, kept: int) -> TrainStep:
+    """bfloat16 weights that the optimizer, rebuilt over them as they now are, updates in place."""
+    assert step.optimizer is not None and step.model is not None
+    step.optimizer = _rebuild(step.optimizer, {id(p): p for g in step.optimizer.param_groups for p in g["params"]})
+    step.scaler = None
+    step.notes["half_weights"] = {
+        "dtype": options.dtype,
+        "master_weights": None,
+        "batchnorm_fp32": kept,
+        "params": sum(1 for g in step.optimizer.param_groups for _ in g["params"]),
+        "master_bytes": 0,
+        "loss_scale": None,
+    }
+    forward = step.forward
+    assert forward is not None
+
+    def forward_backward(batch: Batch) -> torch.Tensor:
+        assert step.loss_fn is not None
+        loss: torch.Tensor = step.loss_fn(forward(batch), batch.target)
+        loss.backward()
+        return loss.detach()
+
+    step.forward_backward = forward_backward
     return step

@@ -19,6 +19,10 @@ and keeps what half precision cannot do:
   into the float32 master gradients, and ``scaler.step(optimizer)`` unscales
   those, skips the step on inf/NaN and updates the scale; the core reads its
   scale history like AMP's. bfloat16 has float32's range and needs no scaler.
+* without masters (``master_weights = false``, bfloat16 only) the optimizer
+  steps the half weights and keeps its state in half: the recipe Apex O2
+  exists to avoid, there to show what the masters buy (an update below half
+  a bfloat16 ulp of its weight rounds away; docs/quality.md).
 * inputs: floating inputs are cast to the half dtype on the way in; the model's
   outputs are cast to float32 before the loss (Apex O2's default).
 
@@ -53,6 +57,21 @@ AUTOCAST = ("amp-fp16", "amp-bf16")
 class HalfWeightsOptions:
     dtype: Literal["float16", "bfloat16"] = field(default="float16", metadata={"help": "float16 or bfloat16"})
     init_scale: float = field(default=65536.0, metadata={"help": "initial loss scale (float16 only)", "gt": 0})
+    master_weights: bool = field(
+        default=True,
+        metadata={
+            "help": "keep FP32 master weights (false: the optimizer steps the half weights themselves, a recipe "
+            "whose small updates round away; bfloat16 only)",
+            # Not a tune variant: without masters the recipe trains worse by design.
+            "tune": (),
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if not self.master_weights and self.dtype == "float16":
+            raise ValueError(
+                "master_weights = false needs dtype = 'bfloat16': GradScaler unscales no float16 gradients"
+            )
 
 
 def check(ctx: CheckContext) -> str | None:

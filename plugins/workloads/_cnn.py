@@ -13,13 +13,17 @@ from ampsuite import Batch, BuildContext, TrainStep
 from ampsuite.plugins.workloads._data import (
     POOL_BATCHES,
     DiskImages,
+    Shuffled,
     cycling,
     device_pool,
+    held_out,
     image_collate,
     loader_data,
     prepare_disk_images,
+    real_data,
     synthetic_images,
 )
+from ampsuite.plugins.workloads._digits import digits_notes, digits_split, prepare_digits
 from ampsuite.plugins.workloads._optim import trained_step
 from ampsuite.plugins.workloads.cnn import DEPTHS, ResNetOptions
 
@@ -74,20 +78,30 @@ class NarrowResNet(nn.Module):
 
 
 def make_model(options: ResNetOptions) -> nn.Module:
-    """torchvision's ResNet at width 64, :class:`NarrowResNet` otherwise (uses the global generator)."""
+    """torchvision's ResNet at width 64, :class:`NarrowResNet` otherwise (uses the global generator); with
+    ``stem = "small"`` the stem is one 3x3 stride-1 convolution without the max-pool."""
     name, layers = DEPTHS[options.depth]
     block = BLOCKS[name]
+    model: nn.Module
     if options.width == 64:
-        return tv.ResNet(block, list(layers), num_classes=options.classes)
-    return NarrowResNet(block, layers, options.width, options.classes)
+        model = tv.ResNet(block, list(layers), num_classes=options.classes)
+    else:
+        model = NarrowResNet(block, layers, options.width, options.classes)
+    if options.stem == "small":
+        model.conv1 = nn.Conv2d(3, options.width, kernel_size=3, stride=1, padding=1, bias=False)
+        nn.init.kaiming_normal_(model.conv1.weight, mode="fan_out", nonlinearity="relu")
+        model.maxpool = nn.Identity()
+    return model
 
 
 def prepare(options: ResNetOptions, data_dir: str) -> str:
-    """Write the on-disk data set that ``source='disk'`` reads (idempotent); returns its folder.
+    """Write the on-disk data set that ``source='disk'`` or ``'digits'`` reads (idempotent); returns its folder.
 
     With ``source='synthetic'`` nothing is read from disk, so nothing is
     written and the result is an empty string.
     """
+    if options.source == "digits":
+        return str(prepare_digits(data_dir, options.image_size))
     if options.source != "disk":
         return ""
     return str(prepare_disk_images(data_dir, "images", options.disk_images, options.image_size, options.classes))
@@ -98,6 +112,23 @@ def build(options: ResNetOptions, ctx: BuildContext) -> TrainStep:
     model = make_model(options).to(ctx.device)
     data: Callable[[], Batch]
     dataset: Dataset[tuple[torch.Tensor, torch.Tensor]]
+    if options.source == "digits":
+        folder = prepare_digits(ctx.data_dir, options.image_size)
+        dataset = Shuffled(digits_split(folder, "train"), ctx.seed)
+        data = real_data(dataset, ctx.batch_size, image_collate, ctx.device)
+        step = trained_step(
+            ctx,
+            options,
+            model,
+            data=data,
+            loss_fn=nn.CrossEntropyLoss(),
+            dataset=dataset,
+            collate=image_collate,
+            eval_data=held_out(digits_split(folder, "eval"), ctx.batch_size, image_collate, ctx.device),
+            classifies=True,
+        )
+        step.notes["data"] = digits_notes(folder)
+        return step
     if options.source == "disk":
         whole = (options.disk_images // ctx.batch_size) * ctx.batch_size
         if whole == 0:

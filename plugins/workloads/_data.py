@@ -34,14 +34,18 @@ __all__ = [
     "POOL_BATCHES",
     "DiskImages",
     "InMemoryImages",
+    "Shuffled",
     "cycling",
     "device_pool",
     "disk_images_dir",
+    "held_out",
     "image_collate",
     "loader_data",
     "normalize_image",
     "prepare_disk_images",
+    "real_data",
     "synthetic_images",
+    "written_once",
 ]
 
 POOL_BATCHES = 4
@@ -156,11 +160,8 @@ def prepare_disk_images(
     and marks a complete data set.
     """
     final = disk_images_dir(data_dir, prefix, count, image_size, classes)
-    if (final / "meta.json").is_file():
-        return final
-    Path(data_dir).mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=data_dir))
-    try:
+
+    def write(tmp: Path) -> None:
         rng = np.random.default_rng(DISK_SEED)
         images = np.lib.format.open_memmap(
             tmp / "images.npy", mode="w+", dtype=np.uint8, shape=(count, image_size, image_size, 3)
@@ -173,15 +174,8 @@ def prepare_disk_images(
         del images
         np.save(tmp / "labels.npy", rng.integers(0, classes, size=count, dtype=np.int64))
         (tmp / "meta.json").write_text(json.dumps(_disk_spec(count, image_size, classes)) + "\n")
-        try:
-            tmp.rename(final)
-        except OSError:
-            if not (final / "meta.json").is_file():  # not a concurrent writer that finished first
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
+
+    return written_once(final, write)
 
 
 def image_collate(item: list[torch.Tensor]) -> Batch:
@@ -229,6 +223,13 @@ def loader_data(
     global random generator (which dropout and initialisation use).
     """
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, generator=torch.Generator())
+    return _endless(loader, collate, device, non_blocking=False)
+
+
+def _endless(
+    loader: DataLoader[Any], collate: Callable[[Any], Batch], device: torch.device, *, non_blocking: bool
+) -> Callable[[], Batch]:
+    """A ``data()`` that reads ``loader`` epoch after epoch: each batch collated and on ``device``."""
     it: Iterator[Any] = iter(())
 
     def data() -> Batch:
@@ -238,6 +239,93 @@ def loader_data(
         except StopIteration:
             it = iter(loader)
             item = next(it)
-        return collate(item).to(device)
+        return collate(item).to(device, non_blocking=non_blocking)
 
     return data
+
+
+SHUFFLED_EPOCHS = 10_000
+"""Epochs a :class:`Shuffled` data set spans: far more than any budget trains."""
+
+
+class Shuffled(Dataset[Any]):
+    """``base`` in a new seeded order every epoch, epoch after epoch, as one long data set.
+
+    A real training run shuffles its data; read in order, as loaders and device pools read a workload's
+    data set, this gives every reader (the workload's own loader, a loading technique's) the same shuffled
+    batches in the same order, and another seed another order.
+    """
+
+    def __init__(self, base: Dataset[Any], seed: int, epochs: int = SHUFFLED_EPOCHS) -> None:
+        self.base, self.seed, self.epochs = base, seed % 2**63, epochs
+        self.size = len(base)  # type: ignore[arg-type]
+        self._orders: dict[int, np.ndarray[Any, Any]] = {}
+
+    def __len__(self) -> int:
+        return self.size * self.epochs
+
+    def __getitem__(self, index: int) -> Any:
+        epoch, within = divmod(index, self.size)
+        if epoch not in self._orders:
+            self._orders = {epoch: np.random.default_rng([self.seed, epoch]).permutation(self.size)}
+        return self.base[int(self._orders[epoch][within])]
+
+
+def real_data(
+    dataset: Dataset[Any], batch_size: int, collate: Callable[[Any], Batch], device: torch.device
+) -> Callable[[], Batch]:
+    """A ``data()`` over a real data set: a DataLoader whose batches are pinned and copied without blocking
+    on CUDA (two worker processes, a real input pipeline's shape), read in the main process on a CPU."""
+    cuda = device.type == "cuda"
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=False,
+        drop_last=True,
+        num_workers=2 if cuda else 0,
+        pin_memory=cuda,
+        persistent_workers=cuda,
+        generator=torch.Generator(),
+    )
+    return _endless(loader, collate, device, non_blocking=cuda)
+
+
+def held_out(
+    dataset: Dataset[Any], batch_size: int, collate: Callable[[Any], Batch], device: torch.device
+) -> Callable[[int], list[Batch]]:
+    """``TrainStep.eval_data`` over a held-out split: ``n`` batches of samples spread evenly over it (wrapping
+    round when it holds fewer), made once per ``n`` and kept on the device, the same whatever the seed."""
+    made: dict[int, list[Batch]] = {}
+    count = len(dataset)  # type: ignore[arg-type]
+
+    def eval_data(n: int) -> list[Batch]:
+        if n not in made:
+            total = n * batch_size
+            index = [k * count // total if total <= count else k % count for k in range(total)]
+            made[n] = [
+                collate(default_collate([dataset[i] for i in index[b * batch_size : (b + 1) * batch_size]])).to(device)
+                for b in range(n)
+            ]
+        return made[n]
+
+    return eval_data
+
+
+def written_once(final: Path, write: Callable[[Path], None]) -> Path:
+    """``final``, written by ``write(folder)`` into a temporary folder renamed into place unless it holds a
+    ``meta.json`` already (which ``write`` writes last): idempotent, and safe against a concurrent writer."""
+    if (final / "meta.json").is_file():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+    try:
+        write(tmp)
+        try:
+            tmp.rename(final)
+        except OSError:
+            if not (final / "meta.json").is_file():  # not a concurrent writer that finished first
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final

@@ -6,13 +6,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
+from torch.utils.data import Dataset
 
 from ampsuite import Batch, BuildContext, TrainStep
-from ampsuite.plugins.workloads._data import POOL_BATCHES, cycling, device_pool
+from ampsuite.plugins.workloads._data import POOL_BATCHES, Shuffled, cycling, device_pool, held_out, real_data
 from ampsuite.plugins.workloads._optim import make_optimizer
+from ampsuite.plugins.workloads._text import TokenWindows, corpus_notes, prepare_corpus
 from ampsuite.plugins.workloads.llm import LlmOptions, Shape, model_flops_per_token, non_embedding_params
 
-__all__ = ["Decoder", "RandomTokens", "build", "rope_tables"]
+__all__ = ["Decoder", "RandomTokens", "build", "prepare", "rope_tables"]
 
 
 def rope_tables(head_dim: int, seq_len: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -178,20 +180,35 @@ class OwnLoss(nn.Module):
         return loss
 
 
+def prepare(options: LlmOptions, data_dir: str) -> str:
+    """Write the text corpus that ``data = "stdlib"`` reads (once); returns its folder ("" for random tokens)."""
+    return str(prepare_corpus(data_dir)) if options.data == "stdlib" else ""
+
+
 def build(options: LlmOptions, ctx: BuildContext) -> TrainStep:
     shape = options.shape
     torch.manual_seed(ctx.seed)
     model = Decoder(shape, options.norm_eps, options.loss_chunks).to(ctx.device)
-    dataset = RandomTokens(POOL_BATCHES * ctx.batch_size, shape.seq_len, shape.vocab, ctx.seed)
     chunked = options.loss_chunks > 1
     batch_collate = chunked_collate if chunked else collate
-    pool = device_pool(dataset, ctx.batch_size, batch_collate, ctx.device, POOL_BATCHES)
+    dataset: Dataset[tuple[torch.Tensor, torch.Tensor]]
+    eval_data = None
+    if options.data == "stdlib":
+        corpus = prepare_corpus(ctx.data_dir)
+        dataset = Shuffled(TokenWindows(corpus, "train", shape.seq_len), ctx.seed)
+        data = real_data(dataset, ctx.batch_size, batch_collate, ctx.device)
+        eval_data = held_out(TokenWindows(corpus, "eval", shape.seq_len), ctx.batch_size, batch_collate, ctx.device)
+    else:
+        dataset = RandomTokens(POOL_BATCHES * ctx.batch_size, shape.seq_len, shape.vocab, ctx.seed)
+        data = cycling(device_pool(dataset, ctx.batch_size, batch_collate, ctx.device, POOL_BATCHES))
     tokens = ctx.batch_size * shape.seq_len
     step = TrainStep(
         device=ctx.device,
         batch_size=ctx.batch_size,
         samples_per_step=tokens,
-        data=cycling(pool),
+        data=data,
+        eval_data=eval_data,
+        classifies=not chunked,
         model=model,
         optimizer=make_optimizer(options.optimizer, model.parameters(), options.lr, options.weight_decay),
         loss_fn=OwnLoss() if chunked else NextTokenLoss(),
@@ -209,4 +226,6 @@ def build(options: LlmOptions, ctx: BuildContext) -> TrainStep:
         "seq_len": shape.seq_len,
         "tokens_per_step": tokens,
     }
+    if options.data == "stdlib":
+        step.notes["data"] = corpus_notes(corpus)
     return step

@@ -6,13 +6,15 @@ proportion, because torchvision's ``ResNet`` hard-codes 64 input planes.
 BatchNorm layers stay ``nn.BatchNorm2d`` and the loss an ``nn.CrossEntropyLoss``
 module, so techniques can find and replace them.
 
-Two data sources:
+Three data sources:
 
 * ``synthetic`` (default): a pool of ``POOL_BATCHES`` batches made once and
   kept on the device, so the step measures the model alone.
 * ``disk``: a memory-mapped uint8 NHWC array written by :func:`prepare`
   (``ampsuite make-data``), read per sample through a plain DataLoader in the
   main process, the untuned pipeline that loading techniques act on.
+* ``digits``: real images, scikit-learn's handwritten digits (``_digits.py``),
+  with a held-out split that quality suites evaluate (docs/quality.md).
 """
 
 from __future__ import annotations
@@ -45,11 +47,26 @@ class ResNetOptions:
     optimizer: OptimizerName = fields.optimizer("sgd")
     lr: float = fields.learning_rate(0.01)
     weight_decay: float = fields.weight_decay(1e-4)
-    source: Literal["synthetic", "disk"] = field(
+    source: Literal["synthetic", "disk", "digits"] = field(
         default="synthetic",
-        metadata={"help": "synthetic: a pool of batches kept on the device; disk: a memory-mapped file via DataLoader"},
+        metadata={
+            "help": "synthetic: a pool of batches kept on the device; disk: a memory-mapped file via DataLoader; "
+            "digits: scikit-learn's handwritten digits, shuffled by the seed, with a held-out split (needs "
+            "classes >= 10; docs/quality.md)"
+        },
     )
     disk_images: int = field(default=2048, metadata={"help": "images in the on-disk data set (source='disk')", "ge": 1})
+    stem: Literal["imagenet", "small"] = field(
+        default="imagenet",
+        metadata={
+            "help": "imagenet: 7x7 stride-2 convolution and max-pool; small: one 3x3 stride-1 convolution, no "
+            "pool (the CIFAR ResNet's, for images of a few dozen pixels)"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.source == "digits" and self.classes < 10:
+            raise ValueError(f"source = 'digits' has 10 classes: classes must be >= 10, got {self.classes}")
 
 
 @hookimpl

@@ -17,6 +17,10 @@ preset's value (an option left unset is the preset's):
     0.9b        2048  16     16    8         5632   32768   2048     0.89B
     llama3-8b   4096  32     32    8         14336  128256  8192     8.0B (rope_theta 500000)
 
+``data = "stdlib"`` trains on real text instead: byte tokens of the Python
+standard library's own sources, with a held-out split that quality suites
+evaluate (``_text.py``, docs/quality.md).
+
 Throughput is in tokens (``batch_size * seq_len`` a step); a data-parallel
 cell also reports tokens/s per GPU. The step declares its model FLOPs by
 torchtitan's convention (``docs/llm.md``): ``6 N + 12 L H Q T`` per token,
@@ -73,6 +77,8 @@ PRESETS: dict[str, Shape] = {
 }
 
 PresetName = Literal["tiny", "125m", "0.9b", "llama3-8b"]
+BYTES = 256
+"""Token ids of ``data = "stdlib"``: one per byte."""
 _FROM_PRESET = " (unset: the preset's)"
 
 
@@ -106,9 +112,20 @@ class LlmOptions:
     optimizer: OptimizerName = fields.optimizer("adamw")
     lr: float = fields.learning_rate(3e-4)
     weight_decay: float = fields.weight_decay(0.1)
+    data: Literal["random", "stdlib"] = field(
+        default="random",
+        metadata={
+            "help": "random: seeded random token ids; stdlib: byte tokens of Python's own .py sources, shuffled "
+            "by the seed, with a held-out split (docs/quality.md; needs vocab >= 256)"
+        },
+    )
 
     def __post_init__(self) -> None:
         shape = self.shape
+        if self.data == "stdlib" and shape.vocab < BYTES:
+            raise ValueError(
+                f"data = 'stdlib' feeds byte tokens (ids 0-255): vocab must be >= {BYTES}, got {shape.vocab}"
+            )
         fields.must_divide("heads", shape.heads, "dim", shape.dim)
         fields.must_divide("kv_heads", shape.kv_heads, "heads", shape.heads)
         if shape.head_dim % 2:
@@ -156,5 +173,6 @@ def ampsuite_workloads() -> list[Workload]:
             unit="tokens",
             traits=frozenset({"model", "data-path", "blocks"}),
             check=check_optimizer,
+            prepare=lazy("ampsuite.plugins.workloads._llm:prepare"),
         )
     ]

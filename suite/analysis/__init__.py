@@ -3,6 +3,7 @@
 - :mod:`.access`: reading one record (median, throughput, noise), comparable configurations;
 - :mod:`.derived`: speedups against FP32/TF32, MFU, memory saving, numerics verdict;
 - :mod:`.best`: the best trustworthy cell per workload, and why faster ones were passed over;
+- :mod:`.quality`: quality verdicts, each recipe's trained eval loss against its reference's over seeds;
 - :mod:`.compare`: one run against another; :mod:`.history`: a cell across commits;
 - :mod:`.machines`: the same cells on several machines.
 
@@ -64,3 +65,11 @@ from ampsuite.analysis.machines import across_machines as across_machines
 from ampsuite.analysis.machines import group_machines as group_machines
 from ampsuite.analysis.machines import machine_key as machine_key
 from ampsuite.analysis.machines import machine_name as machine_name
+from ampsuite.analysis.quality import QualityRule as QualityRule
+from ampsuite.analysis.quality import QualityVerdict as QualityVerdict
+from ampsuite.analysis.quality import quality_lines as quality_lines
+from ampsuite.analysis.quality import quality_reason as quality_reason
+from ampsuite.analysis.quality import quality_rule as quality_rule
+from ampsuite.analysis.quality import quality_summary as quality_summary
+from ampsuite.analysis.quality import quality_verdicts as quality_verdicts
+from ampsuite.analysis.quality import seeds_of as seeds_of

@@ -3,8 +3,10 @@
 A report's "best" row is the headline people quote, so it must never be a
 figure the same report flags elsewhere: a cell is crowned only when it passed,
 its numerics verdict is not drift or non-finite (a loss that went non-finite
-or a loss scale that collapsed disqualifies it, whatever its speed), and its
-timing is trusted (noise within the run's target, no instability warning).
+or a loss scale that collapsed disqualifies it, whatever its speed), in a
+quality suite that requires it its quality verdict is "same quality" (or it is
+the reference: :mod:`ampsuite.analysis.quality`), and its timing is trusted
+(noise within the run's target, no instability warning).
 Faster cells that were passed over are listed with the reason, so a reader
 sees what the headline would have been and why it is not.
 
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 
 from ampsuite.analysis.access import AnyDocument, is_inference, throughput, workload_id, world_size
 from ampsuite.analysis.derived import Derived, derive, output_check
+from ampsuite.analysis.quality import QualityVerdict, quality_reason, quality_verdicts
 from ampsuite.contract.wire import Record, Status
 
 __all__ = [
@@ -70,8 +73,8 @@ def numerics_reason(record: Record, derived: Derived) -> str | None:
     return None
 
 
-def _reason(record: Record, derived: Derived) -> str | None:
-    reason = numerics_reason(record, derived)
+def _reason(record: Record, derived: Derived, quality: str | None = None) -> str | None:
+    reason = numerics_reason(record, derived) or quality
     if reason is not None:
         return reason
     if not derived.trusted:
@@ -90,7 +93,16 @@ def untrusted_reason(record: Record, doc: AnyDocument, derived: Mapping[str, Der
     """
     figures = derived if derived is not None else derive(doc)
     own = figures.get(record["id"]) or Derived(record["id"])
-    return _reason(record, own)
+    return _reason(record, own, _quality_reason(record, doc))
+
+
+def _quality_reason(
+    record: Record, doc: AnyDocument, verdicts: Mapping[str, QualityVerdict] | None = None
+) -> str | None:
+    """:func:`ampsuite.analysis.quality.quality_reason`, for the training cells a quality verdict can judge."""
+    if is_inference(record):
+        return None
+    return quality_reason(record, doc, quality_verdicts(doc) if verdicts is None else verdicts)
 
 
 @dataclass(frozen=True)
@@ -126,6 +138,7 @@ def best_per_workload(doc: AnyDocument) -> dict[str, Best]:
     cell are absent; see :func:`untrusted_reason` for what trustworthy means.
     """
     derived = derive(doc)
+    verdicts = quality_verdicts(doc)
     timed: dict[str, list[tuple[float, Record]]] = {}
     for record in doc["cells"]:
         value = throughput(record)
@@ -139,7 +152,7 @@ def best_per_workload(doc: AnyDocument) -> dict[str, Best]:
         passed_over: list[PassedOver] = []
         chosen: Record | None = None
         for value, record in ranked:
-            why = _reason(record, derived[record["id"]])
+            why = _reason(record, derived[record["id"]], _quality_reason(record, doc, verdicts))
             if why is None:
                 chosen = record
                 break

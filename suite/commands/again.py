@@ -66,7 +66,9 @@ def measure_again(plan: Any, config: Any, display: Any, doc: dict[str, Any]) -> 
         f"measuring again in {processes} processes, the fastest figure of a workload being untrusted: "
         + ", ".join(c.id for c in cells)
     )
-    spec = dataclasses.replace(plan.spec, measure=dataclasses.replace(plan.spec.measure, processes=processes))
+    # Timing only: the first record's quality runs stay (training them again would change no verdict's rule).
+    measure = dataclasses.replace(plan.spec.measure, processes=processes)
+    spec = dataclasses.replace(plan.spec, measure=measure, quality=None)
     scratch = config.output.with_name(f".{config.output.name}.again.json")
     again = dataclasses.replace(config, output=scratch, resume=False, measure_peaks=False)
     try:
@@ -88,5 +90,7 @@ def measure_again(plan: Any, config: Any, display: Any, doc: dict[str, Any]) -> 
             "first_noise": step["noise"],
             "reason": analysis.untrusted_reason(earlier, doc) or REFERENCE,
         }
+        if "quality" in earlier:
+            record["quality"] = earlier["quality"]
         writer.add(record)
     return writer.doc, interrupted

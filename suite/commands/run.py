@@ -137,6 +137,7 @@ def execute(args: argparse.Namespace) -> ExitCode:
             doc, interrupted = runner.run_plan(p, config, display)
             if not (interrupted or args.no_again or args.in_process):
                 doc, interrupted = again.measure_again(p, config, display, doc)
+            doc = _with_verdicts(doc, output)
     finally:
         display.stop()
     with deferred():  # a signal now ends the command once the summary and the report are written
@@ -150,6 +151,19 @@ def execute(args: argparse.Namespace) -> ExitCode:
     if any(r["status"] in FAILURES for r in doc["cells"]):
         return ExitCode.CELLS_FAILED
     return ExitCode.OK
+
+
+def _with_verdicts(doc: dict[str, Any], output: Path) -> dict[str, Any]:
+    """A quality suite's verdicts written into the results file as ``run.quality`` (docs/quality.md)."""
+    from ampsuite import analysis, results
+
+    summary = analysis.quality_summary(doc)
+    if summary is None:
+        return doc
+    writer = results.ResultsWriter(output, doc)
+    writer.doc["run"]["quality"] = summary
+    writer.flush()
+    return writer.doc
 
 
 def _preview(args: argparse.Namespace) -> tuple[str, int] | None:

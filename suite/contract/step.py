@@ -15,7 +15,7 @@ the step they were built with, so a copy would silently lose them.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -102,6 +102,16 @@ class TrainStep:
     model_flops_per_step: float | None = None
     """FLOPs of one training step by the workload's own formula (an LLM's 6·N + 12·L·H·Q·T per token), recorded
     as ``metrics.model_flops_per_step`` beside the flop counter's figure; None when the workload declares none."""
+    eval_data: Callable[[int], Iterable[Batch]] | None = None
+    """``eval_data(n)``: ``n`` batches of the held-out split on the device, the same ones at every call, spread over
+    the split; None when the workload trains on no data with a held-out split (a quality run needs one)."""
+    classifies: bool = False
+    """Whether the model's output scores classes over its last dimension for integer targets: a quality run then
+    counts accuracy (argmax against the target) beside the eval loss."""
+    forward: Callable[[Batch], torch.Tensor] | None = None
+    """The model's output for a batch as the training step computes it, without backward (evaluation runs it);
+    set by a technique that changes how a batch reaches the model (``half-weights`` casts inputs). None: the model
+    under :meth:`autocast`."""
 
     # -- the standard phases -------------------------------------------------
 
@@ -125,6 +135,15 @@ class TrainStep:
         else:
             loss.backward()
         return loss.detach()
+
+    def predict(self, batch: Batch) -> torch.Tensor:
+        """The model's output for ``batch`` (:attr:`forward`, else the model under autocast); no gradient is taken."""
+        if self.forward is not None:
+            return self.forward(batch)
+        if self.model is None:
+            raise TypeError("TrainStep.predict needs a model, or a forward")
+        with self.autocast():
+            return self.model(*batch.inputs)
 
     def default_update(self) -> None:
         """Optimizer step (through the scaler if any), then zero the gradients."""

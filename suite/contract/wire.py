@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, Literal, NotRequired, TypedDict
 
+from ampsuite.contract.qualitywire import Quality, QualityRule, QualityVerdicts
 from ampsuite.contract.tunewire import TuneData
 from ampsuite.contract.validate import (
     MAX_DEPTH,
@@ -126,6 +127,8 @@ class WorkerPayload(TypedDict):
     """The cell's own folder beside the results file, where probes may leave files (a profiler trace)."""
     artifact_prefix: NotRequired[str]
     """``artifact_dir`` relative to the results file's folder: how records name those files."""
+    quality: NotRequired[dict[str, Any]]
+    """A quality suite's training plan for this cell (``QualitySpec.plan``); absent: no quality run."""
 
 
 # ---------------------------------------------------------------------------
@@ -256,6 +259,7 @@ class Outcome(TypedDict, total=False):
     notes: dict[str, Any]
     warnings: list[str]
     evidence: dict[str, Any] | None
+    quality: Quality
 
 
 def outcome(status: Status, evidence: Mapping[str, Any] | None = None, **parts: Any) -> Outcome:
@@ -328,6 +332,8 @@ class Record(TypedDict):
     """Absent in files written before records named their machine: such a record is beside no other."""
     remeasured: NotRequired[Remeasured]
     """Present when the run measured this cell again, its first figure being an untrusted headline."""
+    quality: NotRequired[Quality]
+    """A quality suite's trainings of the cell, one per seed (docs/quality.md)."""
 
 
 def record_problem(record: Record, where: str) -> str | None:
@@ -347,6 +353,7 @@ class SuiteInfo(TypedDict):
     baseline: str
     device: str
     numerics_tolerance: float
+    quality: NotRequired[QualityRule]
 
 
 class ExecutorState(TypedDict):
@@ -370,6 +377,8 @@ class RunInfo(TypedDict):
     executor: NotRequired[ExecutorState]
     tune: NotRequired[TuneData]
     """A tune results file's summary (:mod:`ampsuite.contract.tunewire`)."""
+    quality: NotRequired[QualityVerdicts]
+    """A quality suite's verdicts when the run ended (:mod:`ampsuite.contract.qualitywire`)."""
 
 
 class Document(TypedDict):

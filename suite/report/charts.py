@@ -102,22 +102,24 @@ def line_chart(
     y_label: str,
     unit: str = "",
     tick_fmt: Formatter = tick,
+    from_zero: bool = True,
 ) -> Markup:
-    """A line per series over evenly spaced categories (batch sizes), y from zero."""
+    """A line per series over evenly spaced categories (batch sizes, training steps), y from zero unless
+    ``from_zero`` is False (then from the lowest value's tick: loss curves)."""
     values = [v for s in series for _, v in s.points if math.isfinite(v)]
     if not categories or not values:
         return _empty(title, "no data")
     width, left, right, top = 720, 72, 16, 16
     plot_h = 240
     height = top + plot_h + 44 + math.ceil(len(series) / 3) * LEGEND_ROW + 8
-    ticks = nice_ticks(0.0, max(values))
-    y_max = ticks[-1] or 1.0
+    ticks = nice_ticks(0.0 if from_zero else min(values), max(values))
+    y_min, y_max = (0.0 if from_zero else ticks[0]), ticks[-1] or 1.0
     plot_w = width - left - right
     step = plot_w / max(len(categories), 1)
     xs = {c: left + step * (i + 0.5) for i, c in enumerate(categories)}
 
     def y(v: float) -> float:
-        return top + plot_h - plot_h * v / y_max
+        return top + plot_h - plot_h * (v - y_min) / ((y_max - y_min) or 1.0)
 
     out = [_svg_open(width, height, title)]
     out.append('<g class="axis" font-size="11" fill="#4b5563">')

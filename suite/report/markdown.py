@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from ampsuite import ReportSection, analysis
 from ampsuite.analysis import AnyDocument as Doc
+from ampsuite.analysis.quality import statistic_text, target_text
 from ampsuite.report.fmt import DASH, num, pct, ratio, signed_pct
 from ampsuite.report.views import run_label
 
@@ -76,6 +77,7 @@ def _run_part(doc: Doc, compare_with: Doc | None) -> list[str]:
         lines.append("")
         if passed_over:
             lines += ["**Faster cells passed over (not trustworthy):**", "", *passed_over, ""]
+    lines += _quality_part(doc)
     broken = [r for r in doc["cells"] if r["status"] in analysis.FAILURE_STATUSES]
     if broken:
         lines.append("**Did not pass:** " + ", ".join(f"{escape_md(r.get('id'))} ({r.get('status')})" for r in broken))
@@ -139,3 +141,25 @@ def markdown_summary(
         if section.markdown:
             lines += [f"### {escape_md(section.title)}", "", section.markdown.rstrip(), ""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _quality_part(doc: Doc) -> list[str]:
+    """summary.md's quality table of one run (no lines without quality runs)."""
+    rule, verdicts = analysis.quality_rule(doc), analysis.quality_verdicts(doc)
+    if rule is None or not verdicts:
+        return []
+    lines = [
+        f"**Quality** ({escape_md(rule.describe())}):",
+        "",
+        "| cell | verdict | final eval loss | time-to-target |",
+        "|---|---|---|---|",
+    ]
+    cells = {r["id"]: r for r in doc["cells"]}
+    for cell_id, v in verdicts.items():
+        target = rule.targets.get(str(cells[cell_id]["workload"]["id"]))
+        detail = v.reason if v.verdict in ("diverged", "n/a") else statistic_text(v)
+        lines.append(
+            f"| {escape_md(cell_id)} | {escape_md(v.verdict)} | {escape_md(detail)} "
+            f"| {escape_md(target_text(v, target) or DASH)} |"
+        )
+    return [*lines, ""]

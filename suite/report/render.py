@@ -34,6 +34,7 @@ from ampsuite.report.history import history_context
 from ampsuite.report.machines import machines_context
 from ampsuite.report.markdown import markdown_summary
 from ampsuite.report.pages import index_context, speedup_summary, workload_contexts
+from ampsuite.report.quality_page import quality_context
 from ampsuite.report.views import load_runs, run_label
 from ampsuite.results import outputs
 
@@ -148,7 +149,8 @@ def render_site(
         the index after the built-in ones and in summary.md when they carry Markdown.
     :return: the path of index.html.
 
-    Files written: index.html, one workload-*.html per workload id, history.html
+    Files written: index.html, one workload-*.html per workload id, quality.html when a run holds quality
+    runs (:mod:`ampsuite.report.quality_page`), history.html
     and compare.html when asked, machines.html and machines.csv when ``docs`` come from
     more than one machine (:func:`ampsuite.analysis.group_machines`: GPU, else CPU, and
     host), results.json (one per run), results.csv, summary.md and static/style.css.
@@ -177,7 +179,9 @@ def render_site(
     pages += ["machines.html", MACHINES_CSV_NAME] * several
     outputs.refuse_inputs([out / p for p in pages], every_input, "the report")
     json_names = _results_json(out, items, results_files, every_input, note)
+    quality = quality_context(runs)
     nav = {
+        "quality": quality is not None,
         "workloads": [{"name": w, "file": page["file"]} for w, page in workloads.items()],
         "history": history is not None,
         "compare": compare_with is not None,
@@ -210,6 +214,8 @@ def render_site(
     )
     for page in workloads.values():
         write(page["file"], "workload.html", **page)
+    if quality is not None:
+        write("quality.html", "quality.html", **quality)
     if history is not None:
         write("history.html", "history.html", **history_context(history))
     if compare_with is not None:

@@ -73,6 +73,13 @@ def base_record(cell: Cell, registry: Registry) -> dict[str, Any]:
 
 
 def new_document(spec: SuiteSpec, config: DocumentSettings, device: str, registry: Registry) -> dict[str, Any]:
+    doc = _new_document(spec, config, device, registry)
+    if spec.quality is not None:
+        doc["run"]["suite"]["quality"] = spec.quality.as_dict()
+    return doc
+
+
+def _new_document(spec: SuiteSpec, config: DocumentSettings, device: str, registry: Registry) -> dict[str, Any]:
     return {
         "format": FORMAT,
         "version": VERSION,

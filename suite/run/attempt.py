@@ -74,6 +74,8 @@ class CellJob:
     log: Path
     timeout: float
     registry: Registry
+    seed_offset: int = 0
+    """Added to the suite's seed: a quality suite trains process i of a cell from seed + i."""
 
     def with_log(self, log: Path) -> CellJob:
         return dataclasses.replace(self, log=log)
@@ -81,10 +83,18 @@ class CellJob:
 
 def payload(job: CellJob) -> WorkerPayload:
     """What the worker of ``job`` starts from (plain data)."""
+    out = _payload(job)
+    quality = job.spec.quality
+    if quality is not None and job.cell.world_size <= 1:  # data-parallel cells are timed only (docs/quality.md)
+        out["quality"] = quality.plan(job.cell.workload_id)
+    return out
+
+
+def _payload(job: CellJob) -> WorkerPayload:
     return {
         "cell": job.cell.as_dict(),
         "measure": asdict(job.spec.measure),  # type: ignore[typeddict-item]
-        "seed": job.spec.seed,
+        "seed": job.spec.seed + job.seed_offset,
         "data_dir": str(job.config.data_dir),
         "plugins": job.config.plugins.as_dict(),
         "log_path": str(job.log),

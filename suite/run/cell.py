@@ -25,6 +25,7 @@ from ampsuite.contract.plugin import BuildContext, ProbeContext
 from ampsuite.contract.step import TrainStep
 from ampsuite.contract.wire import Outcome, Status, outcome
 from ampsuite.host.manager import PluginSettings, Registry, load_registry
+from ampsuite.run import quality
 from ampsuite.run.measure import rates, summarize, time_steps, timing_warnings
 from ampsuite.run.numerics import finite, run_numerics, scale_collapsed, sync
 from ampsuite.spec.options import build_options
@@ -145,11 +146,16 @@ def measure_cell(
     run = step.compose()
 
     state["phase"] = "numerics"
+    trained_from = time.perf_counter()
     numerics = run_numerics(step, run, spec.numerics_steps, metrics, step_author(cell))
     state["numerics"] = numerics
     if step.check_output is not None:
         state["phase"] = "output check"
         numerics["output_check"] = step.check_output()
+    quality_run = None
+    if payload.get("quality"):
+        state["phase"] = "quality"
+        quality_run = _quality(step, run, payload, numerics, trained_from)
 
     ctx = ProbeContext(
         step=step,
@@ -203,7 +209,7 @@ def measure_cell(
             f"loss scale collapsed to {numerics['scale_at_collapse']:g} at step {numerics['scale_collapsed_step']} "
             f"(from {numerics['scale_start']:g}): gradients overflow in float16"
         )
-    return {
+    result = {
         "status": Status.PASSED,
         "metrics": metrics,
         "numerics": numerics,
@@ -212,6 +218,22 @@ def measure_cell(
         "warnings": warnings,
         "evidence": None,
     }
+    if quality_run is not None:
+        result["quality"] = {"runs": [quality_run]}
+    return result
+
+
+def _quality(
+    step: TrainStep, run: Callable[..., Any], payload: dict[str, Any], numerics: dict[str, Any], started: float
+) -> Any:
+    """The cell's quality run (:func:`ampsuite.run.quality.train`); SkipCell for a step that cannot have one."""
+    if step.eval_data is None or step.model is None or step.loss_fn is None:
+        raise SkipCell(
+            f"quality: {step_author(payload['cell'])} has no held-out split to evaluate (TrainStep.eval_data); "
+            "give the workload real data (docs/quality.md)"
+        )
+    losses = list(numerics.get("losses") or [])
+    return quality.train(step, run, payload["quality"], seed=payload["seed"], first_losses=losses, started=started)
 
 
 def traceback_tail(text: str, lines: int = TRACEBACK_LINES) -> str:

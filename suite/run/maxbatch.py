@@ -130,7 +130,8 @@ class _Search:
         )
         self.ctx: BaseContext = worker_context(plan.registry)
         self.timeout = config.timeout or plan.spec.timeout
-        self.attempt_spec = dataclasses.replace(plan.spec, measure=attempt_measure(plan.spec.measure))
+        # An attempt asks whether a batch fits, not how it trains: no quality run.
+        self.attempt_spec = dataclasses.replace(plan.spec, measure=attempt_measure(plan.spec.measure), quality=None)
         self.logdir = Path(tempfile.mkdtemp(prefix="ampsuite-maxbatch-"))
         self.writer = open_results(plan.spec, self.run_config, plan.device, plan.registry, set())
         self.writer.doc["run"]["max_batch"] = {

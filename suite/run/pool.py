@@ -8,6 +8,7 @@ pooled (:func:`pool_outcomes`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from ampsuite.contract.cell import Cell
@@ -16,17 +17,23 @@ from ampsuite.run import attempt, measure, nodes
 from ampsuite.run.attempt import CellJob
 from ampsuite.spec.suitespec import SuiteSpec
 
-__all__ = ["measure_processes", "pool_outcomes", "process_count"]
+__all__ = ["measure_processes", "most_processes", "pool_outcomes", "process_count"]
 
 
 def process_count(spec: SuiteSpec, cell: Cell) -> int:
-    """How many processes measure ``cell``: ``[measure] processes``, or 1 for a data-parallel cell.
+    """How many processes measure ``cell``: ``[measure] processes`` (at least ``[quality] seeds`` in a quality
+    suite), or 1 for a data-parallel cell.
 
     A data-parallel cell's record combines its ranks (:mod:`ampsuite.run.launcher`; a multi-node
     cell's node processes are run by :mod:`ampsuite.run.nodes`);
     pooling several such runs is not done, so ``processes`` does not apply to it.
     """
-    return spec.measure.processes if cell.world_size <= 1 else 1
+    return most_processes(spec) if cell.world_size <= 1 else 1
+
+
+def most_processes(spec: SuiteSpec) -> int:
+    """The processes a single-process cell of ``spec`` is measured in."""
+    return max(spec.measure.processes, spec.quality.seeds if spec.quality is not None else 1)
 
 
 def measure_processes(job: CellJob) -> Outcome:
@@ -44,8 +51,9 @@ def measure_processes(job: CellJob) -> Outcome:
     passed = []
     for i in range(1, n + 1):
         log = job.log if i == 1 else job.log.with_name(f"{job.log.stem}-process{i}{job.log.suffix}")
+        seeded = dataclasses.replace(job, log=log, seed_offset=i - 1 if job.spec.quality is not None else 0)
         try:
-            result = attempt.measure_once(job.with_log(log))
+            result = attempt.measure_once(seeded)
         except KeyboardInterrupt as exc:
             result = attempt.interrupted_outcome(log, exc)
         if result.get("status") != Status.PASSED:
@@ -60,7 +68,8 @@ def measure_processes(job: CellJob) -> Outcome:
 def pool_outcomes(outcomes: Sequence[Outcome], noise_target: float) -> Outcome:
     """One outcome from the passed outcomes of several processes measuring the same cell.
 
-    The first outcome, with ``metrics.step_time`` recomputed from every
+    The first outcome, with every process's quality run (one per seed) under ``quality.runs``,
+    ``metrics.step_time`` recomputed from every
     process's samples pooled in order (:func:`ampsuite.run.measure.pool`: its ``noise``
     is the larger of the pooled noise and the between-process noise of the
     medians), ``metrics.step_time.processes`` listing each process's median,
@@ -71,6 +80,9 @@ def pool_outcomes(outcomes: Sequence[Outcome], noise_target: float) -> Outcome:
     first = outcomes[0]
     if len(outcomes) == 1:
         return first
+    seeds = [run for o in outcomes if "quality" in o for run in o["quality"]["runs"]]
+    if seeds:
+        first = {**first, "quality": {"runs": seeds}}
     step_times = [(o.get("metrics") or {}).get("step_time") or {} for o in outcomes]
     runs: list[list[float]] = [st.get("samples") or [] for st in step_times]
     if not all(isinstance(r, list) and r for r in runs):  # a worker that passed always records its samples

@@ -38,7 +38,7 @@ from ampsuite.run import handoff
 from ampsuite.run.attempt import CellJob
 from ampsuite.run.devicepeaks import measure_peaks as _measure_peaks
 from ampsuite.run.forkserver import worker_context
-from ampsuite.run.pool import pool_outcomes, process_count
+from ampsuite.run.pool import most_processes, pool_outcomes, process_count
 from ampsuite.run.signals import interrupts
 from ampsuite.run.task import Task, run_record
 from ampsuite.spec.suitespec import SuiteSpec
@@ -183,7 +183,7 @@ def run_cells(
             failure = exc
             interrupt()
         if not interrupted:
-            seconds = timeout * max(1, spec.measure.processes)
+            seconds = timeout * most_processes(spec)
             context = ExecutorContext(
                 tasks(),
                 chosen.options,

@@ -22,6 +22,7 @@ from ampsuite.contract.errors import SuiteFileError
 from ampsuite.spec import limits, names
 from ampsuite.spec.combinations import parse_combinations
 from ampsuite.spec.combinations import show_value as _show
+from ampsuite.spec.quality import QUALITY_KEYS, read_quality
 from ampsuite.spec.suitespec import (
     DEVICES,
     MEASURE_KEYS,
@@ -301,6 +302,10 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
     tune_choices = _tune(path, top.get("tune", dict, {}, "a table of [tune.TECHNIQUE] tables"))
     include = _rules(path, "include", top.get("include", list, None, "an array of tables"))
     exclude = _rules(path, "exclude", top.get("exclude", list, None, "an array of tables"))
+    q_table = top.get("quality", dict, None, "a table")
+    quality = None
+    if q_table is not None:
+        quality = read_quality(_Reader(path, "quality", q_table, QUALITY_KEYS), combinations, [w.id for w in workloads])
     top.finish()
 
     return SuiteSpec(
@@ -325,6 +330,7 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
         executor=executor,
         tune_choices=tune_choices,
         combination_options=combination_options,
+        quality=quality,
     )
 
 

@@ -8,6 +8,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ampsuite.spec import names
+from ampsuite.spec.quality import QUALITY_KEYS, QualitySpec
 
 __all__ = [
     "DEVICES",
@@ -39,6 +40,7 @@ TOP_KEYS = (
     "exclude",
     "executor",
     "tune",
+    "quality",
 )
 """The tables a suite file may have; any other top-level key is refused."""
 SUITE_KEYS = (
@@ -106,6 +108,7 @@ TABLE_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "include": RULE_KEYS,
         "exclude": RULE_KEYS,
         "executor": EXECUTOR_KEYS,
+        "quality": QUALITY_KEYS,
     }
 )
 """Each table's own keys, as the loader reads them ("" is the top level): what docs/suite-file.md documents.
@@ -164,6 +167,8 @@ class SuiteSpec:
     combination_options: Mapping[str, Mapping[str, Mapping[str, Any]]] = field(default_factory=dict)
     """``[combination_options.COMBINATION.TECHNIQUE]``: options of one technique in one combination's cells, on
     top of ``technique_options``; values checked by ``matrix.expand``."""
+    quality: QualitySpec | None = None
+    """``[quality]``: cells also train to a budget on real data, judged against a reference (docs/quality.md)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

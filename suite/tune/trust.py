@@ -36,8 +36,9 @@ def _derived(record: Record, doc: Doc) -> analysis.Derived | None:
 def numerics_reason(record: Record, doc: Doc) -> str | None:
     """Why ``record``'s training cannot be trusted (None when it can), judged against its FP32 cell in ``doc``.
 
-    :func:`ampsuite.analysis.numerics_reason` (not passed, non-finite, collapsed scale, drift),
-    and one rule of tune's own: a candidate must have a passed FP32 cell to be held against
+    :func:`ampsuite.analysis.numerics_reason` (not passed, non-finite, collapsed scale, drift), the quality
+    verdict where the suite requires the same quality (:func:`ampsuite.analysis.quality_reason`), and one rule
+    of tune's own: a candidate must have a passed FP32 cell to be held against
     (tune measures FP32 first, so "no reference" means that cell failed, not that the
     suite has none, which the report tolerates).
     """
@@ -46,6 +47,9 @@ def numerics_reason(record: Record, doc: Doc) -> str | None:
         return "not in the results document"
     reason = analysis.numerics_reason(as_record(record), derived)
     if reason is not None:
+        return reason
+    reason = analysis.quality_reason(record, doc, analysis.quality_verdicts(doc))
+    if reason is not None:  # a quality suite that requires the same quality crowns no recipe that trains worse
         return reason
     if derived.numerics_verdict == "n/a":
         return "no passed FP32 cell with a finite loss to compare the loss with"

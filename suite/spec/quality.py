@@ -1,0 +1,130 @@
+"""The ``[quality]`` table: cells that also train to a budget on real data, judged against a reference recipe.
+
+A suite with ``[quality]`` trains every single-process cell for a budget of
+steps (or samples: tokens, images) after its numerics phase, evaluating the
+held-out split every ``eval_every`` steps, in ``seeds`` processes (process i
+from seed ``suite.seed + i``), before its speed is measured as usual. What a
+verdict means, and how it is reached: docs/quality.md; the verdicts
+themselves are :mod:`ampsuite.analysis.quality`'s.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from ampsuite.contract.errors import SuiteFileError
+from ampsuite.spec import limits
+
+__all__ = ["QUALITY_KEYS", "QualitySpec", "read_quality"]
+
+
+@dataclass(frozen=True)
+class QualitySpec:
+    """A validated ``[quality]`` table."""
+
+    steps: int = 0
+    """Optimizer steps each seed trains, the numerics phase's included; 0: set by ``samples``."""
+    samples: int = 0
+    """Or the budget in the workload's unit (tokens, images): ``ceil(samples / samples per step)`` steps."""
+    eval_every: int = 50
+    eval_batches: int = 4
+    seeds: int = 3
+    reference: str = "fp32"
+    references: Mapping[str, str] = field(default_factory=dict)
+    """Combination -> its own reference (``fp8 = "bf16"``); every other combination is held against ``reference``."""
+    tolerance: float = 0.0025
+    p_value: float = 0.05
+    targets: Mapping[str, float] = field(default_factory=dict)
+    """Workload id -> the eval loss whose first reaching is timed (time-to-target)."""
+    require_same_quality: bool = True
+
+    def reference_of(self, combination: str) -> str:
+        """The combination ``combination``'s cells are judged against."""
+        return self.references.get(combination, self.reference)
+
+    def plan(self, workload_id: str) -> dict[str, Any]:
+        """What a worker of a cell of ``workload_id`` needs to train it (plain data)."""
+        return {
+            "steps": self.steps,
+            "samples": self.samples,
+            "eval_every": self.eval_every,
+            "eval_batches": self.eval_batches,
+            "target": self.targets.get(workload_id),
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["references"], out["targets"] = dict(self.references), dict(self.targets)
+        return out
+
+
+QUALITY_KEYS = tuple(QualitySpec.__dataclass_fields__)
+"""The keys of ``[quality]``: the fields of :class:`QualitySpec`; any other is refused."""
+
+
+class _Reader(Protocol):
+    """The suite loader's table reader (``ampsuite.spec.suitefile``), as this module uses it."""
+
+    table: dict[str, Any]
+
+    def get(self, name: str, kind: type | tuple[type, ...], default: Any, what: str) -> Any: ...
+
+    def number(
+        self, name: str, default: float, *, minimum: float, maximum: float, integer: bool = False, strict: bool = False
+    ) -> Any: ...
+
+    def error(self, name: str, message: str) -> SuiteFileError: ...
+
+    def finish(self) -> None: ...
+
+    def refuse_unknown(self) -> None: ...
+
+
+def _known(r: _Reader, key: str, name: str, known: list[str], what: str) -> None:
+    if name not in known:
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"{what}s are: {', '.join(known)}"
+        raise r.error(key, f"{name!r} is not a {what}; {hint}")
+
+
+def read_quality(r: _Reader, combinations: Mapping[str, Any], workloads: list[str]) -> QualitySpec:
+    """The ``[quality]`` table read by ``r``, its combination and workload names checked against the suite's."""
+    r.refuse_unknown()
+    steps = limits.MAX_SPEC_STEPS
+    default = QualitySpec()
+    budget_steps = r.number("steps", 0, minimum=0, maximum=steps * 100, integer=True)
+    samples = r.number("samples", 0, minimum=0, maximum=limits.MAX_SEED, integer=True)
+    if (budget_steps > 0) == (samples > 0):
+        raise r.error("steps", "give the training budget as steps > 0 or as samples > 0 (one of the two)")
+    reference = r.get("reference", str, default.reference, "a combination id")
+    _known(r, "reference", reference, list(combinations), "combination")
+    references = r.get("references", dict, {}, "a table of combination = reference combination")
+    for name, ref in references.items():
+        _known(r, f"references.{name}", name, list(combinations), "combination")
+        if not isinstance(ref, str):
+            raise r.error(f"references.{name}", f"expected a combination id, got {ref!r}")
+        _known(r, f"references.{name}", ref, list(combinations), "combination")
+    targets = r.get("targets", dict, {}, "a table of workload id = eval loss")
+    for name, value in targets.items():
+        _known(r, f"targets.{name}", name, workloads, "workload id")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise r.error(f"targets.{name}", f"expected a finite number (an eval loss), got {value!r}")
+    spec = QualitySpec(
+        steps=budget_steps,
+        samples=samples,
+        eval_every=r.number("eval_every", default.eval_every, minimum=1, maximum=steps, integer=True),
+        eval_batches=r.number("eval_batches", default.eval_batches, minimum=1, maximum=steps, integer=True),
+        seeds=r.number("seeds", default.seeds, minimum=1, maximum=limits.MAX_PROCESSES, integer=True),
+        reference=reference,
+        references=dict(references),
+        tolerance=r.number("tolerance", default.tolerance, minimum=0, maximum=1e6),
+        p_value=r.number("p_value", default.p_value, minimum=0, maximum=1, strict=True),
+        targets={k: float(v) for k, v in targets.items()},
+        require_same_quality=r.get("require_same_quality", bool, default.require_same_quality, "true or false"),
+    )
+    r.finish()
+    return spec

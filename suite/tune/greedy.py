@@ -78,13 +78,32 @@ def _together(
     """
     if len(faster) < 2:
         return None
-    trial = current[0]
-    for technique, _ in sorted(faster, key=lambda m: -_value(m[1][1])):
+    added = [technique for technique, _ in sorted(faster, key=lambda m: -_value(m[1][1]))]
+    return _with_all(tuner, config, current, added, steps, healthy, Decision.KEPT_TOGETHER)
+
+
+def _with_all(
+    tuner: Tuner,
+    config: WorkloadConfig,
+    base: Measured,
+    added: Sequence[str],
+    steps: StepLog,
+    healthy: list[Measured],
+    decision: Decision,
+    unlogged_if_pruned: bool = False,
+) -> Measured | None:
+    """``base`` plus every technique of ``added``, screened once: the new path, its step marked ``decision``,
+    when it is healthy and clearly faster than ``base``; else None (at once, with no step logged, for a pruned
+    trial when ``unlogged_if_pruned``)."""
+    trial = base[0]
+    for technique in added:
         trial = trial.plus(technique)
-    record, step, ok = _trial(tuner, config, trial, steps, healthy)
-    if record is None or not ok or not _gain_over(record, current[1]):
+    if unlogged_if_pruned and tuner.pruned(config, trial):
         return None
-    step.decide(Decision.KEPT_TOGETHER)
+    record, step, ok = _trial(tuner, config, trial, steps, healthy)
+    if record is None or not ok or not _gain_over(record, base[1]):
+        return None
+    step.decide(decision)
     return trial, record
 
 
@@ -172,16 +191,7 @@ def _head_start(
     companions = [t for t in leader if t in pool and t not in start[0].techniques]
     if len(companions) < 2:
         return start  # one companion is what the path's first round screens anyway
-    trial = start[0]
-    for technique in companions:
-        trial = trial.plus(technique)
-    if tuner.pruned(config, trial):
-        return start
-    record, step, ok = _trial(tuner, config, trial, steps, healthy)
-    if record is None or not ok or not _gain_over(record, start[1]):
-        return start
-    step.decide(Decision.HEAD_START)
-    return trial, record
+    return _with_all(tuner, config, start, companions, steps, healthy, Decision.HEAD_START, True) or start
 
 
 def _precision_techniques(

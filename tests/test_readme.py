@@ -40,3 +40,21 @@ def test_the_readme_suite_runs_as_written(tmp_path: Path) -> None:
     cells = json.loads((tmp_path / "out" / "results.json").read_text())["cells"]
     assert sorted(c["status"] for c in cells) == ["passed"] * 6 + ["skipped"]
     assert (tmp_path / "out" / "index.html").is_file()
+
+
+@pytest.mark.slow
+def test_the_main_job_on_a_cpu_is_the_default_suite_ending_in_a_report_within_a_minute(tmp_path: Path) -> None:
+    """`ampsuite run` with no suite, as the README's set-up runs it: the miniature CPU suite, every cell it can
+    run passed, the HTML report written, in under a minute of the run's own time (device peaks included)."""
+    import datetime as dt
+
+    done = ampsuite("run", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    doc = json.loads((tmp_path / "reports" / "cpu-default" / "results.json").read_text())
+    assert {c["status"] for c in doc["cells"]} == {"passed", "skipped"}
+    assert sum(c["status"] == "passed" for c in doc["cells"]) >= 15
+    run = doc["run"]
+    seconds = (dt.datetime.fromisoformat(run["finished"]) - dt.datetime.fromisoformat(run["started"])).total_seconds()
+    assert seconds < 60, f"the CPU default suite took {seconds:.0f} s"
+    assert (tmp_path / "reports" / "cpu-default" / "index.html").is_file()
+    assert "report: reports/cpu-default/index.html" in done.stdout

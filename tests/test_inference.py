@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from records import cell, doc
 from torch import nn
 
 from ampsuite import BuildContext, CheckContext, NoOptions, SkipCell, Technique, TrainStep, Workload, analysis
@@ -292,8 +293,6 @@ def test_inference_cells_render_in_the_report(inference_run: tuple[Path, dict[st
 
 
 def _base_cell(combination: str, techniques: list[str], *, inference: bool, baseline: str = "fp32") -> dict[str, Any]:
-    from tests.test_analysis import cell
-
     record = cell("fp32", baseline=baseline, matmul_dtype="float32")
     record["id"] = f"toy/{combination}/bs32"
     record["combination"] = combination
@@ -306,8 +305,6 @@ def _base_cell(combination: str, techniques: list[str], *, inference: bool, base
 def test_inference_fp32_reference_ignores_the_suites_base_techniques() -> None:
     """[suite] base_techniques = ["cudnn-benchmark"]: the FP32 inference cell carries it, as the FP32 training
     baseline does; records do not say which techniques are base ones, so the baseline cell's techniques stand in."""
-    from tests.test_analysis import doc
-
     cells = [
         _base_cell("fp32", ["cudnn-benchmark"], inference=False),
         _base_cell("infer-fp32", ["cudnn-benchmark", "inference"], inference=True),
@@ -334,8 +331,6 @@ def test_training_references_are_the_tuned_ones_with_base_techniques() -> None:
     TF32 are the cells a practitioner runs (cudnn.benchmark on), so every speedup and the numerics verdict are held
     against them, and PyTorch's defaults are an extra row (an untuned baseline inflated ResNet-50's speedups by 17%
     on an H200)."""
-    from tests.test_analysis import doc
-
     fp32 = _base_cell("fp32", ["cudnn-benchmark"], inference=False)
     defaults = _base_cell("fp32-defaults", [], inference=False)
     defaults["metrics"]["step_time"]["median"] *= 1.17

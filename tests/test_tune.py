@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from records import write_sealed
 
 from ampsuite import Technique, TrainStep, hookimpl, results
 from ampsuite import tune as tune_module
@@ -398,8 +399,7 @@ def test_between_figures_within_noise_bf16_wins_and_resume_keeps_the_best_so_far
     last = toy.ablation[-1].cell_id
     assert last is not None
     doc["cells"] = [r for r in doc["cells"] if r["id"] != last]
-    doc["integrity"] = {"sha256": results.store.checksum(doc)}
-    config.output.write_text(json.dumps(doc), encoding="utf-8")
+    write_sealed(config.output, doc)
     lines: list[str] = []
     tune_summary(plan, dataclasses.replace(config, resume=True), lines.append, measure=fake)
     (line,) = [line for line in lines if "best so far" in line or "no trusted" in line]
@@ -937,8 +937,7 @@ def test_a_damaged_verdict_in_the_file_is_tested_again_not_trusted(tmp_path: Pat
     first = dict(verdicts[0])
     verdicts[0]["confirmed"] = "yes"  # not a bool: whoever edited the file, the entry decides nothing
     verdicts[1:] = [*verdicts[1:], 42, {"key": "toy"}]
-    doc["integrity"] = {"sha256": results.store.checksum(doc)}
-    config.output.write_text(json.dumps(doc), encoding="utf-8")
+    write_sealed(config.output, doc)
     fake.ids = []
     resumed = dataclasses.replace(config, resume=True)
     (toy,) = tune_summary(session.plan(suite), resumed, lambda line: None, measure=fake).workloads

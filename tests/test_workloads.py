@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from records import cell, doc
 from torch import nn
 from torch.utils.data import DataLoader
 from torchvision.models import resnet as tv
@@ -407,7 +408,6 @@ def test_gemm_check_draws_new_operands_in_every_call() -> None:
 
 def test_a_corrupted_bf16_gemm_product_is_not_ok(monkeypatch: Any) -> None:
     from ampsuite.analysis import best_per_workload
-    from tests.test_analysis import cell, doc
 
     real = torch.mm
     # A product 3% off: three times what bfloat16's rounding explains.

@@ -14,37 +14,66 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from ampsuite.testing import suite_text
 
 REPO = Path(__file__).resolve().parents[1]
 AUTOLOAD_ENV = "AMPSUITE_DISABLE_PLUGIN_AUTOLOAD"
 PLUGINS_ENV = "AMPSUITE_PLUGINS"
 FAULTS = "ampsuite.plugins.faults"
 
-FAST_MEASURE = """\
-[measure]
-warmup_steps = 1
-min_steps = 3
-max_steps = 5
-numerics_steps = 2
-max_seconds = 0.5
-"""
+FAST_MEASURE: dict[str, Any] = {
+    "warmup_steps": 1,
+    "min_steps": 3,
+    "max_steps": 5,
+    "numerics_steps": 2,
+    "max_seconds": 0.5,
+}
 """A [measure] table that makes a toy cell take well under a second on a CPU."""
 
-SLOW_MEASURE = """\
-[measure]
-warmup_steps = 1
-min_steps = 3
-max_steps = 100000
-noise_target = 0.0000001
-numerics_steps = 2
-max_seconds = 1.5
-"""
+SLOW_MEASURE: dict[str, Any] = {**FAST_MEASURE, "max_steps": 100000, "noise_target": 1e-7, "max_seconds": 1.5}
 """A [measure] table whose cells each measure for 1.5 s: long enough to signal a run while a cell runs."""
+
+TOY: dict[str, Any] = {"batch_size": 8, "hidden": 16}
+"""The toy workload's options in most suites here: one small MLP cell a combination."""
+
+
+def suite_toml(data: Mapping[str, Any], measure: Mapping[str, Any] | None = FAST_MEASURE) -> str:
+    """TOML text of a suite given as plain data (tables as dicts); ``measure`` is its [measure] table unless ``data``
+    has one (None: none)."""
+    return suite_text(data, measure)[0]
+
+
+def toy_suite(
+    name: str | None,
+    *,
+    toy: Mapping[str, Any] | None = TOY,
+    workloads: Mapping[str, Mapping[str, Any]] | None = None,
+    combinations: Mapping[str, Sequence[str]] | None = None,
+    techniques: Mapping[str, Mapping[str, Any]] | None = None,
+    measure: Mapping[str, Any] | None = FAST_MEASURE,
+    executor: Mapping[str, Any] | None = None,
+    **suite_keys: Any,
+) -> str:
+    """TOML text of a CPU suite named ``name`` (None: no name) with ``suite_keys`` in its [suite] table: the toy
+    workload with the options ``toy`` (None: no toy workload) and any other ``workloads``, the ``combinations`` (FP32
+    alone unless given) with their ``techniques`` options, and ``measure`` (None: no [measure] table)."""
+    suite = {"name": name, "device": "cpu", **suite_keys} if name is not None else {"device": "cpu", **suite_keys}
+    data: dict[str, Any] = {
+        "suite": suite,
+        "workloads": ({"toy": dict(toy)} if toy is not None else {}) | dict(workloads or {}),
+        "combinations": dict(combinations) if combinations is not None else {"fp32": []},
+    }
+    if techniques:
+        data["techniques"] = techniques
+    if executor is not None:
+        data["executor"] = executor
+    return suite_toml(data, measure)
 
 
 SLOW_FIXTURES = {
@@ -97,10 +126,14 @@ def in_float64(step: Any) -> Any:
     return step
 
 
+FAST_MEASURE_TOML = suite_toml({}, FAST_MEASURE)
+SLOW_MEASURE_TOML = suite_toml({}, SLOW_MEASURE)
+
+
 @pytest.fixture
 def fast_measure() -> str:
     """The fast CPU [measure] table as TOML text, to paste into a suite."""
-    return FAST_MEASURE
+    return FAST_MEASURE_TOML
 
 
 @pytest.fixture
@@ -123,25 +156,8 @@ def registry() -> Any:
     return load_registry(PluginSettings(extra=(FAULTS,), autoload=False))
 
 
-HEALTHY_SUITE = (
-    """\
-[suite]
-name = "healthy"
-device = "cpu"
-timeout = 120
-
-"""
-    + FAST_MEASURE
-    + """
-[workloads.toy]
-batch_size = 8
-hidden = 16
-
-[combinations]
-fp32 = []
-noop = ["noop"]
-"""
-)
+HEALTHY_SUITE = toy_suite("healthy", timeout=120, combinations={"fp32": [], "noop": ["noop"]})
+"""Two toy cells that pass: FP32 and the no-op technique."""
 
 
 @pytest.fixture(scope="session")

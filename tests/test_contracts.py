@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import FAST_MEASURE
+from conftest import FAST_MEASURE_TOML
 
 from ampsuite import cli, results
 
@@ -25,7 +25,7 @@ device = "cpu"
 timeout = 120
 
 """
-    + FAST_MEASURE
+    + FAST_MEASURE_TOML
     + """
 [workloads.toy]
 batch_size = 8

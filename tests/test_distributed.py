@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FAST_MEASURE, QuietObserver
+from conftest import FAST_MEASURE_TOML, QuietObserver
 
 from ampsuite import analysis
 from ampsuite.contract.cell import Cell
@@ -201,7 +201,7 @@ device = "cpu"
 timeout = 120
 
 """
-    + FAST_MEASURE
+    + FAST_MEASURE_TOML
     + """
 [workloads.toy]
 batch_size = 8

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from conftest import FAST_MEASURE
+from conftest import FAST_MEASURE_TOML
 from conftest import alive as _alive
 from conftest import descendants as _descendants
 
@@ -40,7 +40,7 @@ name = "executor"
 device = "cpu"
 timeout = 120
 
-{FAST_MEASURE}
+{FAST_MEASURE_TOML}
 [workloads.toy]
 batch_size = 8
 hidden = 16

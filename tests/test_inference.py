@@ -234,11 +234,11 @@ dtype = "bfloat16"
 
 @pytest.fixture(scope="module")
 def inference_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    from tests.conftest import FAST_MEASURE, QuietObserver
+    from tests.conftest import FAST_MEASURE_TOML, QuietObserver
 
     root = tmp_path_factory.mktemp("inference")
     path = root / "inference.toml"
-    path.write_text(SUITE.format(measure=FAST_MEASURE), encoding="utf-8")
+    path.write_text(SUITE.format(measure=FAST_MEASURE_TOML), encoding="utf-8")
     out = root / "results.json"
     plan = session.plan(path, device="cpu")
     config = RunConfig(output=out, data_dir=root / "data", measure_peaks=False, argv=["test"])

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 from conftest import (
-    FAST_MEASURE,
+    FAST_MEASURE_TOML,
     REPO,
-    SLOW_MEASURE,
+    SLOW_MEASURE_TOML,
     alive,
     children,
     cmdline,
@@ -204,7 +204,7 @@ def ampsuite_report_sections(results):
 '''
 
 
-def _suite(name: str, combinations: str, measure: str = FAST_MEASURE, timeout: float = 120) -> str:
+def _suite(name: str, combinations: str, measure: str = FAST_MEASURE_TOML, timeout: float = 120) -> str:
     return (
         f'[suite]\nname = "{name}"\ndevice = "cpu"\ntimeout = {timeout}\n\n{measure}\n'
         f"[workloads.toy]\nbatch_size = 8\nhidden = [16, 17, 18]\n\n[combinations]\n{combinations}"
@@ -298,7 +298,7 @@ def test_ctrl_c_while_the_fork_server_starts_records_every_cell_without_a_traceb
 
 @pytest.mark.slow
 def test_two_ctrl_c_end_the_run_once_with_one_line_and_at_once(tmp_path: Path) -> None:
-    (tmp_path / "s.toml").write_text(_suite("twice", 'fp32 = []\nnoop = ["noop"]\n', SLOW_MEASURE))
+    (tmp_path / "s.toml").write_text(_suite("twice", 'fp32 = []\nnoop = ["noop"]\n', SLOW_MEASURE_TOML))
     with reaped(start_foreground(["run", "s.toml", "-o", "r.json", "--no-peaks", "--no-report"], tmp_path)) as proc:
         wait_for(lambda: _running_cell(proc), 120, "a running cell")
         at = time.monotonic()
@@ -318,7 +318,7 @@ def test_two_ctrl_c_end_the_run_once_with_one_line_and_at_once(tmp_path: Path) -
 
 @pytest.mark.slow
 def test_sighup_interrupts_a_run_as_ctrl_c_does(tmp_path: Path) -> None:
-    (tmp_path / "s.toml").write_text(_suite("hup", "fp32 = []\n", SLOW_MEASURE))
+    (tmp_path / "s.toml").write_text(_suite("hup", "fp32 = []\n", SLOW_MEASURE_TOML))
     with reaped(start_foreground(["run", "s.toml", "-o", "r.json", "--no-peaks", "--no-report"], tmp_path)) as proc:
         wait_for(lambda: _running_cell(proc), 120, "a running cell")
         os.kill(proc.pid, signal.SIGHUP)  # the terminal closed
@@ -347,7 +347,7 @@ def test_sigterm_while_the_report_is_written_finishes_it_and_exits_2(tmp_path: P
 
 @pytest.mark.slow
 def test_two_ctrl_c_during_a_tune_start_no_worker_and_print_no_traceback(tmp_path: Path) -> None:
-    (tmp_path / "s.toml").write_text(_suite("tune2", 'fp32 = []\nnoop = ["noop"]\n', SLOW_MEASURE))
+    (tmp_path / "s.toml").write_text(_suite("tune2", 'fp32 = []\nnoop = ["noop"]\n', SLOW_MEASURE_TOML))
     argv = ["tune", "s.toml", "-k", "hidden=16", "--budget", "120s", "--report-dir", "out"]
     with reaped(start_foreground(argv, tmp_path)) as proc:
         wait_for(lambda: _running_cell(proc), 120, "a running candidate")

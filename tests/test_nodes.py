@@ -15,7 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from conftest import FAST_MEASURE
+from conftest import FAST_MEASURE_TOML
 
 from ampsuite import cli
 from ampsuite.contract.cell import Cell
@@ -214,7 +214,7 @@ device = "cpu"
 timeout = 60
 
 """
-    + FAST_MEASURE
+    + FAST_MEASURE_TOML
     + """
 [workloads.toy]
 batch_size = 8

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FAST_MEASURE, run_ampsuite
+from conftest import FAST_MEASURE_TOML, run_ampsuite
 
 from ampsuite import cli, results
 from ampsuite.contract.errors import ExitCode, UsageError
@@ -148,7 +148,7 @@ def test_a_run_with_its_results_elsewhere_keeps_the_earlier_run_of_its_report_fo
     healthy_run: Any, tmp_path: Path
 ) -> None:
     suite = tmp_path / "mine.toml"
-    suite.write_text(_SUITE.format(name="mine", extra="", measure=FAST_MEASURE))
+    suite.write_text(_SUITE.format(name="mine", extra="", measure=FAST_MEASURE_TOML))
     earlier = tmp_path / "reports" / "mine" / "results.json"
     earlier.parent.mkdir(parents=True)
     held = _another_run(healthy_run[0], earlier)
@@ -220,7 +220,9 @@ def test_a_record_that_would_make_the_file_unreadable_is_failed_and_the_others_s
 @pytest.mark.slow
 def test_a_technique_with_100_mb_of_notes_fails_its_cell_and_the_file_stays_readable(tmp_path: Path) -> None:
     (tmp_path / "huge_notes.py").write_text(_HUGE_NOTES)
-    (tmp_path / "big.toml").write_text(_SUITE.format(name="big", extra='huge = ["huge-notes"]\n', measure=FAST_MEASURE))
+    (tmp_path / "big.toml").write_text(
+        _SUITE.format(name="big", extra='huge = ["huge-notes"]\n', measure=FAST_MEASURE_TOML)
+    )
     proc = run_ampsuite(
         "run", "big.toml", "-p", "huge_notes", "-o", "r.json", "--no-peaks", "--no-report", cwd=tmp_path,
         pythonpath=str(tmp_path),

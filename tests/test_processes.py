@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FAST_MEASURE
+from conftest import FAST_MEASURE_TOML
 
 from ampsuite import cli, results
 from ampsuite.host import session
@@ -108,7 +108,7 @@ def test_pooled_outcome_without_flops_has_no_tflops_and_agreeing_processes_no_wa
 @pytest.fixture(scope="module")
 def toy_plan(tmp_path_factory: pytest.TempPathFactory) -> Any:
     path = tmp_path_factory.mktemp("plan") / "suite.toml"
-    path.write_text(f"[suite]\ndevice = 'cpu'\n{FAST_MEASURE}processes = 3\n[workloads.toy]\nbatch_size = 8\n")
+    path.write_text(f"[suite]\ndevice = 'cpu'\n{FAST_MEASURE_TOML}processes = 3\n[workloads.toy]\nbatch_size = 8\n")
     return session.plan(path, device="cpu")
 
 
@@ -189,7 +189,7 @@ name = "processes"
 device = "cpu"
 timeout = 120
 
-{FAST_MEASURE}processes = 3
+{FAST_MEASURE_TOML}processes = 3
 
 [workloads.toy]
 batch_size = 8

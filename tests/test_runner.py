@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import FAST_MEASURE, SLOW_MEASURE, QuietObserver, start_foreground
+from conftest import FAST_MEASURE_TOML, SLOW_MEASURE_TOML, QuietObserver, start_foreground
 from conftest import children as _children
 from conftest import cmdline as _cmdline
 from conftest import descendants as _descendants
@@ -54,7 +54,7 @@ device = "cpu"
 timeout = {timeout}
 memory_limit_gb = {memory_limit_gb}
 
-{FAST_MEASURE}
+{FAST_MEASURE_TOML}
 [workloads.toy]
 batch_size = 8
 hidden = 16
@@ -215,7 +215,7 @@ SKIPPING_SUITE = f"""
 [suite]
 name = "skipping"
 device = "cpu"
-{FAST_MEASURE}
+{FAST_MEASURE_TOML}
 [workloads.toy]
 batch_size = 8
 hidden = 16
@@ -507,7 +507,7 @@ device = "cpu"
 timeout = 120
 
 """
-    + SLOW_MEASURE
+    + SLOW_MEASURE_TOML
     + """
 [workloads.toy]
 batch_size = 8
@@ -613,7 +613,7 @@ def test_a_noisy_fastest_cell_and_its_reference_are_measured_again_in_three_proc
     write_suite, tmp_path: Path, again: bool
 ) -> None:
     out = tmp_path / "r.json"
-    suite = write_suite(HEALTHY_SUITE.replace("[workloads.toy]", "noise_target = 1e-9\n\n[workloads.toy]"))
+    suite = write_suite(HEALTHY_SUITE + "noise_target = 1e-9\n")  # into its last table, [measure]
     argv = ["run", str(suite), "-o", str(out), "--no-peaks", "--no-report"]
     assert cli.main(argv if again else [*argv, "--no-again"]) == 0
     doc = results.load(out)

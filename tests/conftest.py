@@ -60,12 +60,13 @@ def toy_suite(
     executor: Mapping[str, Any] | None = None,
     **suite_keys: Any,
 ) -> str:
-    """TOML text of a CPU suite named ``name`` (None: no name) with ``suite_keys`` in its [suite] table: the toy
-    workload with the options ``toy`` (None: no toy workload) and any other ``workloads``, the ``combinations`` (FP32
-    alone unless given) with their ``techniques`` options, and ``measure`` (None: no [measure] table)."""
-    suite = {"name": name, "device": "cpu", **suite_keys} if name is not None else {"device": "cpu", **suite_keys}
+    """TOML text of a CPU suite named ``name`` with ``suite_keys`` in its [suite] table (a key given as None is left
+    out, ``name`` and ``device`` too): the toy workload with the options ``toy`` (None: no toy workload) and any other
+    ``workloads``, the ``combinations`` (FP32 alone unless given) with their ``techniques`` options, the ``executor``
+    table, and ``measure`` (None: no [measure] table)."""
+    suite = {"name": name, "device": "cpu", **suite_keys}
     data: dict[str, Any] = {
-        "suite": suite,
+        "suite": {key: value for key, value in suite.items() if value is not None},
         "workloads": ({"toy": dict(toy)} if toy is not None else {}) | dict(workloads or {}),
         "combinations": dict(combinations) if combinations is not None else {"fp32": []},
     }

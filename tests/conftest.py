@@ -60,13 +60,13 @@ def toy_suite(
     executor: Mapping[str, Any] | None = None,
     **suite_keys: Any,
 ) -> str:
-    """TOML text of a CPU suite named ``name`` with ``suite_keys`` in its [suite] table (a key given as None is left
-    out, ``name`` and ``device`` too): the toy workload with the options ``toy`` (None: no toy workload) and any other
-    ``workloads``, the ``combinations`` (FP32 alone unless given) with their ``techniques`` options, the ``executor``
-    table, and ``measure`` (None: no [measure] table)."""
-    suite = {"name": name, "device": "cpu", **suite_keys}
-    data: dict[str, Any] = {
-        "suite": {key: value for key, value in suite.items() if value is not None},
+    """TOML text of a CPU suite: ``name`` and ``suite_keys`` in its [suite] table, the toy workload with the options
+    ``toy`` and any other ``workloads``, the ``combinations`` (FP32 alone unless given) with their ``techniques``
+    options, the ``executor`` table and ``measure``. None leaves a part out: a [suite] key (``name`` and ``device``
+    too; an empty [suite] table goes), the toy workload, the executor or the [measure] table."""
+    suite = {key: value for key, value in {"name": name, "device": "cpu", **suite_keys}.items() if value is not None}
+    data: dict[str, Any] = {"suite": suite} if suite else {}
+    data |= {
         "workloads": ({"toy": dict(toy)} if toy is not None else {}) | dict(workloads or {}),
         "combinations": dict(combinations) if combinations is not None else {"fp32": []},
     }

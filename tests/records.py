@@ -147,3 +147,27 @@ def asv_result_file(commit: str, date_ms: int, machine: str, benchmarks: dict[st
         "durations": {},
         "version": 2,
     }
+
+
+def parallel_record(
+    cell_id: str, throughput: float, *, world: int | None = 1, nodes: int = 1, batch: int = 8, combination: str = "fp32"
+) -> dict[str, Any]:
+    """A passed record of the toy cell ``cell_id`` on ``world`` processes (None: a record written before world_size
+    existed, of one process) over ``nodes`` nodes, at ``throughput`` samples/s in all, each process stepping over
+    ``batch`` samples; a combination other than FP32 is the technique of its name."""
+    record: dict[str, Any] = {
+        "id": cell_id,
+        "status": "passed",
+        "device": "cpu",
+        "batch_size": batch,
+        "combination": combination,
+        "baseline": "fp32",
+        "workload": {"id": "toy", "options": {}},
+        "techniques": [] if combination == "fp32" else [{"name": combination, "options": {}}],
+        "metrics": {"throughput": throughput, "step_time": {"median": batch * (world or 1) / throughput}},
+    }
+    if world is not None:
+        record["world_size"] = world
+    if nodes > 1:
+        record["nodes"] = nodes
+    return record

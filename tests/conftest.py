@@ -42,6 +42,18 @@ SLOW_MEASURE: dict[str, Any] = {**FAST_MEASURE, "max_steps": 100000, "noise_targ
 TOY: dict[str, Any] = {"batch_size": 8, "hidden": 16}
 """The toy workload's options in most suites here: one small MLP cell a combination."""
 
+SMALL_BERT: dict[str, Any] = {
+    "plugin": "bert",
+    "batch_size": 2,
+    "layers": 1,
+    "hidden": 32,
+    "heads": 2,
+    "intermediate": 64,
+    "seq_len": 16,
+    "vocab": 100,
+}
+"""A workload table of BERT at a size a CPU steps through in milliseconds: one layer 32 wide."""
+
 
 def suite_toml(data: Mapping[str, Any], measure: Mapping[str, Any] | None = FAST_MEASURE) -> str:
     """TOML text of a suite given as plain data (tables as dicts); ``measure`` is its [measure] table unless ``data``

@@ -176,16 +176,20 @@ HEALTHY_SUITE = toy_suite("healthy", timeout=120, combinations={"fp32": [], "noo
 @pytest.fixture(scope="session")
 def healthy_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     """A real two-cell toy run through isolated workers: (results path, document as returned by the runner)."""
+    suite_path = tmp_path_factory.mktemp("healthy") / "healthy.toml"
+    suite_path.write_text(HEALTHY_SUITE, encoding="utf-8")
+    return run_in_workers(suite_path)
+
+
+def run_in_workers(suite_path: Path, **plan_options: Any) -> tuple[Path, dict[str, Any]]:
+    """A real CPU run of the suite file through isolated workers, into results.json and data/ beside it: (results
+    path, document as returned by the runner). ``plan_options`` go to ``session.plan`` (``keyword=...``)."""
     from ampsuite.host import session
     from ampsuite.run import runner
-    from ampsuite.run.runner import RunConfig
 
-    root = tmp_path_factory.mktemp("healthy")
-    suite_path = root / "healthy.toml"
-    suite_path.write_text(HEALTHY_SUITE, encoding="utf-8")
-    out = root / "results.json"
-    plan = session.plan(suite_path, device="cpu")
-    config = RunConfig(output=out, data_dir=root / "data", measure_peaks=False, argv=["test"])
+    out = suite_path.parent / "results.json"
+    plan = session.plan(suite_path, device="cpu", **plan_options)
+    config = runner.RunConfig(output=out, data_dir=suite_path.parent / "data", measure_peaks=False, argv=["test"])
     doc, interrupted = runner.run_plan(plan, config, QuietObserver())
     assert not interrupted
     return out, doc

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TOY, QuietObserver, alive, toy_suite, wait_gone
+from conftest import TOY, alive, run_in_workers, toy_suite, wait_gone
 from records import parallel_record
 
 from ampsuite import analysis
 from ampsuite.contract.cell import Cell
 from ampsuite.contract.errors import SuiteFileError
-from ampsuite.run import launcher, runner
+from ampsuite.run import launcher
 from ampsuite.spec import matrix, parallel, suitefile
 from ampsuite.spec.keyword import select
 
@@ -186,17 +186,9 @@ RUN_SUITE = _ddp_suite([1, 2], "rank1-raises", "fault-raise")
 
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from ampsuite.host import session
-    from ampsuite.run.runner import RunConfig
-
-    root = tmp_path_factory.mktemp("ddp")
-    suite_path = root / "ddp.toml"
+    suite_path = tmp_path_factory.mktemp("ddp") / "ddp.toml"
     suite_path.write_text(RUN_SUITE, encoding="utf-8")
-    plan = session.plan(suite_path, device="cpu")
-    config = RunConfig(output=root / "results.json", data_dir=root / "data", measure_peaks=False, argv=["test"])
-    doc, interrupted = runner.run_plan(plan, config, QuietObserver())
-    assert not interrupted
-    return doc
+    return run_in_workers(suite_path)[1]
 
 
 def _by_id(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -277,14 +269,9 @@ def test_the_raising_rank_is_the_cells_evidence_and_no_rank_survives(ddp_run) ->
 
 @pytest.mark.slow
 def test_a_hanging_rank_times_out_and_takes_every_rank_with_it(tmp_path: Path) -> None:
-    from ampsuite.host import session
-    from ampsuite.run.runner import RunConfig
-
     suite_path = tmp_path / "hang.toml"
     suite_path.write_text(_ddp_suite(2, "hang", "fault-hang", timeout=20), encoding="utf-8")
-    plan = session.plan(suite_path, device="cpu", keyword="hang")
-    config = RunConfig(output=tmp_path / "r.json", data_dir=tmp_path / "data", measure_peaks=False)
-    doc, _ = runner.run_plan(plan, config, QuietObserver())
+    _, doc = run_in_workers(suite_path, keyword="hang")
     (rec,) = doc["cells"]
     assert rec["status"] == "timeout"
     pids = [int(p) for p in re.findall(r"ampsuite: rank \d \(local \d\) pid (\d+)", rec["evidence"]["stderr_tail"])]

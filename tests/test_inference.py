@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 import torch
+from conftest import run_in_workers, toy_suite
 from records import cell, doc
 from torch import nn
 
 from ampsuite import BuildContext, CheckContext, NoOptions, SkipCell, Technique, TrainStep, Workload, analysis
-from ampsuite.host import session
 from ampsuite.plugins.techniques import (
     _channels_last,
     amp,
@@ -28,8 +28,6 @@ from ampsuite.plugins.techniques import (
 )
 from ampsuite.plugins.workloads import _cnn, _toy, _transformer, cnn, toy, transformer
 from ampsuite.report.render import render_site
-from ampsuite.run import runner
-from ampsuite.run.runner import RunConfig
 from ampsuite.spec.options import build_options
 
 MODULES = (amp, fused_optimizer, grad_accumulation, half_weights, inference, int8, tensorrt)
@@ -203,48 +201,27 @@ def test_tensorrt_skips_in_the_worker_off_cuda(tmp_path: Any) -> None:
 
 # -- a run: records, analysis, report ------------------------------------------------------
 
-SUITE = """\
-[suite]
-name = "inference"
-device = "cpu"
-
-{measure}
-
-[workloads.toy]
-plugin = "toy"
-batch_size = [1, 16]
-features = 8
-hidden = 16
-layers = 1
-classes = 4
-
-[combinations]
-fp32 = []
-bf16 = ["amp-bf16"]
-infer-fp32 = ["inference"]
-infer-bf16 = ["inference", "amp-bf16"]
-infer-o2 = ["inference", "half-weights"]
-infer-int8 = ["inference", "int8"]
-infer-trt = ["inference", "tensorrt"]
-
-[techniques.half-weights]
-dtype = "bfloat16"
-"""
+SUITE = toy_suite(
+    "inference",
+    toy={"plugin": "toy", "batch_size": [1, 16], "features": 8, "hidden": 16, "layers": 1, "classes": 4},
+    combinations={
+        "fp32": [],
+        "bf16": ["amp-bf16"],
+        "infer-fp32": ["inference"],
+        "infer-bf16": ["inference", "amp-bf16"],
+        "infer-o2": ["inference", "half-weights"],
+        "infer-int8": ["inference", "int8"],
+        "infer-trt": ["inference", "tensorrt"],
+    },
+    techniques={"half-weights": {"dtype": "bfloat16"}},
+)
 
 
 @pytest.fixture(scope="module")
 def inference_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    from tests.conftest import FAST_MEASURE_TOML, QuietObserver
-
-    root = tmp_path_factory.mktemp("inference")
-    path = root / "inference.toml"
-    path.write_text(SUITE.format(measure=FAST_MEASURE_TOML), encoding="utf-8")
-    out = root / "results.json"
-    plan = session.plan(path, device="cpu")
-    config = RunConfig(output=out, data_dir=root / "data", measure_peaks=False, argv=["test"])
-    doc, interrupted = runner.run_plan(plan, config, QuietObserver())
-    assert not interrupted
-    return out, doc
+    path = tmp_path_factory.mktemp("inference") / "inference.toml"
+    path.write_text(SUITE, encoding="utf-8")
+    return run_in_workers(path)
 
 
 @pytest.mark.slow

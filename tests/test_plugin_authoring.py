@@ -21,12 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import toy_suite
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from venvs import layered_venv
 
 from ampsuite import Batch, TrainStep, Workload, hookimpl, scaffold
 from ampsuite.contract.errors import SuiteFileError, UsageError
+from ampsuite.testing import TINY_MEASURE
 
 
 def _shipped_plugin_autoloads() -> bool:
@@ -377,37 +379,15 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
     return venv
 
 
-EXAMPLE_SUITE = """
-[suite]
-name = "extras"
-device = "cpu"
-timeout = 120
-
-[measure]
-warmup_steps = 1
-min_steps = 3
-max_steps = 3
-max_seconds = 1.0
-noise_target = 1.0
-numerics_steps = 2
-
-[workloads.lstm]
-plugin = "lstm-lm"
-batch_size = 4
-vocab = 32
-hidden = 16
-layers = 2
-seq_len = 8
-
-[workloads.toy]
-plugin = "toy"
-batch_size = 4
-hidden = 8
-
-[combinations]
-fp32 = []
-ckpt = ["extras-checkpointing"]
-"""
+EXAMPLE_SUITE = toy_suite(
+    "extras",
+    timeout=120,
+    toy={"plugin": "toy", "batch_size": 4, "hidden": 8},
+    workloads={"lstm": {"plugin": "lstm-lm", "batch_size": 4, "vocab": 32, "hidden": 16, "layers": 2, "seq_len": 8}},
+    combinations={"fp32": [], "ckpt": ["extras-checkpointing"]},
+    measure=TINY_MEASURE,
+)
+"""The example's workload and technique beside the toy, whose model has no blocks to checkpoint."""
 
 
 @pytest.fixture(scope="module")

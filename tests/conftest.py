@@ -169,15 +169,16 @@ def registry() -> Any:
     return load_registry(PluginSettings(extra=(FAULTS,), autoload=False))
 
 
-HEALTHY_SUITE = toy_suite("healthy", timeout=120, combinations={"fp32": [], "noop": ["noop"]})
-"""Two toy cells that pass: FP32 and the no-op technique."""
+def healthy_suite(**changes: Any) -> str:
+    """Two toy cells that pass, FP32 and the no-op technique; ``changes`` are toy_suite arguments."""
+    return toy_suite(**{"name": "healthy", "timeout": 120, "combinations": {"fp32": [], "noop": ["noop"]}, **changes})
 
 
 @pytest.fixture(scope="session")
 def healthy_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     """A real two-cell toy run through isolated workers: (results path, document as returned by the runner)."""
     suite_path = tmp_path_factory.mktemp("healthy") / "healthy.toml"
-    suite_path.write_text(HEALTHY_SUITE, encoding="utf-8")
+    suite_path.write_text(healthy_suite(), encoding="utf-8")
     return run_in_workers(suite_path)
 
 

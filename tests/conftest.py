@@ -69,13 +69,14 @@ def toy_suite(
     combinations: Mapping[str, Sequence[str]] | None = None,
     techniques: Mapping[str, Mapping[str, Any]] | None = None,
     measure: Mapping[str, Any] | None = FAST_MEASURE,
-    executor: Mapping[str, Any] | None = None,
+    tables: Mapping[str, Any] | None = None,
     **suite_keys: Any,
 ) -> str:
     """TOML text of a CPU suite: ``name`` and ``suite_keys`` in its [suite] table, the toy workload with the options
     ``toy`` and any other ``workloads``, the ``combinations`` (FP32 alone unless given) with their ``techniques``
-    options, the ``executor`` table and ``measure``. None leaves a part out: a [suite] key (``name`` and ``device``
-    too; an empty [suite] table goes), the toy workload, the executor or the [measure] table."""
+    options, more top-level ``tables`` (``executor``, ``tune``, ``combination_options``, ``include``...) and
+    ``measure``. None leaves a part out: a [suite] key (``name`` and ``device`` too; an empty [suite] table goes), the
+    toy workload or the [measure] table."""
     suite = {key: value for key, value in {"name": name, "device": "cpu", **suite_keys}.items() if value is not None}
     data: dict[str, Any] = {"suite": suite} if suite else {}
     data |= {
@@ -84,8 +85,7 @@ def toy_suite(
     }
     if techniques:
         data["techniques"] = techniques
-    if executor is not None:
-        data["executor"] = executor
+    data |= tables or {}
     return suite_toml(data, measure)
 
 

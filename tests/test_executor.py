@@ -44,7 +44,7 @@ def _suite(
         toy={**TOY, **toy},
         combinations=combinations,
         techniques=techniques,
-        executor=executor,
+        tables={"executor": executor} if executor is not None else None,
     )
 
 

@@ -1,4 +1,12 @@
-"""Shared fixtures of the core tests.
+"""Shared fixtures and helpers of the core tests.
+
+Suites are built as data: ``toy_suite`` (the toy workload and whatever a test
+varies) and ``suite_toml`` (any suite) give the TOML text, with the measure
+tables ``FAST_MEASURE`` and ``SLOW_MEASURE``; a test writes suite-file text
+itself only where that text is what it checks. ``healthy_run`` and
+``run_in_workers`` are real runs through isolated workers; the process helpers
+read what a test's processes left behind from /proc. Results records and
+documents are built in records.py.
 
 Installed third-party plugins must not leak into these tests: plugin autoload
 is off for the whole session unless the environment says otherwise (the
@@ -137,16 +145,6 @@ def in_float64(step: Any) -> Any:
     step.model.double()
     step.data = data
     return step
-
-
-FAST_MEASURE_TOML = suite_toml({}, FAST_MEASURE)
-SLOW_MEASURE_TOML = suite_toml({}, SLOW_MEASURE)
-
-
-@pytest.fixture
-def fast_measure() -> str:
-    """The fast CPU [measure] table as TOML text, to paste into a suite."""
-    return FAST_MEASURE_TOML
 
 
 @pytest.fixture

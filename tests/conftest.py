@@ -16,6 +16,7 @@ entry-point test turns it back on for its own subprocess only).
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import os
 import signal
 import subprocess
@@ -127,6 +128,21 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 SuiteWriter = Callable[..., Path]
+
+
+def shipped_plugin_autoloads() -> bool:
+    """Whether pytest loaded ampsuite.testing through ampsuite's pytest11 entry point.
+
+    Reads every distribution, not deduplicated by name, as pytest (pluggy) does:
+    a stale ampsuite.egg-info in the working directory must not hide the entry point.
+    """
+    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        return False
+    return any(
+        ep.group == "pytest11" and ep.value == "ampsuite.testing"
+        for dist in importlib.metadata.distributions()
+        for ep in dist.entry_points
+    )
 
 
 def in_float64(step: Any) -> Any:

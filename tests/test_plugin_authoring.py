@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import toy_suite
+from conftest import shipped_plugin_autoloads, toy_suite
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from venvs import layered_venv
@@ -30,25 +30,9 @@ from ampsuite import Batch, TrainStep, Workload, hookimpl, scaffold
 from ampsuite.contract.errors import SuiteFileError, UsageError
 from ampsuite.testing import TINY_MEASURE
 
-
-def _shipped_plugin_autoloads() -> bool:
-    """Whether pytest loaded ampsuite.testing through ampsuite's pytest11 entry point.
-
-    Reads every distribution, not deduplicated by name, as pytest (pluggy) does:
-    a stale ampsuite.egg-info in the working directory must not hide the entry point.
-    """
-    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
-        return False
-    return any(
-        ep.group == "pytest11" and ep.value == "ampsuite.testing"
-        for dist in importlib.metadata.distributions()
-        for ep in dist.entry_points
-    )
-
-
 # pytest refuses to register one module twice under two names, so the shipped
 # plugin is named here only where its entry point did not load it already.
-pytest_plugins = ["pytester"] + ([] if _shipped_plugin_autoloads() else ["ampsuite.testing"])
+pytest_plugins = ["pytester"] + ([] if shipped_plugin_autoloads() else ["ampsuite.testing"])
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "ampsuite-extras"
@@ -118,7 +102,7 @@ def test_registered_objects_last_one_test_only(pytester):
             assert "temporary" not in ampsuite_registry().techniques
         """
     )
-    args = () if _shipped_plugin_autoloads() else ("-p", "ampsuite.testing")
+    args = () if shipped_plugin_autoloads() else ("-p", "ampsuite.testing")
     pytester.runpytest_inprocess(*args, "-p", "no:cacheprovider").assert_outcomes(passed=2)
 
 

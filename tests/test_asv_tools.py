@@ -23,6 +23,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from conftest import toy_suite
 
 from ampsuite.asvtools import offline
 from ampsuite.asvtools.offline import ASSETS, Asset, OfflineError, make_offline, remote_references, vendored_file
@@ -30,28 +31,13 @@ from ampsuite.asvtools.offline import ASSETS, Asset, OfflineError, make_offline,
 REPO = Path(__file__).resolve().parent.parent
 ASV_WWW = Path(importlib.util.find_spec("asv").origin).parent / "www"  # type: ignore[arg-type,union-attr]
 
-SUITE = """\
-[suite]
-name = "asv-unit"
-device = "cpu"
-baseline = "fp32"
-
-[measure]
-warmup_steps = 1
-min_steps = 3
-max_steps = 5
-numerics_steps = 2
-max_seconds = 0.5
-
-[workloads.toy]
-plugin = "toy"
-batch_size = [8, 16]
-hidden = 8
-
-[combinations]
-fp32 = []
-graphs = ["cuda-graphs"]
-"""
+SUITE = toy_suite(
+    "asv-unit",
+    baseline="fp32",
+    toy={"plugin": "toy", "batch_size": [8, 16], "hidden": 8},
+    combinations={"fp32": [], "graphs": ["cuda-graphs"]},
+)
+"""Two batch sizes in FP32, and in CUDA graphs, which a CPU skips."""
 
 
 # ---------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import pytest
 import torch
 from conftest import run_in_workers, toy_suite
 from records import cell, doc
+from steps import use
 from torch import nn
 
 from ampsuite import BuildContext, CheckContext, NoOptions, SkipCell, Technique, TrainStep, Workload, analysis
@@ -43,11 +44,6 @@ def toy_step(tmp_path: Any, batch_size: int = 8) -> TrainStep:
 
 def bert_step(tmp_path: Any, batch_size: int = 4) -> TrainStep:
     return _transformer.build(transformer.BertOptions(**TINY_BERT), BuildContext(CPU, batch_size, 0, str(tmp_path)))
-
-
-def use(step: TrainStep, name: str, **options: Any) -> TrainStep:
-    technique = TECHNIQUES[name]
-    return technique.apply(step, build_options(technique.options, options))
 
 
 def check_reason(name: str, techniques: tuple[str, ...] = (), traits: frozenset[str] = frozenset({"model"})) -> Any:

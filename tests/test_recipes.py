@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 from conftest import toy_suite
+from steps import losses, use
 from torch import nn
 
 from ampsuite import BuildContext, CheckContext, SkipCell, Technique, TrainStep, Workload
@@ -42,16 +43,6 @@ def bert_step(tmp_path: Any, batch_size: int = 8, **options: Any) -> TrainStep:
 def resnet_step(tmp_path: Any, batch_size: int = 4, **options: Any) -> TrainStep:
     opts = cnn.ResNetOptions(**{"depth": 18, "width": 8, "image_size": 32, "classes": 10, **options})
     return _cnn.build(opts, BuildContext(CPU, batch_size, 0, str(tmp_path)))
-
-
-def use(step: TrainStep, name: str, **options: Any) -> TrainStep:
-    technique = TECHNIQUES[name]
-    return technique.apply(step, build_options(technique.options, options))
-
-
-def losses(step: TrainStep, n: int) -> list[float]:
-    run = step.compose()
-    return [float(run(step.data())) for _ in range(n)]
 
 
 def check_reason(

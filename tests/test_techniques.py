@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from steps import losses, use
+from steps import losses, one_batch_step, use
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -237,16 +237,7 @@ class Sensitive(nn.Module):
 def sensitive_step() -> TrainStep:
     torch.manual_seed(0)
     model = Sensitive()
-    x, y = torch.randn(8, 8), torch.randint(0, 4, (8,))
-    return TrainStep(
-        device=CPU,
-        batch_size=8,
-        samples_per_step=8,
-        data=lambda: Batch((x,), y),
-        model=model,
-        optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
-        loss_fn=nn.CrossEntropyLoss(),
-    )
+    return one_batch_step(model, torch.randn(8, 8), torch.randint(0, 4, (8,)))
 
 
 WATCHED = {

@@ -1,9 +1,10 @@
 """Results records and documents for the tests of what reads them: analysis, reports, history.
 
-``cell`` builds one record in the shape ``ampsuite run`` writes, with the figures a test names and plausible values
-for the rest, and ``doc`` a results document of such records. ``sealed`` gives a document the integrity checksum the
-writer would store, so that an edited run still loads (``write_sealed`` writes it to a file). ``asv_result_file``
-builds one file of an asv results directory. Figures a test does not name are not what it checks.
+``cell`` builds one cell's record with the fields the analysis and reports read, the figures a test names and
+plausible values for the rest; ``parallel_record`` one of a data-parallel or multi-node cell; ``doc`` a results
+document of records. ``sealed`` gives a document the integrity checksum the writer would store, so that an edited run
+still loads (``write_sealed`` writes it to a file). ``asv_result_file`` builds one file of an asv results directory.
+Figures a test does not name are not what it checks.
 """
 
 from __future__ import annotations

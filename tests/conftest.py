@@ -1,4 +1,12 @@
-"""Shared fixtures of the core tests.
+"""Shared fixtures and helpers of the core tests.
+
+Suites are built as data: ``toy_suite`` (the toy workload and whatever a test
+varies) and ``suite_toml`` (any suite) give the TOML text, with the measure
+tables ``FAST_MEASURE`` and ``SLOW_MEASURE``; a test writes suite-file text
+itself only where that text is what it checks. ``healthy_run`` and
+``run_in_workers`` are real runs through isolated workers; the process helpers
+read what a test's processes left behind from /proc. Results records and
+documents are built in records.py.
 
 Installed third-party plugins must not leak into these tests: plugin autoload
 is off for the whole session unless the environment says otherwise (the
@@ -8,43 +16,86 @@ entry-point test turns it back on for its own subprocess only).
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from ampsuite.testing import suite_text
 
 REPO = Path(__file__).resolve().parents[1]
 AUTOLOAD_ENV = "AMPSUITE_DISABLE_PLUGIN_AUTOLOAD"
 PLUGINS_ENV = "AMPSUITE_PLUGINS"
 FAULTS = "ampsuite.plugins.faults"
 
-FAST_MEASURE = """\
-[measure]
-warmup_steps = 1
-min_steps = 3
-max_steps = 5
-numerics_steps = 2
-max_seconds = 0.5
-"""
+FAST_MEASURE: dict[str, Any] = {
+    "warmup_steps": 1,
+    "min_steps": 3,
+    "max_steps": 5,
+    "numerics_steps": 2,
+    "max_seconds": 0.5,
+}
 """A [measure] table that makes a toy cell take well under a second on a CPU."""
 
-SLOW_MEASURE = """\
-[measure]
-warmup_steps = 1
-min_steps = 3
-max_steps = 100000
-noise_target = 0.0000001
-numerics_steps = 2
-max_seconds = 1.5
-"""
+SLOW_MEASURE: dict[str, Any] = {**FAST_MEASURE, "max_steps": 100000, "noise_target": 1e-7, "max_seconds": 1.5}
 """A [measure] table whose cells each measure for 1.5 s: long enough to signal a run while a cell runs."""
+
+TOY: dict[str, Any] = {"batch_size": 8, "hidden": 16}
+"""The toy workload's options in most suites here: one small MLP cell a combination."""
+
+SMALL_BERT: dict[str, Any] = {
+    "plugin": "bert",
+    "batch_size": 2,
+    "layers": 1,
+    "hidden": 32,
+    "heads": 2,
+    "intermediate": 64,
+    "seq_len": 16,
+    "vocab": 100,
+}
+"""A workload table of BERT at a size a CPU steps through in milliseconds: one layer 32 wide."""
+
+
+def suite_toml(data: Mapping[str, Any], measure: Mapping[str, Any] | None = FAST_MEASURE) -> str:
+    """TOML text of a suite given as plain data (tables as dicts); ``measure`` is its [measure] table unless ``data``
+    has one (None: none)."""
+    return suite_text(data, measure)[0]
+
+
+def toy_suite(
+    name: str | None,
+    *,
+    toy: Mapping[str, Any] | None = TOY,
+    workloads: Mapping[str, Mapping[str, Any]] | None = None,
+    combinations: Mapping[str, Sequence[str]] | None = None,
+    techniques: Mapping[str, Mapping[str, Any]] | None = None,
+    measure: Mapping[str, Any] | None = FAST_MEASURE,
+    tables: Mapping[str, Any] | None = None,
+    **suite_keys: Any,
+) -> str:
+    """TOML text of a CPU suite: ``name`` and ``suite_keys`` in its [suite] table, the toy workload with the options
+    ``toy`` and any other ``workloads``, the ``combinations`` (FP32 alone unless given) with their ``techniques``
+    options, more top-level ``tables`` (``executor``, ``tune``, ``combination_options``, ``include``...) and
+    ``measure``. None leaves a part out: a [suite] key (``name`` and ``device`` too; an empty [suite] table goes), the
+    toy workload or the [measure] table."""
+    suite = {key: value for key, value in {"name": name, "device": "cpu", **suite_keys}.items() if value is not None}
+    data: dict[str, Any] = {"suite": suite} if suite else {}
+    data |= {
+        "workloads": ({"toy": dict(toy)} if toy is not None else {}) | dict(workloads or {}),
+        "combinations": dict(combinations) if combinations is not None else {"fp32": []},
+    }
+    if techniques:
+        data["techniques"] = techniques
+    data |= tables or {}
+    return suite_toml(data, measure)
 
 
 SLOW_FIXTURES = {
@@ -79,6 +130,21 @@ def pytest_configure(config: pytest.Config) -> None:
 SuiteWriter = Callable[..., Path]
 
 
+def shipped_plugin_autoloads() -> bool:
+    """Whether pytest loaded ampsuite.testing through ampsuite's pytest11 entry point.
+
+    Reads every distribution, not deduplicated by name, as pytest (pluggy) does:
+    a stale ampsuite.egg-info in the working directory must not hide the entry point.
+    """
+    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        return False
+    return any(
+        ep.group == "pytest11" and ep.value == "ampsuite.testing"
+        for dist in importlib.metadata.distributions()
+        for ep in dist.entry_points
+    )
+
+
 def in_float64(step: Any) -> Any:
     """A built ``TrainStep`` trained in float64: its model (the same Parameter objects, so the optimizer built
     with it keeps them) and the inputs its data serves. For tests that compare two trainings step by step:
@@ -95,12 +161,6 @@ def in_float64(step: Any) -> Any:
     step.model.double()
     step.data = data
     return step
-
-
-@pytest.fixture
-def fast_measure() -> str:
-    """The fast CPU [measure] table as TOML text, to paste into a suite."""
-    return FAST_MEASURE
 
 
 @pytest.fixture
@@ -123,40 +183,28 @@ def registry() -> Any:
     return load_registry(PluginSettings(extra=(FAULTS,), autoload=False))
 
 
-HEALTHY_SUITE = (
-    """\
-[suite]
-name = "healthy"
-device = "cpu"
-timeout = 120
-
-"""
-    + FAST_MEASURE
-    + """
-[workloads.toy]
-batch_size = 8
-hidden = 16
-
-[combinations]
-fp32 = []
-noop = ["noop"]
-"""
-)
+def healthy_suite(**changes: Any) -> str:
+    """Two toy cells that pass, FP32 and the no-op technique; ``changes`` are toy_suite arguments."""
+    return toy_suite(**{"name": "healthy", "timeout": 120, "combinations": {"fp32": [], "noop": ["noop"]}, **changes})
 
 
 @pytest.fixture(scope="session")
 def healthy_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     """A real two-cell toy run through isolated workers: (results path, document as returned by the runner)."""
+    suite_path = tmp_path_factory.mktemp("healthy") / "healthy.toml"
+    suite_path.write_text(healthy_suite(), encoding="utf-8")
+    return run_in_workers(suite_path)
+
+
+def run_in_workers(suite_path: Path, **plan_options: Any) -> tuple[Path, dict[str, Any]]:
+    """A real CPU run of the suite file through isolated workers, into results.json and data/ beside it: (results
+    path, document as returned by the runner). ``plan_options`` go to ``session.plan`` (``keyword=...``)."""
     from ampsuite.host import session
     from ampsuite.run import runner
-    from ampsuite.run.runner import RunConfig
 
-    root = tmp_path_factory.mktemp("healthy")
-    suite_path = root / "healthy.toml"
-    suite_path.write_text(HEALTHY_SUITE, encoding="utf-8")
-    out = root / "results.json"
-    plan = session.plan(suite_path, device="cpu")
-    config = RunConfig(output=out, data_dir=root / "data", measure_peaks=False, argv=["test"])
+    out = suite_path.parent / "results.json"
+    plan = session.plan(suite_path, device="cpu", **plan_options)
+    config = runner.RunConfig(output=out, data_dir=suite_path.parent / "data", measure_peaks=False, argv=["test"])
     doc, interrupted = runner.run_plan(plan, config, QuietObserver())
     assert not interrupted
     return out, doc

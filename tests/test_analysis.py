@@ -8,111 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from records import asv_result_file, cell, doc
 
 from ampsuite import analysis
-
-# ---------------------------------------------------------------------------
-# tiny documents
-# ---------------------------------------------------------------------------
-
-TECHS = {
-    "fp32": [],
-    "tf32": [{"name": "tf32", "options": {}}],
-    "amp": [{"name": "amp", "options": {"dtype": "bfloat16"}}],
-    "amp-fp16": [{"name": "amp", "options": {"dtype": "float16"}}],
-}
-
-
-def cell(
-    combination: str,
-    *,
-    median: float | None = 0.01,
-    status: str = "passed",
-    batch: int = 32,
-    workload: str = "toy",
-    options: dict[str, Any] | None = None,
-    device: str = "cuda",
-    noise: float = 0.002,
-    iqr: float | None = None,
-    memory: int | None = None,
-    memory_kind: str = "cuda-allocated",
-    loss: float | None = 1.0,
-    nonfinite: str | None = None,
-    scaler: bool = False,
-    warnings: list[str] | None = None,
-    matmul_dtype: str | None = None,
-    tflops: float | None = None,
-    flops_per_step: float | None = None,
-    baseline: str = "tf32",
-) -> dict[str, Any]:
-    record: dict[str, Any] = {
-        "id": f"{workload}/{combination}/bs{batch}",
-        "status": status,
-        "device": device,
-        "batch_size": batch,
-        "combination": combination,
-        "baseline": baseline,
-        "workload": {"id": workload, "plugin": "p", "options": options or {"width": 8}, "unit": "samples"},
-        "techniques": TECHS[combination],
-        "warnings": list(warnings or []),
-        "evidence": None if status == "passed" else {"reason": "x"},
-        "metrics": {},
-        "numerics": {},
-    }
-    if status != "passed" or median is None:
-        return record
-    metrics: dict[str, Any] = {
-        "step_time": {"median": median, "noise": noise, "iqr": median * 0.004 if iqr is None else iqr},
-        "throughput": batch / median,
-    }
-    if memory is not None:
-        metrics |= {"peak_memory_bytes": memory, "memory_kind": memory_kind}
-    if matmul_dtype is not None:
-        metrics["matmul_dtype"] = matmul_dtype
-    if tflops is not None:
-        metrics["tflops"] = tflops
-    if flops_per_step is not None:
-        metrics["flops_per_step"] = flops_per_step
-    record["metrics"] = metrics
-    record["numerics"] = {
-        "losses": [2.0, loss],
-        "loss_at_n": loss,
-        "nonfinite_step": 1 if nonfinite else None,
-        "nonfinite_what": nonfinite,
-        "scale_history": [65536.0, 32768.0] if scaler else None,
-    }
-    return record
-
-
-def doc(
-    *cells: dict[str, Any],
-    tolerance: float | None = None,
-    noise_target: float | None = None,
-    peaks: dict[str, float] | None = None,
-    gpu: str | None = "NVIDIA H200",
-    commit: str = "abc",
-    started: str = "2025-01-01T00:00:00+00:00",
-    run_id: str = "r1",
-) -> dict[str, Any]:
-    suite: dict[str, Any] = {"name": "s", "baseline": "tf32"}
-    if tolerance is not None:
-        suite["numerics_tolerance"] = tolerance
-    run: dict[str, Any] = {"id": run_id, "started": started, "suite": suite}
-    if noise_target is not None:
-        run["measure"] = {"noise_target": noise_target}
-    return {
-        "format": "ampsuite-results",
-        "version": 1,
-        "run": run,
-        "environment": {
-            "gpu": {"name": gpu} if gpu else None,
-            "cpu": "cpu-x",
-            "workdir_commit": commit,
-            "peaks": {"matmul_tflops": peaks} if peaks else None,
-        },
-        "cells": list(cells),
-    }
-
 
 # ---------------------------------------------------------------------------
 # derive
@@ -415,25 +313,13 @@ def _asv_file(
     commit: str, date_ms: int, machine: str, values: list[Any], noise: list[Any] | None = None
 ) -> dict[str, Any]:
     params = [["'toy/fp32/bs32'", "'toy/amp/bs32'"]]
-    results: dict[str, Any] = {
+    benchmarks: dict[str, Any] = {
         "benchmarks.track_seconds_per_sample": [values, params, "v1", date_ms, 1.0],
         "benchmarks.time_import": [[0.5], [], "v1"],
     }
     if noise is not None:
-        results["benchmarks.track_noise"] = [noise, params, "v1"]
-    return {
-        "commit_hash": commit,
-        "env_name": "virtualenv-py3.11",
-        "date": date_ms,
-        "params": {"machine": machine, "python": "3.11"},
-        "python": "3.11",
-        "requirements": {},
-        "env_vars": {},
-        "result_columns": ["result", "params", "version", "started_at", "duration", "stats_ci_99_a"],
-        "results": results,
-        "durations": {},
-        "version": 2,
-    }
+        benchmarks["benchmarks.track_noise"] = [noise, params, "v1"]
+    return asv_result_file(commit, date_ms, machine, benchmarks)
 
 
 def test_history_from_an_asv_results_directory(tmp_path: Path) -> None:

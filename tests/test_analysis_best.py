@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from records import cell, doc
 
 from ampsuite import analysis
 from ampsuite.report import markdown_summary, render_site, write_csv
-from tests.test_analysis import cell, doc
 
 # ---------------------------------------------------------------------------
 # best_per_workload: trustworthy only

@@ -31,40 +31,33 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import toy_suite
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
-SUITE = """\
-[suite]
-name = "asv-test"
-device = "cpu"
-timeout = 120
-baseline = "fp32"
 
-[measure]
-warmup_steps = 2
-min_steps = 5
-max_steps = 30
-max_seconds = 0.3
-noise_target = 0.05
-numerics_steps = 2
+def _suite(hidden: int = 32, layers: int = 1) -> str:
+    """A toy cell at batch 32 in FP32, one whose technique raises, one a CPU skips; ``hidden`` and ``layers`` set
+    how fast it is."""
+    return toy_suite(
+        "asv-test",
+        timeout=120,
+        baseline="fp32",
+        toy={"plugin": "toy", "batch_size": [32], "hidden": hidden, "layers": layers},
+        combinations={"fp32": [], "broken": ["inject-fault"], "graphs": ["cuda-graphs"]},
+        techniques={"inject-fault": {"kind": "raise", "at": "apply"}},
+        measure={
+            "warmup_steps": 2,
+            "min_steps": 5,
+            "max_steps": 30,
+            "max_seconds": 0.3,
+            "noise_target": 0.05,
+            "numerics_steps": 2,
+        },
+    )
 
-[workloads.toy]
-plugin = "toy"
-batch_size = [32]
-hidden = 32
-layers = 1
 
-[combinations]
-fp32 = []
-broken = ["inject-fault"]
-graphs = ["cuda-graphs"]
-
-[techniques.inject-fault]
-kind = "raise"
-at = "apply"
-"""
 FAST, BROKEN, SKIPPED = "toy/fp32/bs32", "toy/broken/bs32", "toy/graphs/bs32"
 PARAMS = [["'toy/fp32/bs32'", "'toy/broken/bs32'"]]  # asv's reprs: the cells that run on a CPU, nothing else
 FAST_NAME = "cells.track_seconds_per_sample('toy/fp32/bs32')"
@@ -159,11 +152,11 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
     )
     suite = root / "asv-test.toml"
     _git(root, env, "init", "-q", "-b", "main")
-    suite.write_text(SUITE)
+    suite.write_text(_suite())
     commits = [_commit(root, env, "a small suite", 1)]
-    suite.write_text(SUITE + "# a comment: nothing that changes speed\n")
+    suite.write_text(_suite() + "# a comment: nothing that changes speed\n")
     commits.append(_commit(root, env, "same speed", 2))
-    suite.write_text(SUITE.replace("hidden = 32", "hidden = 1024").replace("layers = 1", "layers = 3"))
+    suite.write_text(_suite(hidden=1024, layers=3))
     commits.append(_commit(root, env, "a much larger model", 3))
 
     write_machine_file(home / ".asv-machine.json")

@@ -23,6 +23,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from conftest import toy_suite
+from records import asv_result_file
 
 from ampsuite.asvtools import offline
 from ampsuite.asvtools.offline import ASSETS, Asset, OfflineError, make_offline, remote_references, vendored_file
@@ -30,28 +32,13 @@ from ampsuite.asvtools.offline import ASSETS, Asset, OfflineError, make_offline,
 REPO = Path(__file__).resolve().parent.parent
 ASV_WWW = Path(importlib.util.find_spec("asv").origin).parent / "www"  # type: ignore[arg-type,union-attr]
 
-SUITE = """\
-[suite]
-name = "asv-unit"
-device = "cpu"
-baseline = "fp32"
-
-[measure]
-warmup_steps = 1
-min_steps = 3
-max_steps = 5
-numerics_steps = 2
-max_seconds = 0.5
-
-[workloads.toy]
-plugin = "toy"
-batch_size = [8, 16]
-hidden = 8
-
-[combinations]
-fp32 = []
-graphs = ["cuda-graphs"]
-"""
+SUITE = toy_suite(
+    "asv-unit",
+    baseline="fp32",
+    toy={"plugin": "toy", "batch_size": [8, 16], "hidden": 8},
+    combinations={"fp32": [], "graphs": ["cuda-graphs"]},
+)
+"""Two batch sizes in FP32, and in CUDA graphs, which a CPU skips."""
 
 
 # ---------------------------------------------------------------------------
@@ -289,19 +276,13 @@ def test_history_maps_every_form_of_the_parameters_back_to_cell_ids(tmp_path: Pa
     # product order: toy fp32 32, toy fp32 128, toy amp/x2 32, toy amp/x2 128, resnet ... (4 more)
     values = [0.001, 0.0005, nan, nan, 0.01, None, nan, 0.02]
     old = [["'toy/fp32/bs32'"]]
-    columns = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a", "stats_ci_99_b"]
     now = [["'toy/fp32/bs32'", "'bert/amp/x2/bs16'"]]
     forms = (("1" * 40, 1, old, [0.002]), ("2" * 40, 2, new, values), ("3" * 40, 3, now, [0.0025, 0.004]))
     for commit, day, params, result in forms:
-        data = {
-            "commit_hash": commit,
-            "env_name": "ampsuite-venv-py3.11-torch2.4.1",
-            "date": 1_700_000_000_000 + day * 86_400_000,
-            "params": {"machine": "box"},
-            "result_columns": columns,
-            "results": {"cells.track_seconds_per_sample": [result, params, "v", 0, 1.0, None, None]},
-            "version": 2,
-        }
+        row = [result, params, "v", 0, 1.0, None, None]
+        data = asv_result_file(
+            commit, 1_700_000_000_000 + day * 86_400_000, "box", {"cells.track_seconds_per_sample": row}
+        )
         (tmp_path / f"{commit[:8]}-env.json").write_text(json.dumps(data))
     found = analysis.history(tmp_path)
     assert sorted(found) == [

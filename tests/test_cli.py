@@ -14,23 +14,21 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import toy_suite
 
 import ampsuite
 from ampsuite import cli
 from ampsuite.contract.errors import ExitCode
 
-SUITE = """
-[suite]
-name = "cli"
-device = "cpu"
+SUITE = toy_suite(
+    "cli", toy={"batch_size": [8, 16]}, combinations={"fp32": [], "graphs": ["cuda-graphs"]}, measure=None
+)
+"""Four toy cells, two of which (CUDA graphs) a CPU skips."""
 
-[workloads.toy]
-batch_size = [8, 16]
 
-[combinations]
-fp32 = []
-graphs = ["cuda-graphs"]
-"""
+@pytest.fixture
+def suite(write_suite) -> Path:
+    return write_suite(SUITE, "cli.toml")
 
 
 def _console_script() -> str:
@@ -89,11 +87,9 @@ def test_list_keeps_one_record_per_line_when_piped() -> None:
     assert expected in proc.stdout.splitlines()
 
 
-def test_dry_run_lists_cells_with_skip_reasons_and_runs_nothing(tmp_path: Path, capsys) -> None:
-    path = tmp_path / "cli.toml"
-    path.write_text(SUITE)
+def test_dry_run_lists_cells_with_skip_reasons_and_runs_nothing(suite: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "results.json"
-    assert cli.main(["run", str(path), "--dry-run", "-o", str(out)]) == 0
+    assert cli.main(["run", str(suite), "--dry-run", "-o", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
     reason = "SKIP (cuda-graphs needs a CUDA device; this run is on cpu)"
     assert lines == [
@@ -107,10 +103,8 @@ def test_dry_run_lists_cells_with_skip_reasons_and_runs_nothing(tmp_path: Path, 
     assert not out.exists()
 
 
-def test_dry_run_honours_keyword(tmp_path: Path, capsys) -> None:
-    path = tmp_path / "cli.toml"
-    path.write_text(SUITE)
-    assert cli.main(["run", str(path), "--dry-run", "-k", "fp32 and not bs16"]) == 0
+def test_dry_run_honours_keyword(suite: Path, capsys) -> None:
+    assert cli.main(["run", str(suite), "--dry-run", "-k", "fp32 and not bs16"]) == 0
     assert capsys.readouterr().out.splitlines()[:2] == ["toy/fp32/bs8  run", "1 cells: 1 to run, 0 skipped"]
 
 
@@ -149,10 +143,10 @@ def test_show_of_a_corrupt_file_is_one_line_and_exit_4(tmp_path: Path, capsys) -
     ],
     ids=["unclosed-paren", "two-words", "bad-device", "bad-command", "missing-suite"],
 )
-def test_usage_errors_are_one_line_and_exit_4(tmp_path: Path, capsys, argv: list[str], message: str) -> None:
-    path = tmp_path / "cli.toml"
-    path.write_text(SUITE)
-    argv = [a.format(suite=path, dir=tmp_path) for a in argv]
+def test_usage_errors_are_one_line_and_exit_4(
+    suite: Path, tmp_path: Path, capsys, argv: list[str], message: str
+) -> None:
+    argv = [a.format(suite=suite, dir=tmp_path) for a in argv]
     assert cli.main(argv) == ExitCode.USAGE_ERROR == 4
     captured = capsys.readouterr()
     assert captured.err.count("\n") == 1, captured.err
@@ -160,27 +154,20 @@ def test_usage_errors_are_one_line_and_exit_4(tmp_path: Path, capsys, argv: list
     assert "Traceback" not in captured.out + captured.err
 
 
-def test_bad_keyword_through_the_real_command(tmp_path: Path) -> None:
-    path = tmp_path / "cli.toml"
-    path.write_text(SUITE)
-    proc = _run([_console_script(), "run", str(path), "-k", "and"])
+def test_bad_keyword_through_the_real_command(suite: Path) -> None:
+    proc = _run([_console_script(), "run", str(suite), "-k", "and"])
     assert proc.returncode == 4
     assert proc.stderr == "ampsuite: error: -k 'and': unexpected 'and'\n"
 
 
-def test_keyword_selecting_nothing_exits_5(tmp_path: Path, capsys) -> None:
-    path = tmp_path / "cli.toml"
-    path.write_text(SUITE)
-    assert cli.main(["run", str(path), "--dry-run", "-k", "resnet"]) == ExitCode.NO_CELLS == 5
-    assert capsys.readouterr().out.strip() == f"{path}: no cells selected"
+def test_keyword_selecting_nothing_exits_5(suite: Path, capsys) -> None:
+    assert cli.main(["run", str(suite), "--dry-run", "-k", "resnet"]) == ExitCode.NO_CELLS == 5
+    assert capsys.readouterr().out.strip() == f"{suite}: no cells selected"
 
 
-def test_a_run_whose_every_cell_is_skipped_exits_5_and_says_why(tmp_path: Path, capsys) -> None:
-    path = tmp_path / "s.toml"
-    path.write_text(
-        '[suite]\nname = "s"\nbase_techniques = ["cudnn-benchmark"]\n'
-        "[workloads.toy]\nbatch_size = 8\n[combinations]\nfp32 = []\n"
-    )
+def test_a_run_whose_every_cell_is_skipped_exits_5_and_says_why(tmp_path: Path, write_suite, capsys) -> None:
+    cuda_only = toy_suite("s", device=None, toy={"batch_size": 8}, measure=None, base_techniques=["cudnn-benchmark"])
+    path = write_suite(cuda_only, "s.toml")
     out = tmp_path / "results.json"
     assert cli.main(["run", str(path), "--device", "cpu", "-o", str(out)]) == ExitCode.NO_CELLS
     text = " ".join(capsys.readouterr().out.split())
@@ -189,11 +176,9 @@ def test_a_run_whose_every_cell_is_skipped_exits_5_and_says_why(tmp_path: Path, 
 
 
 @pytest.mark.slow
-def test_python_dash_m_suite_is_the_same_command(tmp_path: Path) -> None:
-    path = tmp_path / "cli.toml"
-    path.write_text(SUITE)
-    via_module = _run([sys.executable, "-m", "ampsuite", "run", str(path), "--dry-run"])
-    via_script = _run([_console_script(), "run", str(path), "--dry-run"])
+def test_python_dash_m_suite_is_the_same_command(suite: Path) -> None:
+    via_module = _run([sys.executable, "-m", "ampsuite", "run", str(suite), "--dry-run"])
+    via_script = _run([_console_script(), "run", str(suite), "--dry-run"])
     assert via_module.returncode == via_script.returncode == 0
     assert via_module.stdout == via_script.stdout
     assert "4 cells: 2 to run, 2 skipped" in via_module.stdout

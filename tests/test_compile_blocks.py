@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 import torch
+from steps import losses
 from torch._dynamo.eval_frame import OptimizedModule
 
 from ampsuite import BuildContext, ProbeContext, SkipCell, TrainStep
@@ -23,18 +24,13 @@ def llm_step(device: str = "cpu") -> TrainStep:
     return REGISTRY.workloads["llm"].build(LlmOptions(preset="tiny"), BuildContext(torch.device(device), 2, 0, ""))
 
 
-def losses(step: TrainStep, n: int = 3) -> list[float]:
-    run = step.compose()
-    return [float(run(step.data())) for _ in range(n)]
-
-
 def test_each_block_is_compiled_and_the_losses_stay() -> None:
-    reference = losses(llm_step())
+    reference = losses(llm_step(), 3)
     step = _compile.apply(llm_step(), CompileOptions(backend="aot_eager", scope="block"))
     assert step.model is not None and not isinstance(step.model, OptimizedModule)
     assert all(isinstance(block, OptimizedModule) for block in step.model_blocks())
     assert step.notes["torch_compile"]["scope"] == "block" and step.notes["torch_compile"]["blocks"] == 2
-    assert losses(step) == pytest.approx(reference, rel=1e-5)
+    assert losses(step, 3) == pytest.approx(reference, rel=1e-5)
 
 
 def test_a_workload_without_blocks_is_skipped() -> None:

@@ -13,35 +13,20 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import FAST_MEASURE
+from conftest import TOY, toy_suite
 
 from ampsuite import cli, results
 
-SUITE = (
-    """\
-[suite]
-name = "contracts"
-device = "cpu"
-timeout = 120
-
-"""
-    + FAST_MEASURE
-    + """
-[workloads.toy]
-batch_size = 8
-hidden = 16
-
-[workloads.tuple]
-plugin = "tuple-build"
-batch_size = 8
-hidden = 16
-
-[combinations]
-fp32 = []
-apply-nothing = ["apply-nothing"]
-no-loss = ["no-loss"]
-tensor-note = ["tensor-note"]
-"""
+SUITE = toy_suite(
+    "contracts",
+    timeout=120,
+    workloads={"tuple": {"plugin": "tuple-build", **TOY}},
+    combinations={
+        "fp32": [],
+        "apply-nothing": ["apply-nothing"],
+        "no-loss": ["no-loss"],
+        "tensor-note": ["tensor-note"],
+    },
 )
 
 EXPECTED = {

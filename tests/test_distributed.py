@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import os
 import re
-import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FAST_MEASURE, QuietObserver
+from conftest import TOY, alive, run_in_workers, toy_suite, wait_gone
+from records import parallel_record
 
 from ampsuite import analysis
 from ampsuite.contract.cell import Cell
 from ampsuite.contract.errors import SuiteFileError
-from ampsuite.run import launcher, runner
+from ampsuite.run import launcher
 from ampsuite.spec import matrix, parallel, suitefile
 from ampsuite.spec.keyword import select
 
@@ -30,25 +29,19 @@ from ampsuite.spec.keyword import select
 # the suite file and the matrix
 # ---------------------------------------------------------------------------
 
-TOY = """
-[workloads.toy]
-batch_size = 8
-hidden = 16
-{gpus}
-[combinations]
-fp32 = []
-noop = ["noop"]
-"""
+
+def _toy(combinations: dict[str, list[str]] | None = None, **toy: Any) -> str:
+    """The toy workload with ``toy`` options beside TOY's, in FP32, no-op and ``combinations``."""
+    return toy_suite("ddp", toy={**TOY, **toy}, combinations={"fp32": [], "noop": ["noop"], **(combinations or {})})
 
 
-def _cells(registry: Any, gpus: str, device: str = "cpu", extra: str = "", gpu_count: int = 0) -> list[Cell]:
-    spec = suitefile.loads(TOY.format(gpus=gpus) + extra)
-    return matrix.expand(spec, registry, device, gpu_count)
+def _cells(registry: Any, device: str = "cpu", gpu_count: int = 0, **toy: Any) -> list[Cell]:
+    return matrix.expand(suitefile.loads(_toy(**toy)), registry, device, gpu_count)
 
 
 def test_gpus_axis_gives_world_sizes_and_keeps_one_process_ids(registry) -> None:
-    plain = _cells(registry, "")
-    cells = _cells(registry, "gpus = [1, 2]")
+    plain = _cells(registry)
+    cells = _cells(registry, gpus=[1, 2])
     assert [c.id for c in plain] == ["toy/fp32/bs8", "toy/noop/bs8"]
     assert [(c.id, c.world_size) for c in cells] == [
         ("toy/fp32/bs8", 1),
@@ -63,43 +56,43 @@ def test_gpus_axis_gives_world_sizes_and_keeps_one_process_ids(registry) -> None
 
 
 def test_single_gpus_value_and_default(registry) -> None:
-    (cell, _) = _cells(registry, "gpus = 3")
+    (cell, _) = _cells(registry, gpus=3)
     assert (cell.id, cell.world_size) == ("toy/fp32/x3/bs8", 3)
-    spec = suitefile.loads(TOY.format(gpus=""))
+    spec = suitefile.loads(_toy())
     assert spec.workloads[0].gpus == (1,)
 
 
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("0", r"expected an integer >= 1 or a list of them, got 0"),
-        ("-2", r"expected an integer >= 1 or a list of them, got -2"),
-        ("'2'", r"expected an integer >= 1 or a list of them, got '2'"),
-        ("true", r"expected an integer >= 1 or a list of them, got True"),
-        ("1.5", r"expected an integer >= 1 or a list of them, got 1.5"),
-        ("[]", r"expected an integer >= 1 or a non-empty list of them, got an empty list"),
-        ("[1, 2, 1]", r"GPU counts repeat: \[1, 2, 1\]"),
+        (0, r"expected an integer >= 1 or a list of them, got 0"),
+        (-2, r"expected an integer >= 1 or a list of them, got -2"),
+        ("2", r"expected an integer >= 1 or a list of them, got '2'"),
+        (True, r"expected an integer >= 1 or a list of them, got True"),
+        (1.5, r"expected an integer >= 1 or a list of them, got 1.5"),
+        ([], r"expected an integer >= 1 or a non-empty list of them, got an empty list"),
+        ([1, 2, 1], r"GPU counts repeat: \[1, 2, 1\]"),
     ],
 )
-def test_bad_gpus_values_are_refused(value: str, message: str) -> None:
+def test_bad_gpus_values_are_refused(value: Any, message: str) -> None:
     with pytest.raises(SuiteFileError) as info:
-        suitefile.loads(TOY.format(gpus=f"gpus = {value}"), "s.toml")
+        suitefile.loads(_toy(gpus=value), "s.toml")
     assert re.fullmatch(r"s\.toml: workloads\.toy\.gpus: " + message, str(info.value)), str(info.value)
 
 
 def test_cuda_cells_beyond_the_device_count_are_skipped(registry) -> None:
-    cells = {c.id: c.skip_reason for c in _cells(registry, "gpus = [1, 2, 4]", device="cuda", gpu_count=2)}
+    cells = {c.id: c.skip_reason for c in _cells(registry, "cuda", 2, gpus=[1, 2, 4])}
     assert cells["toy/fp32/bs8"] is None
     assert cells["toy/fp32/x2/bs8"] is None
     assert cells["toy/noop/x4/bs8"] == "needs 4 GPUs (gpus = 4); this machine has 2"
-    cells = {c.id: c.skip_reason for c in _cells(registry, "gpus = [1, 2]", device="cuda", gpu_count=0)}
+    cells = {c.id: c.skip_reason for c in _cells(registry, "cuda", 0, gpus=[1, 2])}
     assert cells["toy/fp32/bs8"] is None  # one process: the usual rules alone
     assert cells["toy/fp32/x2/bs8"] == "needs 2 GPUs (gpus = 2); this machine has 0"
 
 
 def test_cuda_graphs_are_refused_under_data_parallelism(registry) -> None:
-    extra = 'graphs = ["cuda-graphs"]\n'
-    cells = {c.id: c.skip_reason for c in _cells(registry, "gpus = [1, 2]", device="cuda", extra=extra, gpu_count=2)}
+    spec = suitefile.loads(_toy({"graphs": ["cuda-graphs"]}, gpus=[1, 2]))
+    cells = {c.id: c.skip_reason for c in matrix.expand(spec, registry, "cuda", 2)}
     assert cells["toy/graphs/bs8"] is None
     assert cells["toy/graphs/x2/bs8"] == parallel.UNSUPPORTED_TECHNIQUES["cuda-graphs"]
     assert cells["toy/fp32/x2/bs8"] is None
@@ -149,32 +142,15 @@ def test_combine_times_the_job_by_its_slowest_rank() -> None:
     assert out["notes"]["amp"] == {"dtype": "bfloat16"} and out["notes"]["distributed"]["world_size"] == 2
 
 
-def _record(cid: str, world: int | None, throughput: float, *, bs: int = 8, combination: str = "fp32") -> dict:
-    record: dict[str, Any] = {
-        "id": cid,
-        "status": "passed",
-        "device": "cuda",
-        "batch_size": bs,
-        "combination": combination,
-        "baseline": "fp32",
-        "workload": {"id": "resnet50", "options": {"depth": 50}},
-        "techniques": [] if combination == "fp32" else [{"name": "amp-bf16", "options": {}}],
-        "metrics": {"throughput": throughput, "step_time": {"median": bs * (world or 1) / throughput}},
-    }
-    if world is not None:
-        record["world_size"] = world
-    return record
-
-
 def test_scaling_efficiency_against_the_one_process_cell() -> None:
     doc = {
         "run": {},
         "cells": [
-            _record("r/fp32/bs8", None, 100.0),  # written before world_size existed: one process
-            _record("r/amp/bs8", 1, 300.0, combination="amp"),
-            _record("r/fp32/x2/bs8", 2, 190.0),
-            _record("r/amp/x2/bs8", 2, 600.0, combination="amp"),
-            _record("r/fp32/x2/bs16", 2, 400.0, bs=16),  # no one-process cell at batch 16
+            parallel_record("r/fp32/bs8", 100.0, world=None),  # written before world_size existed: one process
+            parallel_record("r/amp/bs8", 300.0, combination="amp"),
+            parallel_record("r/fp32/x2/bs8", 190.0, world=2),
+            parallel_record("r/amp/x2/bs8", 600.0, world=2, combination="amp"),
+            parallel_record("r/fp32/x2/bs16", 400.0, world=2, batch=16),  # no one-process cell at batch 16
         ],
     }
     derived = analysis.derive(doc)
@@ -193,64 +169,30 @@ def test_scaling_efficiency_against_the_one_process_cell() -> None:
 # a real run: two gloo processes per cell, through the runner's workers
 # ---------------------------------------------------------------------------
 
-RUN_SUITE = (
-    """\
-[suite]
-name = "ddp"
-device = "cpu"
-timeout = 120
 
-"""
-    + FAST_MEASURE
-    + """
-[workloads.toy]
-batch_size = 8
-hidden = 16
-gpus = [1, 2]
+def _ddp_suite(gpus: Any, combination: str, fault: str, timeout: float = 120) -> str:
+    """FP32 and ``combination``, the fault technique ``fault`` armed for rank 1 only, on ``gpus`` processes."""
+    return toy_suite(
+        "ddp",
+        timeout=timeout,
+        toy={**TOY, "gpus": gpus},
+        combinations={"fp32": [], combination: [fault]},
+        techniques={fault: {"rank": 1}},
+    )
 
-[combinations]
-fp32 = []
-rank1-raises = ["fault-raise"]
 
-[techniques.fault-raise]
-rank = 1
-"""
-)
+RUN_SUITE = _ddp_suite([1, 2], "rank1-raises", "fault-raise")
 
 
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from ampsuite.host import session
-    from ampsuite.run.runner import RunConfig
-
-    root = tmp_path_factory.mktemp("ddp")
-    suite_path = root / "ddp.toml"
+    suite_path = tmp_path_factory.mktemp("ddp") / "ddp.toml"
     suite_path.write_text(RUN_SUITE, encoding="utf-8")
-    plan = session.plan(suite_path, device="cpu")
-    config = RunConfig(output=root / "results.json", data_dir=root / "data", measure_peaks=False, argv=["test"])
-    doc, interrupted = runner.run_plan(plan, config, QuietObserver())
-    assert not interrupted
-    return doc
+    return run_in_workers(suite_path)[1]
 
 
 def _by_id(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {r["id"]: r for r in doc["cells"]}
-
-
-def _state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            return f.read()
-    except FileNotFoundError:
-        return "gone"
-
-
-def _dead(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
 
 
 @pytest.mark.slow
@@ -289,7 +231,7 @@ def test_every_rank_ran_with_nvlink_multicast_off_in_the_workers_process_group(d
     launcher_pid = ranks[0]["launcher_pid"]
     # The worker called setsid(): its pid is its process group, which the runner kills on a timeout.
     assert all(r["pgid"] == launcher_pid and r["pid"] != launcher_pid for r in ranks)
-    assert all(_dead(r["pid"]) for r in ranks)
+    assert not any(alive(r["pid"]) for r in ranks)
 
 
 def test_ranks_train_like_the_one_process_cell(ddp_run) -> None:
@@ -322,32 +264,17 @@ def test_the_raising_rank_is_the_cells_evidence_and_no_rank_survives(ddp_run) ->
     ranks = {r["rank"]: r for r in ev["ranks"]}
     assert set(ranks) == {0, 1}
     assert ranks[1]["raised"] == "InjectedFault" and ranks[1]["exitcode"] == 1
-    assert all(r["alive"] is False and _dead(r["pid"]) for r in ranks.values())
+    assert all(r["alive"] is False and not alive(r["pid"]) for r in ranks.values())
 
 
 @pytest.mark.slow
 def test_a_hanging_rank_times_out_and_takes_every_rank_with_it(tmp_path: Path) -> None:
-    from ampsuite.host import session
-    from ampsuite.run.runner import RunConfig
-
     suite_path = tmp_path / "hang.toml"
-    suite_path.write_text(
-        textwrap.dedent(RUN_SUITE)
-        .replace("timeout = 120", "timeout = 20")
-        .replace("gpus = [1, 2]", "gpus = 2")
-        .replace('rank1-raises = ["fault-raise"]', 'hang = ["fault-hang"]')
-        .replace("[techniques.fault-raise]", "[techniques.fault-hang]"),
-        encoding="utf-8",
-    )
-    plan = session.plan(suite_path, device="cpu", keyword="hang")
-    config = RunConfig(output=tmp_path / "r.json", data_dir=tmp_path / "data", measure_peaks=False)
-    doc, _ = runner.run_plan(plan, config, QuietObserver())
+    suite_path.write_text(_ddp_suite(2, "hang", "fault-hang", timeout=20), encoding="utf-8")
+    _, doc = run_in_workers(suite_path, keyword="hang")
     (rec,) = doc["cells"]
     assert rec["status"] == "timeout"
     pids = [int(p) for p in re.findall(r"ampsuite: rank \d \(local \d\) pid (\d+)", rec["evidence"]["stderr_tail"])]
     assert len(pids) == 2 and os.getpid() not in pids
     # SIGKILL is delivered to the whole group at once; a process with many threads takes a moment to go.
-    deadline = time.monotonic() + 10
-    while not all(_dead(pid) for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert all(_dead(pid) for pid in pids), [_state(pid) for pid in pids]
+    assert wait_gone(pids, 10) == []

@@ -10,39 +10,22 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import importlib.metadata
 import inspect
-import os
 import re
 import sys
 import types
 from pathlib import Path
 
 import pytest
+from conftest import shipped_plugin_autoloads
 
 import ampsuite
 import ampsuite.contract.errors
 from ampsuite.host import hookspecs, manager
 
-
-def _shipped_plugin_autoloads() -> bool:
-    """Whether pytest loaded ampsuite.testing through ampsuite's pytest11 entry point.
-
-    Reads every distribution, not deduplicated by name, as pytest (pluggy) does:
-    a stale ampsuite.egg-info in the working directory must not hide the entry point.
-    """
-    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
-        return False
-    return any(
-        ep.group == "pytest11" and ep.value == "ampsuite.testing"
-        for dist in importlib.metadata.distributions()
-        for ep in dist.entry_points
-    )
-
-
 # pytest refuses to register one module twice under two names, so the shipped
 # plugin is named here only where its entry point did not load it already.
-pytest_plugins = ["pytester"] + ([] if _shipped_plugin_autoloads() else ["ampsuite.testing"])
+pytest_plugins = ["pytester"] + ([] if shipped_plugin_autoloads() else ["ampsuite.testing"])
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "plugins.md"
 TEXT = DOC.read_text(encoding="utf-8")
@@ -204,7 +187,7 @@ def test_the_testing_example_passes(pytester, tmp_path):
     pytester.syspathinsert()
     example = next(b for b in _code_blocks("python") if "def test_cells_pass" in b)
     pytester.makepyfile(test_example=example)
-    args = () if _shipped_plugin_autoloads() else ("-p", "ampsuite.testing")
+    args = () if shipped_plugin_autoloads() else ("-p", "ampsuite.testing")
     try:
         pytester.runpytest_inprocess(*args, "-p", "no:cacheprovider").assert_outcomes(passed=3)
     finally:

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from conftest import toy_suite
 from rich.console import Console
 
 from ampsuite.analysis.estimate import Estimate, duration_text, earlier_walls
@@ -95,10 +96,10 @@ def test_ampsuite_run_dry_run_estimates_from_the_results_file_it_would_replace(
     assert f"estimate: {duration_text(total)} from {out} (2 of 2 cells measured there)" in capsys.readouterr().out
 
 
-def test_a_file_that_is_no_results_file_gives_no_estimate_and_no_error(write_suite, fast_measure, capsys) -> None:
+def test_a_file_that_is_no_results_file_gives_no_estimate_and_no_error(write_suite, capsys) -> None:
     from ampsuite import cli
 
-    suite = write_suite(f'[suite]\nname = "s"\ndevice = "cpu"\n{fast_measure}\n[workloads.toy]\nbatch_size = 8\n')
+    suite = write_suite(toy_suite("s"))  # one cell, toy/fp32/bs8
     out = suite.parent / "r.json"
     out.write_text(json.dumps({"cells": [{"id": "toy/fp32/bs8", "wall_seconds": 125.0}]}), encoding="utf-8")
     assert cli.main(["run", str(suite), "--dry-run", "-o", str(out)]) == 0

@@ -19,42 +19,37 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from conftest import FAST_MEASURE
-from conftest import alive as _alive
-from conftest import descendants as _descendants
+from conftest import TOY, QuietObserver, alive, cmdline, descendants, toy_suite, wait_for
 
 from ampsuite import cli, results
 from ampsuite.contract.errors import ExitCode, SuiteFileError, UsageError
 from ampsuite.contract.wire import Status
 from ampsuite.host import executors
 from ampsuite.spec.suitefile import loads
-from tests.conftest import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _suite(combinations: str, executor: str, techniques: str = "") -> str:
-    return f"""
-[suite]
-name = "executor"
-device = "cpu"
-timeout = 120
-
-{FAST_MEASURE}
-[workloads.toy]
-batch_size = 8
-hidden = 16
-
-[combinations]
-{combinations}
-{techniques}
-[executor]
-{executor}
-"""
+def _suite(
+    executor: dict[str, Any] | None,
+    combinations: dict[str, list[str]] | None = None,
+    techniques: dict[str, dict[str, Any]] | None = None,
+    **toy: Any,
+) -> str:
+    """The toy workload (``toy`` options beside TOY's) in ``combinations`` (FP32 alone unless given), run by the
+    ``executor`` table (None: none)."""
+    return toy_suite(
+        "executor",
+        timeout=120,
+        toy={**TOY, **toy},
+        combinations=combinations,
+        techniques=techniques,
+        tables={"executor": executor} if executor is not None else None,
+    )
 
 
-def _slurm_local(folder: Path) -> str:
-    return f'name = "slurm"\ncluster = "local"\npoll_seconds = 0.2\nfolder = "{folder}/%j"\n'
+def _slurm_local(folder: Path) -> dict[str, Any]:
+    return {"name": "slurm", "cluster": "local", "poll_seconds": 0.2, "folder": f"{folder}/%j"}
 
 
 def run_cli(*args: str) -> int:
@@ -69,9 +64,8 @@ def run_cli(*args: str) -> int:
 
 @pytest.mark.slow
 def test_slurm_local_cluster_gives_the_records_of_a_local_run(tmp_path: Path, write_suite) -> None:
-    combos = 'fp32 = []\nfault = ["inject-fault"]\ngraphs = ["cuda-graphs"]'
-    text = _suite(combos, _slurm_local(tmp_path / "jobs"), '[techniques.inject-fault]\nkind = "raise"\n')
-    suite_path = write_suite(text)
+    combinations = {"fp32": [], "fault": ["inject-fault"], "graphs": ["cuda-graphs"]}
+    suite_path = write_suite(_suite(_slurm_local(tmp_path / "jobs"), combinations, {"inject-fault": {"kind": "raise"}}))
     data = str(tmp_path / "data")
     local, slurm = tmp_path / "local.json", tmp_path / "slurm.json"
     assert run_cli(str(suite_path), "-o", str(local), "--data-dir", data, "--executor", "local") == 1
@@ -132,48 +126,41 @@ def _parent(*argv: str, cwd: Path) -> Iterator[subprocess.Popen[str]]:
         yield proc
     finally:
         if proc.poll() is None:
-            for pid in [*_descendants(proc.pid), proc.pid]:
+            for pid in [*descendants(proc.pid), proc.pid]:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             proc.wait(30)
 
 
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
 def _cell_worker_running(job: int) -> bool:
     """Whether the job's cell has its worker: a child of the fork server the job started."""
-    servers = [p for p in _descendants(job) if "forkserver" in _cmdline(p)]
-    return any(_descendants(s) for s in servers)
+    servers = [p for p in descendants(job) if "forkserver" in cmdline(p)]
+    return any(descendants(s) for s in servers)
 
 
 @pytest.mark.slow
 def test_killed_job_interrupted_parent_and_resume(tmp_path: Path, write_suite, capsys) -> None:
     jobs = tmp_path / "jobs"
-    combos = 'killed = ["fault-hang"]\nstopped = ["inject-fault"]'
-    suite_path = write_suite(_suite(combos, _slurm_local(jobs), '[techniques.inject-fault]\nkind = "hang"\n'))
+    combinations = {"killed": ["fault-hang"], "stopped": ["inject-fault"]}
+    suite_path = write_suite(_suite(_slurm_local(jobs), combinations, {"inject-fault": {"kind": "hang"}}))
     out = tmp_path / "results.json"
     with _parent(str(suite_path), "-o", str(out), cwd=tmp_path) as proc:
         killed = wait_for(lambda: _job_of(jobs, "toy/killed/bs8"), 60, "the job of the first cell")
         wait_for(lambda: _cell_worker_running(killed), 60, "the first cell's worker")
         # One host: one job at a time, so cells are not measured side by side.
         assert not _job_of(jobs, "toy/stopped/bs8")
-        for pid in [killed, *_descendants(killed)]:  # the scheduler kills a job: node failure, scancel -s KILL
+        for pid in [killed, *descendants(killed)]:  # the scheduler kills a job: node failure, scancel -s KILL
             os.kill(pid, signal.SIGKILL)
         wait_for(lambda: "toy/killed/bs8" in _finished(out), 30, "the killed job's record")
         stopped = wait_for(lambda: _job_of(jobs, "toy/stopped/bs8"), 30, "the job of the second cell")
         wait_for(lambda: _cell_worker_running(stopped), 60, "the second cell's worker")
-        family = _descendants(proc.pid)
+        family = descendants(proc.pid)
         os.kill(proc.pid, signal.SIGTERM)  # the parent alone: it must cancel its jobs itself
         stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == ExitCode.INTERRUPTED, stderr
     assert "Traceback" not in stderr
     assert "1 crashed, 1 interrupted" in stdout  # the summary is still printed
-    wait_for(lambda: not any(_alive(p) for p in family), 30, "the cancelled job to end")
+    wait_for(lambda: not any(alive(p) for p in family), 30, "the cancelled job to end")
 
     doc = results.load(out)
     cells = {r["id"]: r for r in doc["cells"]}
@@ -216,8 +203,8 @@ def test_a_killed_parent_s_job_is_reattached_by_resume(tmp_path: Path, write_sui
     """SIGKILL of the parent (a login node's reboot) leaves its job running; --resume collects that job's
     record instead of submitting the cell a second time."""
     jobs = tmp_path / "jobs"
-    text = _suite('slow = ["fault-delay"]', _slurm_local(jobs), '[techniques.fault-delay]\nat = "apply"\nseconds = 8\n')
-    suite_path = write_suite(text)
+    delayed = {"fault-delay": {"at": "apply", "seconds": 8}}
+    suite_path = write_suite(_suite(_slurm_local(jobs), {"slow": ["fault-delay"]}, delayed))
     out = tmp_path / "results.json"
     cell = "toy/slow/bs8"
     with _parent(str(suite_path), "-o", str(out), cwd=tmp_path) as proc:
@@ -228,7 +215,7 @@ def test_a_killed_parent_s_job_is_reattached_by_resume(tmp_path: Path, write_sui
         wait_for(lambda: _cell_worker_running(job), 60, "the cell's worker")
         os.kill(proc.pid, signal.SIGKILL)  # the parent alone, with no chance to cancel anything
         proc.wait(30)
-    assert _alive(job) and cell not in _finished(out)  # the job outlives its parent
+    assert alive(job) and cell not in _finished(out)  # the job outlives its parent
 
     capsys.readouterr()
     assert run_cli(str(suite_path), "-o", str(out), "--data-dir", str(tmp_path / "data"), "--resume") == 0
@@ -264,7 +251,7 @@ def test_a_remembered_job_that_was_cancelled_is_recorded_then_forgotten(
     from ampsuite.plugins.executors import _slurm
     from ampsuite.run import runner
 
-    suite_path = write_suite(_suite("fp32 = []", _slurm_local(tmp_path / "jobs")))
+    suite_path = write_suite(_suite(_slurm_local(tmp_path / "jobs")))
     out = tmp_path / "results.json"
     plan = session.plan(suite_path)
     cell = plan.cells[0].id
@@ -322,23 +309,21 @@ def test_scheduler_states_map_to_statuses(state: str, status: Status) -> None:
 # the [executor] table and the command line
 # ---------------------------------------------------------------------------
 
-TOY = "[workloads.toy]\nbatch_size = 8\n"
-
 
 @pytest.mark.parametrize(
     ("table", "message"),
     [
-        ('name = "slurm"\npartiton = "gpu"', r"executor\.partiton: unknown option; did you mean 'partition'\?"),
-        ('name = "slurm"\ntime_limit = "30"', r"executor\.time_limit: expected an integer, got '30'"),
-        ('name = "slurm"\ncluster = "pbs"', r"executor\.cluster: expected one of 'slurm', 'local', 'debug'"),
-        ('name = "slurm"\ngpus_per_node = -1', r"executor\.gpus_per_node: expected an integer >= 0, got -1"),
-        ('name = "slurm"\nfolder = ""', r"executor\.folder: expected a non-empty string, got ''"),
-        ('name = "slurmm"', r"executor\.name: unknown executor 'slurmm'; did you mean 'slurm'\?"),
-        ("partition = 3", r"executor\.partition: unknown option; it takes no options"),
+        ({"name": "slurm", "partiton": "gpu"}, r"executor\.partiton: unknown option; did you mean 'partition'\?"),
+        ({"name": "slurm", "time_limit": "30"}, r"executor\.time_limit: expected an integer, got '30'"),
+        ({"name": "slurm", "cluster": "pbs"}, r"executor\.cluster: expected one of 'slurm', 'local', 'debug'"),
+        ({"name": "slurm", "gpus_per_node": -1}, r"executor\.gpus_per_node: expected an integer >= 0, got -1"),
+        ({"name": "slurm", "folder": ""}, r"executor\.folder: expected a non-empty string, got ''"),
+        ({"name": "slurmm"}, r"executor\.name: unknown executor 'slurmm'; did you mean 'slurm'\?"),
+        ({"partition": 3}, r"executor\.partition: unknown option; it takes no options"),
     ],
 )
-def test_bad_executor_tables_are_one_line_errors(registry: Any, table: str, message: str) -> None:
-    spec = loads(f"{TOY}[executor]\n{table}\n", "s.toml")
+def test_bad_executor_tables_are_one_line_errors(registry: Any, table: dict[str, Any], message: str) -> None:
+    spec = loads(_suite(table), "s.toml")
     with pytest.raises(SuiteFileError, match=rf"^s\.toml: {message}") as info:
         executors.resolve(spec, registry.executors)
     assert "\n" not in str(info.value)
@@ -346,16 +331,16 @@ def test_bad_executor_tables_are_one_line_errors(registry: Any, table: str, mess
 
 def test_executor_name_must_be_a_string() -> None:
     with pytest.raises(SuiteFileError, match=r"^s\.toml: executor\.name: expected an executor name"):
-        loads(f"{TOY}[executor]\nname = 3\n", "s.toml")
+        loads(_suite({"name": 3}), "s.toml")
 
 
 def test_command_line_overrides_the_suite_table(registry: Any) -> None:
-    spec = loads(f'{TOY}[executor]\nname = "slurm"\npartition = "a"\ntime_limit = 5\n', "s.toml")
+    spec = loads(_suite({"name": "slurm", "partition": "a", "time_limit": 5}), "s.toml")
     key, value = executors.parse_option("time_limit=30")
     chosen = executors.resolve(spec, registry.executors, None, {key: value, "account": "me"})
     assert (chosen.options.partition, chosen.options.time_limit, chosen.options.account) == ("a", 30, "me")
     assert executors.resolve(spec, registry.executors, "local").executor.name == "local"  # suite options not applied
-    assert executors.resolve(loads(TOY, "s.toml"), registry.executors).executor.name == executors.DEFAULT
+    assert executors.resolve(loads(_suite(None), "s.toml"), registry.executors).executor.name == executors.DEFAULT
     with pytest.raises(UsageError, match=r"^--executor-option time_limit: expected an integer, got 'soon'"):
         executors.resolve(spec, registry.executors, None, {"time_limit": "soon"})
     with pytest.raises(UsageError, match=r"^--executor: unknown executor 'pbs'"):
@@ -363,7 +348,7 @@ def test_command_line_overrides_the_suite_table(registry: Any) -> None:
 
 
 def test_bad_executor_option_through_the_command_is_one_line(tmp_path: Path, write_suite, capsys) -> None:
-    suite_path = write_suite(_suite("fp32 = []", _slurm_local(tmp_path / "jobs")))
+    suite_path = write_suite(_suite(_slurm_local(tmp_path / "jobs")))
     code = run_cli(str(suite_path), "-o", str(tmp_path / "r.json"), "--executor-option", "partiton=gpu")
     err = capsys.readouterr().err.strip()
     assert code == ExitCode.USAGE_ERROR
@@ -375,7 +360,7 @@ def test_bad_executor_option_through_the_command_is_one_line(tmp_path: Path, wri
 
 def test_missing_submitit_is_one_line_with_the_install_hint(tmp_path: Path, write_suite, capsys, monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "submitit", None)  # import submitit now fails, as when it is not installed
-    suite_path = write_suite(_suite("fp32 = []", _slurm_local(tmp_path / "jobs")))
+    suite_path = write_suite(_suite(_slurm_local(tmp_path / "jobs")))
     code = run_cli(str(suite_path), "-o", str(tmp_path / "r.json"))
     err = capsys.readouterr().err.strip()
     assert code == ExitCode.USAGE_ERROR
@@ -385,7 +370,7 @@ def test_missing_submitit_is_one_line_with_the_install_hint(tmp_path: Path, writ
 
 def test_slurm_without_a_cluster_is_one_line(tmp_path: Path, write_suite, capsys, monkeypatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no sbatch, no srun
-    suite_path = write_suite(_suite("fp32 = []", 'name = "slurm"'))
+    suite_path = write_suite(_suite({"name": "slurm"}))
     code = run_cli(str(suite_path), "-o", str(tmp_path / "r.json"))
     err = capsys.readouterr().err.strip()
     assert code == ExitCode.USAGE_ERROR
@@ -436,14 +421,12 @@ class _HalfDone:
 
 
 def test_an_executor_that_fails_leaves_a_complete_file_and_one_line(tmp_path: Path, write_suite) -> None:
-    from conftest import QuietObserver
-
     from ampsuite.contract.errors import PluginError
     from ampsuite.host import session
     from ampsuite.run import runner
 
     plan = session.plan(
-        write_suite(_suite('fp32 = []\nnoop = ["noop"]', 'name = "half"')), objects=[("half", _HalfDone)]
+        write_suite(_suite({"name": "half"}, {"fp32": [], "noop": ["noop"]})), objects=[("half", _HalfDone)]
     )
     out = tmp_path / "results.json"
     config = runner.RunConfig(output=out, in_process=True, measure_peaks=False, data_dir=tmp_path / "data")
@@ -488,12 +471,10 @@ class _Remembering:
 
 
 def test_remember_writes_at_once_and_the_record_forgets(tmp_path: Path, write_suite) -> None:
-    from conftest import QuietObserver
-
     from ampsuite.host import session
     from ampsuite.run import runner
 
-    plan = session.plan(write_suite(_suite("fp32 = []", 'name = "remembering"')), objects=[("r", _Remembering)])
+    plan = session.plan(write_suite(_suite({"name": "remembering"})), objects=[("r", _Remembering)])
     out = tmp_path / "results.json"
     _Remembering.out, _Remembering.seen = str(out), []
     # A killed slurm run's file: its jobs are not this executor's, so they are dropped, in one line.
@@ -526,8 +507,7 @@ def test_a_two_node_gloo_cell_runs_through_the_slurm_executor(tmp_path: Path, wr
     """nodes = 2: one job whose two tasks stand in for two nodes (submitit's local cluster has one host);
     each task runs one node through CellTask.node, torch's c10d rendezvous joins them, and the node that
     held global rank 0 returns the record."""
-    text = _suite("fp32 = []", _slurm_local(tmp_path / "jobs"))
-    text = text.replace("hidden = 16", "hidden = 16\ngpus = 1\nnodes = 2")
+    text = _suite(_slurm_local(tmp_path / "jobs"), gpus=1, nodes=2)
     out = tmp_path / "nodes.json"
     assert run_cli(str(write_suite(text)), "-o", str(out), "--data-dir", str(tmp_path / "data")) == 0
     (record,) = results.load(out)["cells"]

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import torch
+from conftest import FAST_MEASURE, TOY, toy_suite
 
 from ampsuite import BuildContext, SkipCell, cli, results
 from ampsuite.contract.errors import ExitCode, SuiteFileError
@@ -46,46 +47,38 @@ CPU_FAULTS = (
 CUDA_ONLY = ("cuda-assert", "graph-capture")
 
 
+PAIRED = {
+    "scale-collapse": ["amp-fp16", "fault-scale-collapse"],
+    "graph-capture": ["cuda-graphs", "fault-graph-capture"],
+}
+"""Faults that need another technique to happen at all."""
+
+
 def fault_suite(
-    device: str, kinds: tuple[str, ...], *, memory_limit_gb: float, workload: str, timeout: float = HANG_TIMEOUT
+    device: str,
+    kinds: tuple[str, ...],
+    *,
+    memory_limit_gb: float,
+    toy: dict[str, Any] = TOY,
+    timeout: float = HANG_TIMEOUT,
 ) -> str:
-    combos = ["fp32 = []"]
+    combinations: dict[str, list[str]] = {"fp32": []}
     for i, kind in enumerate(kinds):
-        techniques = '["amp-fp16", "fault-scale-collapse"]' if kind == "scale-collapse" else f'["fault-{kind}"]'
-        if kind == "graph-capture":
-            techniques = '["cuda-graphs", "fault-graph-capture"]'
-        combos += [f"{kind} = {techniques}", f'ok-{i} = ["noop"]']
-    combos.append('amp-fp16 = ["amp-fp16"]')
+        combinations[kind] = PAIRED.get(kind, [f"fault-{kind}"])
+        combinations[f"ok-{i}"] = ["noop"]
+    combinations["amp-fp16"] = ["amp-fp16"]
     # Give up allocating only far beyond any device's memory (an H200 has 141 GiB).
-    extra = "".join(f"\n[techniques.fault-{k}]\noom_limit_gb = 4096\n" for k in ("oom", "leak") if k in kinds)
-    return (
-        f"""
-[suite]
-name = "faults-{device}"
-device = "{device}"
-timeout = {timeout}
-memory_limit_gb = {memory_limit_gb}
-
-[measure]
-warmup_steps = 1
-min_steps = 3
-max_steps = 5
-numerics_steps = {NUMERICS_STEPS}
-max_seconds = 0.5
-
-{workload}
-
-[combinations]
-"""
-        + "\n".join(combos)
-        + "\n"
-        + extra
+    techniques = {f"fault-{kind}": {"oom_limit_gb": 4096} for kind in ("oom", "leak") if kind in kinds}
+    return toy_suite(
+        f"faults-{device}",
+        device=device,
+        timeout=timeout,
+        memory_limit_gb=memory_limit_gb,
+        toy=toy,
+        combinations=combinations,
+        techniques=techniques,
+        measure={**FAST_MEASURE, "numerics_steps": NUMERICS_STEPS},
     )
-
-
-TOY = """[workloads.toy]
-batch_size = 8
-hidden = 16"""
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +86,7 @@ def cpu_run(tmp_path_factory, registry) -> tuple[int, dict[str, dict[str, Any]],
     """(exit code, records by combination, record ids in file order, expanded cell ids)."""
     root = tmp_path_factory.mktemp("faults")
     # memory_limit_gb is room on top of what each worker maps after its imports.
-    text = fault_suite("cpu", (*CPU_FAULTS, *CUDA_ONLY, "scale-collapse"), memory_limit_gb=2.5, workload=TOY)
+    text = fault_suite("cpu", (*CPU_FAULTS, *CUDA_ONLY, "scale-collapse"), memory_limit_gb=2.5)
     path = root / "faults.toml"
     path.write_text(text)
     out = root / "results.json"
@@ -274,23 +267,12 @@ def test_well_formed_results_pass(result: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------------
 
 
-def _suite_with(write_suite, techniques: str, options: str) -> Path:
-    return write_suite(
-        f"""
-        [workloads.toy]
-        batch_size = 8
-
-        [combinations]
-        fp32 = []
-        bad = {techniques}
-
-        {options}
-        """
-    )
+def _suite_with(write_suite, techniques: list[str], options: dict[str, dict[str, Any]]) -> Path:
+    return write_suite(toy_suite("faults", combinations={"fp32": [], "bad": techniques}, techniques=options))
 
 
 def test_step_only_fault_at_apply_is_a_suite_file_error(write_suite, registry) -> None:
-    path = _suite_with(write_suite, '["inject-fault"]', '[techniques.inject-fault]\nkind = "leak"\nat = "apply"')
+    path = _suite_with(write_suite, ["inject-fault"], {"inject-fault": {"kind": "leak", "at": "apply"}})
     with pytest.raises(SuiteFileError) as info:
         session.plan(path, device="cpu")
     assert str(info.value) == (
@@ -300,7 +282,7 @@ def test_step_only_fault_at_apply_is_a_suite_file_error(write_suite, registry) -
 
 
 def test_fault_kind_technique_takes_no_kind_option(write_suite) -> None:
-    path = _suite_with(write_suite, '["fault-nan"]', '[techniques.fault-nan]\nkind = "raise"')
+    path = _suite_with(write_suite, ["fault-nan"], {"fault-nan": {"kind": "raise"}})
     with pytest.raises(SuiteFileError, match=r"techniques\.fault-nan\.kind: unknown option"):
         session.plan(path, device="cpu")
 
@@ -378,9 +360,7 @@ CUDA_EXPECTED: dict[str, tuple[tuple[str, ...], str]] = {
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_faults_stay_in_their_cells(tmp_path: Path) -> None:
     kinds = ("cuda-assert", "illegal-address", "graph-capture", "oom", "leak", "nan", "scale-collapse")
-    text = fault_suite(
-        "cuda", kinds, memory_limit_gb=0, workload=TOY.replace("hidden = 16", "hidden = 64"), timeout=120
-    )
+    text = fault_suite("cuda", kinds, memory_limit_gb=0, toy={**TOY, "hidden": 64}, timeout=120)
     path = tmp_path / "faults.toml"
     path.write_text(text)
     out = tmp_path / "results.json"

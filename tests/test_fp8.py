@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from conftest import SMALL_BERT, toy_suite
 from torch import nn
 
 from ampsuite import BuildContext, SkipCell, Status, TrainStep, cli
@@ -22,33 +23,24 @@ from ampsuite.run import peaks
 
 CPU = torch.device("cpu")
 
-SUITE = """
-[suite]
-name = "fp8-cpu"
-device = "cpu"
+MM = {"plugin": "gemm", "batch_size": 1, "m": 32, "n": 32, "k": 32, "dtype": ["bfloat16", "float8_e4m3fn"]}
 
-[workloads.mm]
-plugin = "gemm"
-batch_size = 1
-m = 32
-n = 32
-k = 32
-dtype = ["bfloat16", "float8_e4m3fn"]
 
-[workloads.bert]
-plugin = "bert"
-batch_size = 2
-layers = 1
-hidden = 32
-heads = 2
-intermediate = 64
-seq_len = 16
-vocab = 100
+def _suite(
+    combinations: dict[str, list[str]] | None = None, techniques: dict[str, dict[str, Any]] | None = None
+) -> str:
+    """GEMMs in bfloat16 and float8 and a small BERT, in FP32 and ``combinations`` (AMP-bf16 with fp8 by default)."""
+    return toy_suite(
+        "fp8-cpu",
+        toy=None,
+        workloads={"mm": MM, "bert": SMALL_BERT},
+        combinations=combinations or {"fp32": [], "bf16-fp8": ["amp-bf16", "fp8"]},
+        techniques=techniques,
+        measure=None,
+    )
 
-[combinations]
-fp32 = []
-bf16-fp8 = ["amp-bf16", "fp8"]
-"""
+
+SUITE = _suite()
 
 
 def _dry_run(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str = SUITE) -> tuple[int, str, str]:
@@ -99,14 +91,13 @@ def test_with_torchao_a_cpu_run_skips_fp8_for_the_device(
 
 
 def test_fp8_needs_amp_bf16_and_refuses_amp_fp16(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    text = SUITE.replace('bf16-fp8 = ["amp-bf16", "fp8"]', 'alone = ["fp8"]\nf16 = ["amp-fp16", "fp8"]')
-    _, out, _ = _dry_run(tmp_path, capsys, text)
+    _, out, _ = _dry_run(tmp_path, capsys, _suite({"fp32": [], "alone": ["fp8"], "f16": ["amp-fp16", "fp8"]}))
     assert "bert/alone/bs2  SKIP (fp8 requires amp-bf16 in the same combination)" in out
     assert "bert/f16/bs2  SKIP (fp8 conflicts with amp-fp16)" in out
 
 
 def test_a_bad_recipe_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = _dry_run(tmp_path, capsys, SUITE + '\n[techniques.fp8]\nrecipe = "blockwise"\n')
+    code, _, err = _dry_run(tmp_path, capsys, _suite(techniques={"fp8": {"recipe": "blockwise"}}))
     assert code == ExitCode.USAGE_ERROR
     assert len(err.strip().splitlines()) == 1
     assert (

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
+from steps import losses
 from torch.distributed.tensor import DTensor
 
 from ampsuite import BuildContext, CheckContext, TrainStep
@@ -34,14 +35,9 @@ def llm_step() -> TrainStep:
     return REGISTRY.workloads["llm"].build(LlmOptions(preset="tiny"), BuildContext(torch.device("cpu"), 4, 0, ""))
 
 
-def losses(step: TrainStep, n: int = 4) -> list[float]:
-    run = step.compose()
-    return [float(run(step.data())) for _ in range(n)]
-
-
 @pytest.mark.slow
 def test_one_process_shards_over_a_one_rank_mesh_and_trains_the_same(one_rank: None) -> None:
-    reference = losses(llm_step())
+    reference = losses(llm_step(), 4)
     step = _fsdp.apply(llm_step(), FP32)
     assert step.model is not None and step.optimizer is not None
     params = list(step.model.parameters())
@@ -49,7 +45,7 @@ def test_one_process_shards_over_a_one_rank_mesh_and_trains_the_same(one_rank: N
     assert {id(p) for g in step.optimizer.param_groups for p in g["params"]} == {id(p) for p in params}
     assert step.notes["fsdp2"]["mesh"] == "one-rank group of this process"
     assert step.notes["fsdp2"]["sharded_blocks"] == 2 and step.notes["fsdp2"]["backend"] == "gloo"
-    assert losses(step) == pytest.approx(reference, rel=1e-5)
+    assert losses(step, 4) == pytest.approx(reference, rel=1e-5)
 
 
 @pytest.mark.slow
@@ -63,11 +59,11 @@ def test_bf16_parameters_train_in_bf16(one_rank: None) -> None:
 
 @pytest.mark.slow
 def test_composes_with_checkpointing_and_per_block_compile(one_rank: None) -> None:
-    reference = losses(llm_step())
+    reference = losses(llm_step(), 4)
     step = _checkpointing.apply(llm_step(), CheckpointOptions())
     step = _compile.apply(step, CompileOptions(backend="aot_eager", scope="block"))
     step = _fsdp.apply(step, FP32)
-    assert losses(step) == pytest.approx(reference, rel=1e-5)
+    assert losses(step, 4) == pytest.approx(reference, rel=1e-5)
 
 
 def _context(workload: str, techniques: dict[str, Any]) -> CheckContext:

@@ -13,26 +13,16 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from conftest import toy_suite
 
 from ampsuite import results
 
 DRIVER = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu" / "run.py"
 
-SUITE = """\
-[suite]
-name = "{name}"
-device = "cpu"
-timeout = 120
 
-{measure}
-[workloads.toy]
-batch_size = 8
-hidden = 16
-
-[combinations]
-fp32 = []
-{more}
-"""
+def _suite(name: str, **combinations: list[str]) -> str:
+    """A toy suite named ``name`` of FP32 and ``combinations``."""
+    return toy_suite(name, timeout=120, combinations={"fp32": [], **combinations})
 
 
 @pytest.fixture(scope="module")
@@ -140,8 +130,8 @@ def test_a_dry_run_prints_the_commands_and_writes_nothing(
 
 
 @pytest.mark.slow
-def test_a_cpu_suite_runs_into_the_folder_then_is_skipped_or_resumed(tmp_path: Path, fast_measure: str) -> None:
-    (tmp_path / "toy.toml").write_text(SUITE.format(name="toy", measure=fast_measure, more='noop = ["noop"]'))
+def test_a_cpu_suite_runs_into_the_folder_then_is_skipped_or_resumed(tmp_path: Path) -> None:
+    (tmp_path / "toy.toml").write_text(_suite("toy", noop=["noop"]))
     specs = ["run toy.toml --no-peaks", "selfcheck --device cpu --cells @toy -k fp32 --rounds 1 --min-ratio 0"]
     args = ["--out", "lab", "--budget", "280", "--min-seconds", "5", "--grace", "10", *specs]
     proc = drive(tmp_path, *args)
@@ -173,12 +163,9 @@ def test_a_cpu_suite_runs_into_the_folder_then_is_skipped_or_resumed(tmp_path: P
 
 
 @pytest.mark.slow
-def test_a_command_past_its_time_limit_is_interrupted_and_no_other_starts_late(
-    tmp_path: Path, fast_measure: str
-) -> None:
-    more = 'hang = ["fault-hang"]\nafter = ["noop"]'
-    (tmp_path / "hang.toml").write_text(SUITE.format(name="hang", measure=fast_measure, more=more))
-    (tmp_path / "toy.toml").write_text(SUITE.format(name="toy", measure=fast_measure, more=""))
+def test_a_command_past_its_time_limit_is_interrupted_and_no_other_starts_late(tmp_path: Path) -> None:
+    (tmp_path / "hang.toml").write_text(_suite("hang", hang=["fault-hang"], after=["noop"]))
+    (tmp_path / "toy.toml").write_text(_suite("toy"))
     specs = ["timeout=25 run hang.toml --no-peaks -p ampsuite.plugins.faults", "run toy.toml --no-peaks"]
     proc = drive(
         tmp_path, "--out", "lab", "--budget", "60", "--reserve", "1", "--grace", "10", "--min-seconds", "30", *specs
@@ -196,10 +183,8 @@ def test_a_command_past_its_time_limit_is_interrupted_and_no_other_starts_late(
 
 
 @pytest.mark.slow
-def test_sigterm_to_the_driver_interrupts_the_command_once_and_starts_no_other(
-    tmp_path: Path, fast_measure: str
-) -> None:
-    (tmp_path / "hang.toml").write_text(SUITE.format(name="hang", measure=fast_measure, more='hang = ["fault-hang"]'))
+def test_sigterm_to_the_driver_interrupts_the_command_once_and_starts_no_other(tmp_path: Path) -> None:
+    (tmp_path / "hang.toml").write_text(_suite("hang", hang=["fault-hang"]))
     specs = ["run hang.toml --no-peaks -p ampsuite.plugins.faults", "run other.toml"]
     args = [sys.executable, str(DRIVER), "--out", "lab", "--budget", "300", "--grace", "20", *specs]
     proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 import torch
+from conftest import run_in_workers, toy_suite
+from records import cell, doc
+from steps import use
 from torch import nn
 
 from ampsuite import BuildContext, CheckContext, NoOptions, SkipCell, Technique, TrainStep, Workload, analysis
-from ampsuite.host import session
 from ampsuite.plugins.techniques import (
     _channels_last,
     amp,
@@ -27,8 +29,6 @@ from ampsuite.plugins.techniques import (
 )
 from ampsuite.plugins.workloads import _cnn, _toy, _transformer, cnn, toy, transformer
 from ampsuite.report.render import render_site
-from ampsuite.run import runner
-from ampsuite.run.runner import RunConfig
 from ampsuite.spec.options import build_options
 
 MODULES = (amp, fused_optimizer, grad_accumulation, half_weights, inference, int8, tensorrt)
@@ -44,11 +44,6 @@ def toy_step(tmp_path: Any, batch_size: int = 8) -> TrainStep:
 
 def bert_step(tmp_path: Any, batch_size: int = 4) -> TrainStep:
     return _transformer.build(transformer.BertOptions(**TINY_BERT), BuildContext(CPU, batch_size, 0, str(tmp_path)))
-
-
-def use(step: TrainStep, name: str, **options: Any) -> TrainStep:
-    technique = TECHNIQUES[name]
-    return technique.apply(step, build_options(technique.options, options))
 
 
 def check_reason(name: str, techniques: tuple[str, ...] = (), traits: frozenset[str] = frozenset({"model"})) -> Any:
@@ -202,48 +197,27 @@ def test_tensorrt_skips_in_the_worker_off_cuda(tmp_path: Any) -> None:
 
 # -- a run: records, analysis, report ------------------------------------------------------
 
-SUITE = """\
-[suite]
-name = "inference"
-device = "cpu"
-
-{measure}
-
-[workloads.toy]
-plugin = "toy"
-batch_size = [1, 16]
-features = 8
-hidden = 16
-layers = 1
-classes = 4
-
-[combinations]
-fp32 = []
-bf16 = ["amp-bf16"]
-infer-fp32 = ["inference"]
-infer-bf16 = ["inference", "amp-bf16"]
-infer-o2 = ["inference", "half-weights"]
-infer-int8 = ["inference", "int8"]
-infer-trt = ["inference", "tensorrt"]
-
-[techniques.half-weights]
-dtype = "bfloat16"
-"""
+SUITE = toy_suite(
+    "inference",
+    toy={"plugin": "toy", "batch_size": [1, 16], "features": 8, "hidden": 16, "layers": 1, "classes": 4},
+    combinations={
+        "fp32": [],
+        "bf16": ["amp-bf16"],
+        "infer-fp32": ["inference"],
+        "infer-bf16": ["inference", "amp-bf16"],
+        "infer-o2": ["inference", "half-weights"],
+        "infer-int8": ["inference", "int8"],
+        "infer-trt": ["inference", "tensorrt"],
+    },
+    techniques={"half-weights": {"dtype": "bfloat16"}},
+)
 
 
 @pytest.fixture(scope="module")
 def inference_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    from tests.conftest import FAST_MEASURE, QuietObserver
-
-    root = tmp_path_factory.mktemp("inference")
-    path = root / "inference.toml"
-    path.write_text(SUITE.format(measure=FAST_MEASURE), encoding="utf-8")
-    out = root / "results.json"
-    plan = session.plan(path, device="cpu")
-    config = RunConfig(output=out, data_dir=root / "data", measure_peaks=False, argv=["test"])
-    doc, interrupted = runner.run_plan(plan, config, QuietObserver())
-    assert not interrupted
-    return out, doc
+    path = tmp_path_factory.mktemp("inference") / "inference.toml"
+    path.write_text(SUITE, encoding="utf-8")
+    return run_in_workers(path)
 
 
 @pytest.mark.slow
@@ -292,8 +266,6 @@ def test_inference_cells_render_in_the_report(inference_run: tuple[Path, dict[st
 
 
 def _base_cell(combination: str, techniques: list[str], *, inference: bool, baseline: str = "fp32") -> dict[str, Any]:
-    from tests.test_analysis import cell
-
     record = cell("fp32", baseline=baseline, matmul_dtype="float32")
     record["id"] = f"toy/{combination}/bs32"
     record["combination"] = combination
@@ -306,8 +278,6 @@ def _base_cell(combination: str, techniques: list[str], *, inference: bool, base
 def test_inference_fp32_reference_ignores_the_suites_base_techniques() -> None:
     """[suite] base_techniques = ["cudnn-benchmark"]: the FP32 inference cell carries it, as the FP32 training
     baseline does; records do not say which techniques are base ones, so the baseline cell's techniques stand in."""
-    from tests.test_analysis import doc
-
     cells = [
         _base_cell("fp32", ["cudnn-benchmark"], inference=False),
         _base_cell("infer-fp32", ["cudnn-benchmark", "inference"], inference=True),
@@ -334,8 +304,6 @@ def test_training_references_are_the_tuned_ones_with_base_techniques() -> None:
     TF32 are the cells a practitioner runs (cudnn.benchmark on), so every speedup and the numerics verdict are held
     against them, and PyTorch's defaults are an extra row (an untuned baseline inflated ResNet-50's speedups by 17%
     on an H200)."""
-    from tests.test_analysis import doc
-
     fp32 = _base_cell("fp32", ["cudnn-benchmark"], inference=False)
     defaults = _base_cell("fp32-defaults", [], inference=False)
     defaults["metrics"]["step_time"]["median"] *= 1.17

@@ -19,11 +19,13 @@ from conftest import (
     FAST_MEASURE,
     REPO,
     SLOW_MEASURE,
+    TOY,
     alive,
     children,
     cmdline,
     reaped,
     start_foreground,
+    toy_suite,
     wait_for,
     wait_gone,
 )
@@ -204,10 +206,12 @@ def ampsuite_report_sections(results):
 '''
 
 
-def _suite(name: str, combinations: str, measure: str = FAST_MEASURE, timeout: float = 120) -> str:
-    return (
-        f'[suite]\nname = "{name}"\ndevice = "cpu"\ntimeout = {timeout}\n\n{measure}\n'
-        f"[workloads.toy]\nbatch_size = 8\nhidden = [16, 17, 18]\n\n[combinations]\n{combinations}"
+def _suite(
+    name: str, combinations: dict[str, list[str]], measure: dict[str, Any] = FAST_MEASURE, timeout: float = 120
+) -> str:
+    """Three toy cells a combination (hidden 16, 17 and 18)."""
+    return toy_suite(
+        name, timeout=timeout, toy={**TOY, "hidden": [16, 17, 18]}, combinations=combinations, measure=measure
     )
 
 
@@ -221,7 +225,7 @@ def test_no_process_a_cell_started_outlives_it(tmp_path: Path) -> None:
     """Passed and timed out alike: a plain child, one in a new session and a double-forked one are all gone."""
     pids = tmp_path / "pids"
     (tmp_path / "s.toml").write_text(
-        _suite("leaky", 'leaves = ["leaves-children"]\nhangs = ["leaves-children-and-hangs"]\n', timeout=8)
+        _suite("leaky", {"leaves": ["leaves-children"], "hangs": ["leaves-children-and-hangs"]}, timeout=8)
     )
     argv = ["run", "s.toml", "-p", "leaky", "-k", "hidden=16", "-o", "r.json", "--no-peaks", "--no-report"]
     argv.append("--no-again")  # one measurement a cell: two children each, counted below
@@ -283,7 +287,7 @@ def _stopped(proc: subprocess.Popen[str], at: float) -> tuple[str, str, float]:
 
 @pytest.mark.slow
 def test_ctrl_c_while_the_fork_server_starts_records_every_cell_without_a_traceback(tmp_path: Path) -> None:
-    (tmp_path / "s.toml").write_text(_suite("startup", "fp32 = []\n"))
+    (tmp_path / "s.toml").write_text(_suite("startup", {"fp32": []}))
     with reaped(start_foreground(["run", "s.toml", "-o", "r.json", "--no-peaks", "--no-report"], tmp_path)) as proc:
         wait_for(lambda: any("forkserver" in cmdline(c) for c in children(proc.pid)), 120, "the fork server")
         os.killpg(proc.pid, signal.SIGINT)  # while it imports torch
@@ -298,7 +302,7 @@ def test_ctrl_c_while_the_fork_server_starts_records_every_cell_without_a_traceb
 
 @pytest.mark.slow
 def test_two_ctrl_c_end_the_run_once_with_one_line_and_at_once(tmp_path: Path) -> None:
-    (tmp_path / "s.toml").write_text(_suite("twice", 'fp32 = []\nnoop = ["noop"]\n', SLOW_MEASURE))
+    (tmp_path / "s.toml").write_text(_suite("twice", {"fp32": [], "noop": ["noop"]}, SLOW_MEASURE))
     with reaped(start_foreground(["run", "s.toml", "-o", "r.json", "--no-peaks", "--no-report"], tmp_path)) as proc:
         wait_for(lambda: _running_cell(proc), 120, "a running cell")
         at = time.monotonic()
@@ -318,7 +322,7 @@ def test_two_ctrl_c_end_the_run_once_with_one_line_and_at_once(tmp_path: Path) -
 
 @pytest.mark.slow
 def test_sighup_interrupts_a_run_as_ctrl_c_does(tmp_path: Path) -> None:
-    (tmp_path / "s.toml").write_text(_suite("hup", "fp32 = []\n", SLOW_MEASURE))
+    (tmp_path / "s.toml").write_text(_suite("hup", {"fp32": []}, SLOW_MEASURE))
     with reaped(start_foreground(["run", "s.toml", "-o", "r.json", "--no-peaks", "--no-report"], tmp_path)) as proc:
         wait_for(lambda: _running_cell(proc), 120, "a running cell")
         os.kill(proc.pid, signal.SIGHUP)  # the terminal closed
@@ -333,7 +337,7 @@ def test_sighup_interrupts_a_run_as_ctrl_c_does(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_sigterm_while_the_report_is_written_finishes_it_and_exits_2(tmp_path: Path) -> None:
     marker = tmp_path / "writing"
-    (tmp_path / "s.toml").write_text(_suite("term", "fp32 = []\n"))
+    (tmp_path / "s.toml").write_text(_suite("term", {"fp32": []}))
     argv = ["run", "s.toml", "-k", "hidden=16", "-p", "leaky", "-o", "r.json", "--no-peaks"]
     with reaped(start_foreground(argv, tmp_path, _env(tmp_path, REPORT_MARKER=str(marker)))) as proc:
         wait_for(marker.exists, 120, "the report being written")
@@ -347,7 +351,7 @@ def test_sigterm_while_the_report_is_written_finishes_it_and_exits_2(tmp_path: P
 
 @pytest.mark.slow
 def test_two_ctrl_c_during_a_tune_start_no_worker_and_print_no_traceback(tmp_path: Path) -> None:
-    (tmp_path / "s.toml").write_text(_suite("tune2", 'fp32 = []\nnoop = ["noop"]\n', SLOW_MEASURE))
+    (tmp_path / "s.toml").write_text(_suite("tune2", {"fp32": [], "noop": ["noop"]}, SLOW_MEASURE))
     argv = ["tune", "s.toml", "-k", "hidden=16", "--budget", "120s", "--report-dir", "out"]
     with reaped(start_foreground(argv, tmp_path)) as proc:
         wait_for(lambda: _running_cell(proc), 120, "a running candidate")
@@ -364,28 +368,14 @@ def test_two_ctrl_c_during_a_tune_start_no_worker_and_print_no_traceback(tmp_pat
 
 # --- on a GPU: compile workers, CUDA contexts -------------------------------------------------------------------
 
-CUDA_SUITE = """\
-[suite]
-name = "cuda-lifetimes"
-device = "cuda"
-timeout = 600
-
-[measure]
-warmup_steps = 2
-min_steps = 10
-max_steps = 50
-max_seconds = 1.0
-numerics_steps = 3
-
-[workloads.toy]
-batch_size = 64
-hidden = 256
-
-[combinations]
-fp32 = []
-leaves = ["amp-bf16", "leaves-children"]
-compiled = ["amp-bf16", "torch-compile"]
-"""
+CUDA_SUITE = toy_suite(
+    "cuda-lifetimes",
+    device="cuda",
+    timeout=600,
+    toy={"batch_size": 64, "hidden": 256},
+    combinations={"fp32": [], "leaves": ["amp-bf16", "leaves-children"], "compiled": ["amp-bf16", "torch-compile"]},
+    measure={"warmup_steps": 2, "min_steps": 10, "max_steps": 50, "max_seconds": 1.0, "numerics_steps": 3},
+)
 
 
 def _cuda() -> bool:

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 import torch
+from records import cell, doc
 
 from ampsuite import BuildContext, ProbeContext, TrainStep, analysis
 from ampsuite.analysis.datasheet import datasheet_bf16_tflops
@@ -13,7 +14,6 @@ from ampsuite.host.manager import PluginSettings, load_registry
 from ampsuite.plugins.probes import _flops
 from ampsuite.plugins.workloads import llm
 from ampsuite.spec.options import OptionError, build_options
-from tests.test_analysis import cell, doc
 
 CPU = torch.device("cpu")
 REGISTRY = load_registry(PluginSettings(autoload=False))

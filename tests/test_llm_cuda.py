@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
+from steps import losses
 
 from ampsuite import BuildContext, TrainStep
 from ampsuite.host.manager import PluginSettings, load_registry
@@ -37,17 +38,12 @@ def step_on_gpu(options: LlmOptions = SMALL, batch_size: int = 4) -> TrainStep:
     return REGISTRY.workloads["llm"].build(options, BuildContext(torch.device("cuda"), batch_size, 0, ""))
 
 
-def losses(step: TrainStep, n: int = 4) -> list[float]:
-    run = step.compose()
-    return [float(run(step.data())) for _ in range(n)]
-
-
 def test_fsdp2_on_one_gpu_shards_over_a_one_rank_nccl_group(one_rank: None) -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
-    reference = losses(step_on_gpu())
+    reference = losses(step_on_gpu(), 4)
     step = _fsdp.apply(step_on_gpu(), fsdp.FsdpOptions(param_dtype="float32"))
     assert step.notes["fsdp2"]["backend"] == "nccl"
-    assert losses(step) == pytest.approx(reference, rel=1e-4)
+    assert losses(step, 4) == pytest.approx(reference, rel=1e-4)
 
 
 @pytest.mark.skipif(fp8.torchao_missing(), reason="needs torchao")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import FAST_MEASURE, toy_suite
 
 from ampsuite import cli, results
 from ampsuite.contract.errors import ExitCode
@@ -66,7 +67,7 @@ class FakeSearch:
         self.ceiling = ceiling
         self.fail_above = fail_above
         self.config = SearchConfig(output=Path("unused.json"), limit=limit)
-        spec = loads(SUITE.format(memory_limit_gb=4.0, start=8), "fake.toml")
+        spec = loads(_suite(4.0), "fake.toml")
         self.plan = type("P", (), {"spec": spec, "registry": registry})()
         self.attempt_spec = spec
         self.tried: list[int] = []
@@ -99,7 +100,7 @@ class FakeSearch:
 
 @pytest.fixture
 def toy_cell(registry) -> Any:
-    spec = loads(SUITE.format(memory_limit_gb=4.0, start=8), "fake.toml")
+    spec = loads(_suite(4.0), "fake.toml")
     (cell,) = expand(spec, registry, "cpu")
     return cell
 
@@ -178,34 +179,20 @@ def test_search_config_validation(kwargs: dict[str, Any], message: str) -> None:
 # the command, for real, on CPU
 # ---------------------------------------------------------------------------
 
-SUITE = """
-[suite]
-name = "maxbatch"
-device = "cpu"
-timeout = 120
-memory_limit_gb = {memory_limit_gb}
 
-[measure]
-warmup_steps = 1
-min_steps = 3
-max_steps = 3
-numerics_steps = 1
-max_seconds = 0.5
-noise_target = 1.0
-
-[workloads.toy]
-batch_size = {start}
-features = 1
-hidden = 4096
-layers = 1
-
-[combinations]
-fp32 = []
-"""
+def _suite(memory_limit_gb: float, start: int = 8) -> str:
+    """One wide toy layer, in FP32, its batch search starting at ``start``."""
+    return toy_suite(
+        "maxbatch",
+        timeout=120,
+        memory_limit_gb=memory_limit_gb,
+        toy={"batch_size": start, "features": 1, "hidden": 4096, "layers": 1},
+        measure={**FAST_MEASURE, "max_steps": 3, "numerics_steps": 1, "noise_target": 1.0},
+    )
 
 
 def test_refused_on_cpu_without_a_memory_limit(write_suite, tmp_path: Path, capsys) -> None:
-    path = write_suite(SUITE.format(memory_limit_gb=0, start=8))
+    path = write_suite(_suite(0))
     out = tmp_path / "mb.json"
     assert cli.main(["max-batch", str(path), "-o", str(out)]) == ExitCode.USAGE_ERROR
     err = capsys.readouterr().err.strip()
@@ -215,7 +202,7 @@ def test_refused_on_cpu_without_a_memory_limit(write_suite, tmp_path: Path, caps
 
 
 def test_bad_start_is_a_one_line_usage_error(write_suite, capsys) -> None:
-    path = write_suite(SUITE.format(memory_limit_gb=8, start=8))
+    path = write_suite(_suite(8))
     assert cli.main(["max-batch", str(path), "--start", "0"]) == ExitCode.USAGE_ERROR
     assert capsys.readouterr().err.strip() == "ampsuite: error: max-batch: start must be an integer >= 1, got 0"
 
@@ -227,7 +214,7 @@ def cpu_search(tmp_path_factory, registry) -> tuple[int, str, dict[str, Any], Pa
     # memory_limit_gb is room on top of what a worker maps after its imports: with 0.35 GiB the wide
     # layer's activations hit it at a few thousand samples.
     suite_path = root / "mb.toml"
-    suite_path.write_text(SUITE.format(memory_limit_gb=0.35, start=256))
+    suite_path.write_text(_suite(0.35, start=256))
     out = root / "mb.json"
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):

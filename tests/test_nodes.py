@@ -15,7 +15,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from conftest import FAST_MEASURE
+from conftest import TOY, toy_suite, wait_gone
+from records import parallel_record
 
 from ampsuite import cli
 from ampsuite.contract.cell import Cell
@@ -25,18 +26,14 @@ from ampsuite.run import launcher, nodes
 from ampsuite.spec import matrix, parallel, suitefile
 from ampsuite.spec.keyword import select
 
-TOY = """
-[workloads.toy]
-batch_size = 8
-hidden = 16
-{layout}
-[combinations]
-fp32 = []
-"""
+
+def _toy(**layout: Any) -> str:
+    """The toy workload in FP32 laid out as ``layout`` says (nodes, gpus)."""
+    return toy_suite("nodes", toy={**TOY, **layout})
 
 
-def _cells(registry: Any, layout: str, device: str = "cpu", gpu_count: int = 0) -> list[Cell]:
-    return matrix.expand(suitefile.loads(TOY.format(layout=layout)), registry, device, gpu_count)
+def _cells(registry: Any, device: str = "cpu", gpu_count: int = 0, **layout: Any) -> list[Cell]:
+    return matrix.expand(suitefile.loads(_toy(**layout)), registry, device, gpu_count)
 
 
 # ---------------------------------------------------------------------------
@@ -45,7 +42,7 @@ def _cells(registry: Any, layout: str, device: str = "cpu", gpu_count: int = 0) 
 
 
 def test_nodes_times_gpus_is_the_world_size_and_ids_name_both(registry) -> None:
-    cells = _cells(registry, "gpus = [1, 2]\nnodes = [1, 2]")
+    cells = _cells(registry, gpus=[1, 2], nodes=[1, 2])
     assert [(c.id, c.world_size, c.nodes) for c in cells] == [
         ("toy/fp32/bs8", 1, 1),
         ("toy/fp32/n2x1/bs8", 2, 2),
@@ -59,31 +56,31 @@ def test_nodes_times_gpus_is_the_world_size_and_ids_name_both(registry) -> None:
 
 
 def test_nodes_default_to_one_and_a_single_value_is_one_layout(registry) -> None:
-    assert suitefile.loads(TOY.format(layout="")).workloads[0].nodes == (1,)
-    (cell,) = _cells(registry, "nodes = 3")
+    assert suitefile.loads(_toy()).workloads[0].nodes == (1,)
+    (cell,) = _cells(registry, nodes=3)
     assert (cell.id, cell.world_size, cell.nodes) == ("toy/fp32/n3x1/bs8", 3, 3)
 
 
 @pytest.mark.parametrize(
-    ("value", "message"),
+    ("layout", "message"),
     [
-        ("0", r"expected an integer >= 1 or a list of them, got 0"),
-        ("'2'", r"expected an integer >= 1 or a list of them, got '2'"),
-        ("true", r"expected an integer >= 1 or a list of them, got True"),
-        ("2.0", r"expected an integer >= 1 or a list of them, got 2.0"),
-        ("[]", r"expected an integer >= 1 or a non-empty list of them, got an empty list"),
-        ("[2, 1, 2]", r"node counts repeat: \[2, 1, 2\]"),
-        ("[1, 64]\ngpus = 32", r"nodes x gpus makes a world of 2,048 processes, more than 1,024"),
+        ({"nodes": 0}, r"expected an integer >= 1 or a list of them, got 0"),
+        ({"nodes": "2"}, r"expected an integer >= 1 or a list of them, got '2'"),
+        ({"nodes": True}, r"expected an integer >= 1 or a list of them, got True"),
+        ({"nodes": 2.0}, r"expected an integer >= 1 or a list of them, got 2.0"),
+        ({"nodes": []}, r"expected an integer >= 1 or a non-empty list of them, got an empty list"),
+        ({"nodes": [2, 1, 2]}, r"node counts repeat: \[2, 1, 2\]"),
+        ({"nodes": [1, 64], "gpus": 32}, r"nodes x gpus makes a world of 2,048 processes, more than 1,024"),
     ],
 )
-def test_bad_nodes_values_are_refused_in_one_line(value: str, message: str) -> None:
+def test_bad_nodes_values_are_refused_in_one_line(layout: dict[str, Any], message: str) -> None:
     with pytest.raises(SuiteFileError) as info:
-        suitefile.loads(TOY.format(layout=f"nodes = {value}"), "s.toml")
+        suitefile.loads(_toy(**layout), "s.toml")
     assert re.fullmatch(r"s\.toml: workloads\.toy\.nodes: " + message, str(info.value)), str(info.value)
 
 
 def test_cuda_multi_node_cells_need_every_nodes_gpus_here(registry) -> None:
-    cells = {c.id: c.skip_reason for c in _cells(registry, "gpus = 2\nnodes = [1, 2]", "cuda", gpu_count=2)}
+    cells = {c.id: c.skip_reason for c in _cells(registry, "cuda", 2, gpus=2, nodes=[1, 2])}
     assert cells["toy/fp32/x2/bs8"] is None
     assert cells["toy/fp32/n2x2/bs8"] == "needs 4 GPUs (nodes = 2 x gpus = 2, all here); this machine has 2"
     assert parallel.skip_reason(4, "cuda", [], 4, nodes=2) is None
@@ -97,34 +94,16 @@ def test_each_local_node_sees_its_own_gpus(monkeypatch: pytest.MonkeyPatch) -> N
     assert [nodes.visible_devices(k, 2) for k in range(2)] == ["3,5", "6,7"]
 
 
-def _record(cid: str, world: int, nodes_: int, throughput: float, combination: str = "fp32") -> dict[str, Any]:
-    record: dict[str, Any] = {
-        "id": cid,
-        "status": "passed",
-        "device": "cpu",
-        "batch_size": 8,
-        "world_size": world,
-        "combination": combination,
-        "baseline": "fp32",
-        "workload": {"id": "toy", "options": {}},
-        "techniques": [] if combination == "fp32" else [{"name": "noop", "options": {}}],
-        "metrics": {"throughput": throughput, "step_time": {"median": 8 * world / throughput}},
-    }
-    if nodes_ > 1:
-        record["nodes"] = nodes_
-    return record
-
-
 def test_analysis_keeps_layouts_of_one_world_size_apart() -> None:
     from ampsuite import analysis
 
     doc = {
         "run": {},
         "cells": [
-            _record("toy/fp32/bs8", 1, 1, 100.0),
-            _record("toy/fp32/x2/bs8", 2, 1, 190.0),
-            _record("toy/fp32/n2x1/bs8", 2, 2, 160.0),
-            _record("toy/noop/n2x1/bs8", 2, 2, 180.0, combination="noop"),
+            parallel_record("toy/fp32/bs8", 100.0),
+            parallel_record("toy/fp32/x2/bs8", 190.0, world=2),
+            parallel_record("toy/fp32/n2x1/bs8", 160.0, world=2, nodes=2),
+            parallel_record("toy/noop/n2x1/bs8", 180.0, world=2, nodes=2, combination="noop"),
         ],
     }
     derived = analysis.derive(doc)
@@ -138,8 +117,8 @@ def test_report_labels_tell_the_layouts_apart() -> None:
     from ampsuite.report import views
 
     labels = {
-        views.setup_label(_record("toy/fp32/x2/bs8", 2, 1, 1.0)),
-        views.setup_label(_record("toy/fp32/n2x1/bs8", 2, 2, 1.0)),
+        views.setup_label(parallel_record("toy/fp32/x2/bs8", 1.0, world=2)),
+        views.setup_label(parallel_record("toy/fp32/n2x1/bs8", 1.0, world=2, nodes=2)),
     }
     assert labels == {"fp32 \u00b7 2 GPUs", "fp32 \u00b7 2 nodes \u00d7 1 GPUs"}
 
@@ -206,32 +185,12 @@ def test_every_node_done_but_none_with_rank_zero_is_malformed(tmp_path) -> None:
 # a real run through `ampsuite run`: two nodes x one gloo process per cell
 # ---------------------------------------------------------------------------
 
-RUN_SUITE = (
-    """\
-[suite]
-name = "nodes"
-device = "cpu"
-timeout = 60
-
-"""
-    + FAST_MEASURE
-    + """
-[workloads.toy]
-batch_size = 8
-hidden = 16
-nodes = 2
-
-[combinations]
-fp32 = []
-rank1-raises = ["fault-raise"]
-node-killed = ["fault-kill-launcher"]
-
-[techniques.fault-raise]
-rank = 1
-
-[techniques.fault-kill-launcher]
-rank = 1
-"""
+RUN_SUITE = toy_suite(
+    "nodes",
+    timeout=60,
+    toy={**TOY, "nodes": 2},
+    combinations={"fp32": [], "rank1-raises": ["fault-raise"], "node-killed": ["fault-kill-launcher"]},
+    techniques={"fault-raise": {"rank": 1}, "fault-kill-launcher": {"rank": 1}},
 )
 
 
@@ -250,21 +209,6 @@ def nodes_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def _by_id(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {r["id"]: r for r in run["doc"]["cells"]}
-
-
-def _dead(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
-
-
-def _all_dead(pids: list[int], seconds: float = 10) -> bool:
-    deadline = time.monotonic() + seconds
-    while not all(_dead(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return all(_dead(p) for p in pids)
 
 
 @pytest.mark.slow
@@ -305,7 +249,7 @@ def test_notes_show_two_nodes_each_its_own_process_group(nodes_run) -> None:
     for r in ranks:
         assert r["launcher_pid"] == procs[r["node"]]["pid"] == r["pgid"]
         assert r["rank"] in procs[r["node"]]["ranks"]
-    assert _all_dead([r["pid"] for r in ranks] + [p["pid"] for p in procs.values()])
+    assert wait_gone([r["pid"] for r in ranks] + [p["pid"] for p in procs.values()], 10) == []
 
 
 def test_a_raising_rank_on_one_node_is_the_cells_evidence(nodes_run) -> None:
@@ -313,7 +257,7 @@ def test_a_raising_rank_on_one_node_is_the_cells_evidence(nodes_run) -> None:
     assert (ev["type"], ev["message"], ev["rank"], ev["world_size"]) == ("InjectedFault", "injected fault", 1, 2)
     assert ev["node"] in (0, 1) and {n["node"] for n in ev["nodes"]} == {0, 1}
     assert [r["rank"] for r in ev["ranks"]] == [1]  # the ranks of the node that reported it
-    assert _all_dead([n["pid"] for n in ev["nodes"]])
+    assert wait_gone([n["pid"] for n in ev["nodes"]], 10) == []
 
 
 def test_a_killed_node_crashes_the_cell_with_its_ranks_and_nothing_hangs(nodes_run) -> None:
@@ -327,7 +271,7 @@ def test_a_killed_node_crashes_the_cell_with_its_ranks_and_nothing_hangs(nodes_r
     assert by_node[node]["ended"] == "died"
     assert by_node[1 - node]["ended"] in ("stopped", "result")  # the survivor was stopped (or ended) at once
     assert rec["wall_seconds"] < 40  # far from the 60 s timeout: no node waited for its lost peer
-    assert _all_dead([n["pid"] for n in ev["nodes"]] + [r["pid"] for r in ev["ranks"]])
+    assert wait_gone([n["pid"] for n in ev["nodes"]] + [r["pid"] for r in ev["ranks"]], 10) == []
     assert f"ampsuite: node {node} of 2 pid" in ev["stderr_tail"]
 
 
@@ -362,4 +306,4 @@ def test_a_hanging_rank_times_out_and_every_node_group_is_killed(tmp_path) -> No
     assert all(n["ended"] == "stopped" for n in ev["nodes"])
     ranks = [r["pid"] for n in ev["nodes"] for r in n["ranks"]]
     assert sorted(r["rank"] for n in ev["nodes"] for r in n["ranks"]) == [0, 1]
-    assert _all_dead([n["pid"] for n in ev["nodes"]] + ranks)
+    assert wait_gone([n["pid"] for n in ev["nodes"]] + ranks, 10) == []

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FAST_MEASURE, run_ampsuite
+from conftest import run_ampsuite, toy_suite
 
 from ampsuite import cli, results
 from ampsuite.contract.errors import ExitCode, UsageError
@@ -120,9 +119,9 @@ def test_selfcheck_output_over_the_file_it_checks_is_refused_before_checking(
 
 
 def test_a_run_whose_results_file_is_its_suite_file_is_refused(
-    tmp_path: Path, write_suite: Any, fast_measure: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, write_suite: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    suite = write_suite('[suite]\nname = "self"\ndevice = "cpu"\n' + fast_measure + "[workloads.toy]\nbatch_size = 4\n")
+    suite = write_suite(toy_suite("self", toy={"batch_size": 4}))
     text = suite.read_text()
     assert cli.main(["run", str(suite), "-o", str(suite), "--no-peaks", "--no-report"]) == ExitCode.USAGE_ERROR
     assert "would replace this input" in _one_error(capsys)
@@ -148,7 +147,7 @@ def test_a_run_with_its_results_elsewhere_keeps_the_earlier_run_of_its_report_fo
     healthy_run: Any, tmp_path: Path
 ) -> None:
     suite = tmp_path / "mine.toml"
-    suite.write_text(_SUITE.format(name="mine", extra="", measure=FAST_MEASURE))
+    suite.write_text(_suite("mine"))
     earlier = tmp_path / "reports" / "mine" / "results.json"
     earlier.parent.mkdir(parents=True)
     held = _another_run(healthy_run[0], earlier)
@@ -162,18 +161,13 @@ def test_a_run_with_its_results_elsewhere_keeps_the_earlier_run_of_its_report_fo
 
 # --- a record is bounded where it enters ------------------------------------------------------------------------
 
-_SUITE = """\
-[suite]
-name = "{name}"
-device = "cpu"
-timeout = 120
-{measure}
-[workloads.toy]
-batch_size = 4
-[combinations]
-fp32 = []
-noop = ["noop"]
-{extra}"""
+
+def _suite(name: str, **combinations: list[str]) -> str:
+    """Toy cells of batch 4 in FP32, no-op and ``combinations``."""
+    return toy_suite(
+        name, timeout=120, toy={"batch_size": 4}, combinations={"fp32": [], "noop": ["noop"], **combinations}
+    )
+
 
 _HUGE_NOTES = """
 from ampsuite import Technique, hookimpl
@@ -220,7 +214,7 @@ def test_a_record_that_would_make_the_file_unreadable_is_failed_and_the_others_s
 @pytest.mark.slow
 def test_a_technique_with_100_mb_of_notes_fails_its_cell_and_the_file_stays_readable(tmp_path: Path) -> None:
     (tmp_path / "huge_notes.py").write_text(_HUGE_NOTES)
-    (tmp_path / "big.toml").write_text(_SUITE.format(name="big", extra='huge = ["huge-notes"]\n', measure=FAST_MEASURE))
+    (tmp_path / "big.toml").write_text(_suite("big", huge=["huge-notes"]))
     proc = run_ampsuite(
         "run", "big.toml", "-p", "huge_notes", "-o", "r.json", "--no-peaks", "--no-report", cwd=tmp_path,
         pythonpath=str(tmp_path),
@@ -241,20 +235,7 @@ def test_a_technique_with_100_mb_of_notes_fails_its_cell_and_the_file_stays_read
 def test_resume_refuses_the_file_of_another_suite(
     healthy_run: Any, tmp_path: Path, write_suite: Any, capsys: pytest.CaptureFixture[str], command: str
 ) -> None:
-    other = write_suite(
-        textwrap.dedent(
-            """\
-            [suite]
-            name = "another"
-            device = "cpu"
-            [workloads.toy]
-            batch_size = 8
-            hidden = 16
-            [combinations]
-            fp32 = []
-            """
-        )
-    )
+    other = write_suite(toy_suite("another", measure=None))
     folder = tmp_path / "out"
     folder.mkdir()
     out = folder / "results.json"

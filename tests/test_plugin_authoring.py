@@ -21,32 +21,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import shipped_plugin_autoloads, toy_suite
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from venvs import layered_venv
 
 from ampsuite import Batch, TrainStep, Workload, hookimpl, scaffold
 from ampsuite.contract.errors import SuiteFileError, UsageError
-
-
-def _shipped_plugin_autoloads() -> bool:
-    """Whether pytest loaded ampsuite.testing through ampsuite's pytest11 entry point.
-
-    Reads every distribution, not deduplicated by name, as pytest (pluggy) does:
-    a stale ampsuite.egg-info in the working directory must not hide the entry point.
-    """
-    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
-        return False
-    return any(
-        ep.group == "pytest11" and ep.value == "ampsuite.testing"
-        for dist in importlib.metadata.distributions()
-        for ep in dist.entry_points
-    )
-
+from ampsuite.testing import TINY_MEASURE
 
 # pytest refuses to register one module twice under two names, so the shipped
 # plugin is named here only where its entry point did not load it already.
-pytest_plugins = ["pytester"] + ([] if _shipped_plugin_autoloads() else ["ampsuite.testing"])
+pytest_plugins = ["pytester"] + ([] if shipped_plugin_autoloads() else ["ampsuite.testing"])
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "ampsuite-extras"
@@ -116,7 +102,7 @@ def test_registered_objects_last_one_test_only(pytester):
             assert "temporary" not in ampsuite_registry().techniques
         """
     )
-    args = () if _shipped_plugin_autoloads() else ("-p", "ampsuite.testing")
+    args = () if shipped_plugin_autoloads() else ("-p", "ampsuite.testing")
     pytester.runpytest_inprocess(*args, "-p", "no:cacheprovider").assert_outcomes(passed=2)
 
 
@@ -377,37 +363,15 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
     return venv
 
 
-EXAMPLE_SUITE = """
-[suite]
-name = "extras"
-device = "cpu"
-timeout = 120
-
-[measure]
-warmup_steps = 1
-min_steps = 3
-max_steps = 3
-max_seconds = 1.0
-noise_target = 1.0
-numerics_steps = 2
-
-[workloads.lstm]
-plugin = "lstm-lm"
-batch_size = 4
-vocab = 32
-hidden = 16
-layers = 2
-seq_len = 8
-
-[workloads.toy]
-plugin = "toy"
-batch_size = 4
-hidden = 8
-
-[combinations]
-fp32 = []
-ckpt = ["extras-checkpointing"]
-"""
+EXAMPLE_SUITE = toy_suite(
+    "extras",
+    timeout=120,
+    toy={"plugin": "toy", "batch_size": 4, "hidden": 8},
+    workloads={"lstm": {"plugin": "lstm-lm", "batch_size": 4, "vocab": 32, "hidden": 16, "layers": 2, "seq_len": 8}},
+    combinations={"fp32": [], "ckpt": ["extras-checkpointing"]},
+    measure=TINY_MEASURE,
+)
+"""The example's workload and technique beside the toy, whose model has no blocks to checkpoint."""
 
 
 @pytest.fixture(scope="module")

@@ -7,26 +7,21 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from conftest import toy_suite
 
 from ampsuite import CheckContext, Technique, hookimpl
 from ampsuite.cli import main
 from ampsuite.contract.errors import ExitCode, PluginError
 from ampsuite.host import environment, session
 
-GPU_SUITE = """
-[suite]
-name = "gpu-preview"
-device = "cuda"
-
-[workloads.toy]
-batch_size = 8
-gpus = [1, 2]
-
-[combinations]
-fp32 = []
-graphs = ["amp-bf16", "cuda-graphs"]
-pinned = ["amp-bf16", "pinned-loading"]
-"""
+GPU_SUITE = toy_suite(
+    "gpu-preview",
+    device="cuda",
+    toy={"batch_size": 8, "gpus": [1, 2]},
+    combinations={"fp32": [], "graphs": ["amp-bf16", "cuda-graphs"], "pinned": ["amp-bf16", "pinned-loading"]},
+    measure=None,
+)
+"""A CUDA suite whose matrix depends on the GPUs: a two-GPU layout, CUDA graphs and pinned loading."""
 PREVIEW = "preview (--as-device): the cells as on a machine with {}, not this machine's"
 
 
@@ -100,7 +95,7 @@ def _checked_technique(check: Any) -> SimpleNamespace:
     return SimpleNamespace(ampsuite_techniques=hookimpl(lambda: [technique]))
 
 
-SUITE_OF_ONE = '[suite]\ndevice = "cuda"\n[workloads.toy]\nbatch_size = 8\n[combinations]\nsm90 = ["sm90-only"]\n'
+SUITE_OF_ONE = toy_suite(None, device="cuda", toy={"batch_size": 8}, combinations={"sm90": ["sm90-only"]}, measure=None)
 
 
 def test_a_check_is_told_it_is_a_preview(cpu_machine: None, write_suite: Any) -> None:

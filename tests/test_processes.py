@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FAST_MEASURE
+from conftest import FAST_MEASURE, toy_suite
 
 from ampsuite import cli, results
 from ampsuite.host import session
@@ -105,10 +105,20 @@ def test_pooled_outcome_without_flops_has_no_tflops_and_agreeing_processes_no_wa
 # ---------------------------------------------------------------------------
 
 
+SUITE = toy_suite(
+    "processes",
+    timeout=120,
+    combinations={"fp32": [], "fault": ["inject-fault"]},
+    techniques={"inject-fault": {"kind": "raise"}},
+    measure={**FAST_MEASURE, "processes": 3},
+)
+"""A toy cell measured in three processes, and one whose every process raises."""
+
+
 @pytest.fixture(scope="module")
 def toy_plan(tmp_path_factory: pytest.TempPathFactory) -> Any:
     path = tmp_path_factory.mktemp("plan") / "suite.toml"
-    path.write_text(f"[suite]\ndevice = 'cpu'\n{FAST_MEASURE}processes = 3\n[workloads.toy]\nbatch_size = 8\n")
+    path.write_text(SUITE)
     return session.plan(path, device="cpu")
 
 
@@ -182,26 +192,6 @@ def test_one_process_and_data_parallel_cells_run_once(toy_plan, tmp_path: Path, 
 # ---------------------------------------------------------------------------
 # real toy cells on a CPU
 # ---------------------------------------------------------------------------
-
-SUITE = f"""
-[suite]
-name = "processes"
-device = "cpu"
-timeout = 120
-
-{FAST_MEASURE}processes = 3
-
-[workloads.toy]
-batch_size = 8
-hidden = 16
-
-[combinations]
-fp32 = []
-fault = ["inject-fault"]
-
-[techniques.inject-fault]
-kind = "raise"
-"""
 
 
 def run_cli(*args: str) -> int:

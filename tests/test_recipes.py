@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 import torch
+from conftest import toy_suite
+from steps import losses, use
 from torch import nn
 
 from ampsuite import BuildContext, CheckContext, SkipCell, Technique, TrainStep, Workload
@@ -43,16 +45,6 @@ def resnet_step(tmp_path: Any, batch_size: int = 4, **options: Any) -> TrainStep
     return _cnn.build(opts, BuildContext(CPU, batch_size, 0, str(tmp_path)))
 
 
-def use(step: TrainStep, name: str, **options: Any) -> TrainStep:
-    technique = TECHNIQUES[name]
-    return technique.apply(step, build_options(technique.options, options))
-
-
-def losses(step: TrainStep, n: int) -> list[float]:
-    run = step.compose()
-    return [float(run(step.data())) for _ in range(n)]
-
-
 def check_reason(
     name: str,
     traits: frozenset[str] = frozenset({"model"}),
@@ -67,10 +59,9 @@ def check_reason(
     return technique.check(CheckContext(workload, None, "cpu", (name, *techniques), batch_size, opts))
 
 
-def dry_run(write_suite: Any, fast_measure: str, body: str) -> dict[str, str | None]:
-    """{cell id: skip reason or None} of a CPU suite, as ``--dry-run`` shows it."""
-    path = write_suite(f'[suite]\nname = "r"\ndevice = "cpu"\n{fast_measure}\n{body}')
-    plan = session.plan(path, device="cpu")
+def dry_run(write_suite: Any, **parts: Any) -> dict[str, str | None]:
+    """{cell id: skip reason or None} of the CPU suite ``toy_suite`` builds of ``parts``, as ``--dry-run`` shows it."""
+    plan = session.plan(write_suite(toy_suite("r", **parts)), device="cpu")
     return {c.id: c.skip_reason for c in plan.cells}
 
 
@@ -98,15 +89,11 @@ def test_bad_options_are_refused_in_one_line(name: str, options: dict[str, Any],
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
-def test_bad_options_in_a_suite_file_are_one_line_errors(write_suite: Any, fast_measure: str) -> None:
-    body = '[workloads.toy]\nplugin = "toy"\nbatch_size = 8\n[combinations]\na = ["grad-accumulation"]\n'
-    options = "[techniques.grad-accumulation]\nsteps = -2\n"
-    path = write_suite(f'[suite]\nname = "r"\ndevice = "cpu"\n{fast_measure}\n{body}{options}')
+def test_bad_options_in_a_suite_file_are_one_line_errors(write_suite: Any) -> None:
     with pytest.raises(SuiteFileError) as info:
-        session.plan(path, device="cpu")
-    assert "grad-accumulation.steps: expected an integer >= 1, got -2" in str(info.value) and "\n" not in str(
-        info.value
-    )
+        dry_run(write_suite, combinations={"a": ["grad-accumulation"]}, techniques={"grad-accumulation": {"steps": -2}})
+    message = str(info.value)
+    assert "grad-accumulation.steps: expected an integer >= 1, got -2" in message and "\n" not in message
 
 
 def test_an_unknown_optimizer_is_refused_in_one_line() -> None:
@@ -316,25 +303,12 @@ def test_lamb_is_timms_lamb(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> N
     assert all(torch.isfinite(torch.tensor(losses(step, 2))))
 
 
-def test_recipes_in_a_dry_run(write_suite: Any, fast_measure: str) -> None:
+def test_recipes_in_a_dry_run(write_suite: Any) -> None:
     cells = dry_run(
         write_suite,
-        fast_measure,
-        """
-        [workloads.toy]
-        plugin = "toy"
-        batch_size = [8, 6]
-        [workloads.gemm]
-        plugin = "gemm"
-        batch_size = 1
-        m = 8
-        n = 8
-        k = 8
-        [combinations]
-        accum = ["grad-accumulation"]
-        o2 = ["half-weights"]
-        o1o2 = ["amp-fp16", "half-weights"]
-        """,
+        toy={"batch_size": [8, 6]},
+        workloads={"gemm": {"plugin": "gemm", "batch_size": 1, "m": 8, "n": 8, "k": 8}},
+        combinations={"accum": ["grad-accumulation"], "o2": ["half-weights"], "o1o2": ["amp-fp16", "half-weights"]},
     )
     assert cells["toy/accum/bs8"] is None and cells["toy/o2/bs8"] is None
     assert cells["toy/accum/bs6"] == "grad-accumulation: steps (4) must divide the batch size (6)"

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_ampsuite
+from conftest import FAST_MEASURE, run_ampsuite, toy_suite
 
 from ampsuite import cli, results
 from ampsuite.contract.errors import ExitCode, OutputError, ResultsLockedError, SuiteFileError
@@ -24,20 +24,16 @@ from ampsuite.spec import limits, names
 from ampsuite.spec.suitefile import loads
 
 REPO = Path(__file__).resolve().parents[1]
-SUITE = """\
-[suite]
-name = "{name}"
-device = "cpu"
-[measure]
-warmup_steps = 1
-min_steps = 3
-max_steps = 3
-numerics_steps = 2
-max_seconds = 0.2
-[workloads."toy[/]"]
-plugin = "toy"
-batch_size = 4
-"""
+
+
+def _suite(name: str) -> str:
+    """One toy cell whose workload id is no file name as it stands: ``toy[/]``."""
+    return toy_suite(
+        name,
+        toy=None,
+        workloads={"toy[/]": {"plugin": "toy", "batch_size": 4}},
+        measure={**FAST_MEASURE, "max_steps": 3, "max_seconds": 0.2},
+    )
 
 
 def _ampsuite(*argv: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
@@ -55,9 +51,8 @@ def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.mark.parametrize("name", ["../../x", "/tmp/x", "a/../../b", "..", "C:evil", "bad\x07bell", " "])
 def test_suite_names_that_read_as_paths_are_refused_in_one_line(name: str) -> None:
-    text = f"[suite]\nname = {json.dumps(name)}\n[workloads.toy]\nbatch_size = 8\n"
     with pytest.raises(SuiteFileError, match=r"^s\.toml: suite\.name: expected a (non-empty )?name"):
-        loads(text, "s.toml")
+        loads(toy_suite(name), "s.toml")
 
 
 @pytest.mark.parametrize("name", ["cpu-default", "toy[/]", "a/b", "x" * 300, "ü" * 200, ".hidden", "a b"])
@@ -76,7 +71,7 @@ def test_names_that_slug_alike_get_different_folders() -> None:
 @pytest.mark.slow
 def test_run_with_markup_and_a_long_name_stays_under_reports_and_shows(tmp_path: Path) -> None:
     name = "toy[/]" + "n" * 300
-    (tmp_path / "s.toml").write_text(SUITE.format(name=name))
+    (tmp_path / "s.toml").write_text(_suite(name))
     proc = _ampsuite("run", "s.toml", "--no-peaks", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     (folder,) = (tmp_path / "reports").iterdir()
@@ -169,7 +164,7 @@ def test_write_errors_keep_the_last_good_file_and_no_temp(
 @pytest.mark.slow
 def test_a_full_disk_ends_the_run_in_one_line_exit_6(tmp_path: Path, healthy_run: Any) -> None:
     with _tmpfs(tmp_path / "small", "size=64k") as disk:
-        (tmp_path / "s.toml").write_text(SUITE.format(name="full"))
+        (tmp_path / "s.toml").write_text(_suite("full"))
         shutil.copy(healthy_run[0], disk / "results.json")
         good = (disk / "results.json").read_bytes()
         with contextlib.suppress(OSError), (disk / "filler").open("wb") as f:
@@ -196,7 +191,7 @@ def test_a_report_into_a_read_only_folder_is_one_line_exit_6(tmp_path: Path, hea
 
 @pytest.mark.slow
 def test_a_second_run_on_a_held_results_file_refuses_naming_the_holder(tmp_path: Path) -> None:
-    (tmp_path / "s.toml").write_text(SUITE.format(name="locked"))
+    (tmp_path / "s.toml").write_text(_suite("locked"))
     out = tmp_path / "results.json"
     with results.locked(out, argv=["ampsuite", "run", "first"]):
         proc = _ampsuite("run", "s.toml", "-o", str(out), "--no-peaks", "--no-report", cwd=tmp_path)
@@ -223,7 +218,7 @@ def test_a_killed_holder_never_blocks_and_wait_lock_waits(tmp_path: Path) -> Non
     assert results.lock_path(out).exists()  # left behind by the killed run ...
     with results.locked(out):  # ... and no obstacle
         pass
-    (tmp_path / "s.toml").write_text(SUITE.format(name="wait"))
+    (tmp_path / "s.toml").write_text(_suite("wait"))
     holder = subprocess.Popen([sys.executable, "-c", hold, str(out), "2"], stdout=subprocess.PIPE, text=True, env=env)
     assert holder.stdout is not None and holder.stdout.readline() == "held\n"
     proc = _ampsuite("run", "s.toml", "-o", str(out), "--no-peaks", "--no-report", "--wait-lock", cwd=tmp_path)
@@ -259,7 +254,7 @@ def test_a_builtin_module_the_fork_server_cannot_import_is_named_in_one_line(tmp
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text('raise RuntimeError("operator torchvision::nms does not exist")\n')
     suite = tmp_path / "s.toml"
-    suite.write_text(SUITE.format(name="broken-vision"), encoding="utf-8")
+    suite.write_text(_suite("broken-vision"), encoding="utf-8")
     out = tmp_path / "out" / "results.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "fake"), str(REPO)])}
     done = subprocess.run(
@@ -287,7 +282,7 @@ def test_a_builtin_module_the_fork_server_cannot_import_is_named_in_one_line(tmp
 def test_timeout_refuses_what_the_suite_file_key_refuses_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, value: str
 ) -> None:
-    (tmp_path / "s.toml").write_text(SUITE.format(name="t"))
+    (tmp_path / "s.toml").write_text(_suite("t"))
     code = cli.main([command, str(tmp_path / "s.toml"), f"--timeout={value}"])
     assert code == ExitCode.USAGE_ERROR
     err = capsys.readouterr().err.strip()
@@ -302,7 +297,7 @@ def test_a_plugin_that_calls_sys_exit_is_a_one_line_plugin_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], plugin: str, command: str
 ) -> None:
     monkeypatch.syspath_prepend(str(REPO / "tests" / "broken_plugins"))
-    (tmp_path / "s.toml").write_text(SUITE.format(name="exits"))
+    (tmp_path / "s.toml").write_text(_suite("exits"))
     argv = [command, "-p", plugin]
     if command == "run":
         argv += [str(tmp_path / "s.toml"), "-o", str(tmp_path / "r.json"), "--no-peaks", "--no-report"]

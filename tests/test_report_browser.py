@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
+from records import sealed
 
 from ampsuite import ReportSection, analysis
 from ampsuite.browser import find_chromium, load_page
@@ -120,14 +121,12 @@ def machines_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (another H200 host, whose cells are on that machine only)."""
     import copy
 
-    from ampsuite import results
-
     h200 = json.loads((Path(__file__).parent.parent / "reports/h200/cudnn-benchmark.json").read_text())
     other = copy.deepcopy(h200)
     other["environment"].update(hostname="a-rather-long-host-name.cluster.example.org")
     other["environment"]["gpu"]["name"] = "NVIDIA H100 80GB HBM3"
     other["cells"][2].update(status="failed", evidence={"type": "RuntimeError", "message": "x" * 300}, metrics={})
-    other["integrity"] = {"sha256": results.checksum(other)}
+    sealed(other)
     out = tmp_path_factory.mktemp("machines")
     a = json.loads((FIXTURES / "results_a.json").read_text())
     render_site([h200, other, a], out)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from records import write_sealed
 
 from ampsuite import results
 from ampsuite.cli import main
@@ -49,13 +50,6 @@ def _on(record: dict[str, Any], gpu_uuid: str) -> None:
     }
 
 
-def _write(doc: dict[str, Any], path: Path) -> Path:
-    doc.pop("integrity", None)
-    doc["integrity"] = {"sha256": results.checksum(doc)}
-    path.write_text(json.dumps(doc), encoding="utf-8")
-    return path
-
-
 def _later(tmp_path: Path, slower: float = 1.2, failing: bool = True) -> Path:
     """A later run of the example suite: SLOWER ``slower`` times slower, FASTER 0.8x, FAILING failed."""
     doc = copy.deepcopy(results.load(EXAMPLE))
@@ -65,7 +59,7 @@ def _later(tmp_path: Path, slower: float = 1.2, failing: bool = True) -> Path:
     _scale(cells[FASTER], 0.8)
     if failing:
         cells[FAILING].update(status="failed", evidence={"type": "RuntimeError", "message": "boom"}, metrics={})
-    return _write(doc, tmp_path / "later.json")
+    return write_sealed(tmp_path / "later.json", doc)
 
 
 def _rows(out: str) -> dict[str, list[str]]:
@@ -155,7 +149,12 @@ def test_a_change_between_two_machines_says_so(tmp_path: Path, capsys) -> None:
     after = json.loads(_later(tmp_path).read_text())
     for record in after["cells"]:
         _on(record, "GPU-b" if record["id"] == SLOWER else "GPU-a")
-    argv = ["report", str(_write(after, tmp_path / "b.json")), "--compare", str(_write(before, tmp_path / "a.json"))]
+    argv = [
+        "report",
+        str(write_sealed(tmp_path / "b.json", after)),
+        "--compare",
+        str(write_sealed(tmp_path / "a.json", before)),
+    ]
     assert main(argv) == ExitCode.OK
     rows = _rows(capsys.readouterr().out)
     assert rows[SLOWER][4] == "+20.00% (threshold 1.00%); measured on two machines"

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from records import asv_result_file, sealed
 
 from ampsuite import analysis, cli, results
 from ampsuite.contract.errors import ExitCode
@@ -28,9 +29,7 @@ def other_machine(doc: dict[str, Any], gpu: str = "NVIDIA H100 80GB HBM3", host:
             record["metrics"]["throughput"] *= 0.6
     skipped = out["cells"][3]
     skipped.update(status="skipped", evidence={"reason": "needs more memory than node-b has"}, metrics={})
-    out.pop("integrity", None)
-    out["integrity"] = {"sha256": results.checksum(out)}
-    return out
+    return sealed(out)
 
 
 def write(path: Path, doc: dict[str, Any]) -> Path:
@@ -143,9 +142,7 @@ def test_cli_one_machine_twice_is_history_as_before(tmp_path: Path, h200: dict[s
     later = copy.deepcopy(h200)
     later["run"]["id"] = "later"
     later["environment"]["workdir_commit"] = "f" * 40
-    later.pop("integrity")
-    later["integrity"] = {"sha256": results.checksum(later)}
-    second = write(tmp_path / "later.json", later)
+    second = write(tmp_path / "later.json", sealed(later))
     assert cli.main(["report", str(H200), str(second), "-o", str(tmp_path / "site")]) == ExitCode.OK
     assert (tmp_path / "site" / "history.html").exists() and not (tmp_path / "site" / "machines.html").exists()
 
@@ -153,9 +150,7 @@ def test_cli_one_machine_twice_is_history_as_before(tmp_path: Path, h200: dict[s
 def test_cli_mixing_history_and_machines_explains_it(tmp_path: Path, h200: dict[str, Any], h100_file: Path) -> None:
     later = copy.deepcopy(h200)
     later["run"]["id"] = "later"
-    later.pop("integrity")
-    later["integrity"] = {"sha256": results.checksum(later)}
-    second = write(tmp_path / "later.json", later)
+    second = write(tmp_path / "later.json", sealed(later))
     site = tmp_path / "site"
     assert cli.main(["report", str(H200), str(h100_file), str(second), "-o", str(site)]) == ExitCode.OK
     html = (site / "machines.html").read_text()
@@ -174,19 +169,8 @@ def test_cli_corrupt_file_among_machines_is_one_line(tmp_path: Path, h100_file: 
 
 def _asv_file(commit: str, date_ms: int, machine: str, seconds_per_sample: list[float]) -> dict[str, Any]:
     params = [["'toy'"], ["'fp32'", "'amp'"], ["32"]]
-    return {
-        "commit_hash": commit,
-        "env_name": "ampsuite-venv-py3.11",
-        "date": date_ms,
-        "params": {"machine": machine, "python": "3.11"},
-        "python": "3.11",
-        "requirements": {},
-        "env_vars": {},
-        "result_columns": ["result", "params", "version", "started_at", "duration"],
-        "results": {"benchmarks.CellFigures.track_seconds_per_sample": [seconds_per_sample, params, "v1", 0, 1.0]},
-        "durations": {},
-        "version": 2,
-    }
+    row = [seconds_per_sample, params, "v1", 0, 1.0]
+    return asv_result_file(commit, date_ms, machine, {"benchmarks.CellFigures.track_seconds_per_sample": row})
 
 
 def test_asv_results_of_two_machines_stay_two_series(tmp_path: Path, capsys) -> None:
@@ -208,9 +192,7 @@ def test_asv_results_of_two_machines_stay_two_series(tmp_path: Path, capsys) -> 
     assert [p.throughput for p in history["toy/fp32/bs32 @ h200-box"]] == pytest.approx([1000.0, 1000.0])
     toy = copy.deepcopy(json.loads(H200.read_text()))
     toy["cells"][0]["id"] = "toy/fp32/bs32"
-    toy.pop("integrity", None)
-    toy["integrity"] = {"sha256": results.checksum(toy)}
-    path = write(tmp_path / "toy.json", toy)
+    path = write(tmp_path / "toy.json", sealed(toy))
     site = tmp_path / "site"
     assert cli.main(["report", str(path), "--asv-results", str(root), "-o", str(site)]) == ExitCode.OK
     html = (site / "history.html").read_text()

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from records import write_sealed
 
 from ampsuite import results
 from ampsuite.contract.errors import ResultsFileError
@@ -397,10 +398,7 @@ def test_probe_payloads_that_reports_read_are_checked_on_load(tmp_path) -> None:
     doc = json.loads(source.read_text(encoding="utf-8"))
     cell = next(r for r in doc["cells"] if (r.get("diagnostics") or {}).get("tensor_cores"))
     cell["diagnostics"]["tensor_cores"]["ops"][0]["shapes"] = 1
-    doc.pop("integrity", None)
-    doc["integrity"] = {"sha256": results.checksum(doc)}
-    path = tmp_path / "doctored.json"
-    path.write_text(json.dumps(doc), encoding="utf-8")
+    path = write_sealed(tmp_path / "doctored.json", doc)
     with pytest.raises(ResultsFileError, match=r"diagnostics\.tensor_cores\.ops\[0\]\.shapes: expected a list"):
         results.load(path)
 

@@ -7,12 +7,11 @@ file as it was beside it.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import run_ampsuite, toy_suite
 
 from ampsuite import results
 from ampsuite.host.manager import Registry
@@ -20,29 +19,16 @@ from ampsuite.results import definition
 from ampsuite.spec.matrix import expand
 from ampsuite.spec.suitefile import loads
 
-SUITE = """
-[suite]
-name = "edited"
-device = "cpu"
-timeout = 120
 
-[measure]
-warmup_steps = 1
-min_steps = 3
-max_steps = 5
-max_seconds = 0.5
-numerics_steps = 2
-
-[workloads.toy]
-batch_size = 8
-
-[combinations]
-fp32 = []
-accumulated = ["grad-accumulation"]
-
-[techniques.grad-accumulation]
-steps = {steps}
-"""
+def _suite(steps: int) -> str:
+    """FP32, and gradient accumulation over ``steps`` micro-batches: a cell whose options change, not its id."""
+    return toy_suite(
+        "edited",
+        timeout=120,
+        toy={"batch_size": 8},
+        combinations={"fp32": [], "accumulated": ["grad-accumulation"]},
+        techniques={"grad-accumulation": {"steps": steps}},
+    )
 
 
 def _cells(path: Path, registry: Registry) -> dict[str, Any]:
@@ -50,26 +36,20 @@ def _cells(path: Path, registry: Registry) -> dict[str, Any]:
 
 
 def _run(suite_path: Path, out: Path, *extra: str) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-m", "ampsuite", "run", str(suite_path), "-o", str(out), "--no-report", "--no-peaks", *extra],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=out.parent,
-    )
+    proc = run_ampsuite("run", str(suite_path), "-o", str(out), "--no-report", "--no-peaks", *extra, cwd=out.parent)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout + proc.stderr
 
 
 def test_a_record_matches_its_own_cell_and_names_what_changed(tmp_path: Path, registry: Registry) -> None:
     path = tmp_path / "suite.toml"
-    path.write_text(SUITE.format(steps=2))
+    path.write_text(_suite(2))
     cell = _cells(path, registry)["toy/accumulated/bs8"]
     from ampsuite.results import base_record
 
     record = results.sanitize(base_record(cell, registry))
     assert definition.difference(record, cell, registry) is None
-    path.write_text(SUITE.format(steps=4))
+    path.write_text(_suite(4))
     edited = _cells(path, registry)["toy/accumulated/bs8"]
     assert edited.id == cell.id
     assert definition.difference(record, edited, registry) == "technique options"
@@ -80,7 +60,7 @@ def test_a_record_matches_its_own_cell_and_names_what_changed(tmp_path: Path, re
 def test_a_record_written_before_an_option_existed_matches_the_options_default(registry: Registry, tmp_path) -> None:
     """Records from before a plugin gained an option with a default are that default's measurement."""
     path = tmp_path / "suite.toml"
-    path.write_text(SUITE.format(steps=4))
+    path.write_text(_suite(4))
     cell = _cells(path, registry)["toy/accumulated/bs8"]
     from ampsuite.results import base_record
 
@@ -96,12 +76,12 @@ def test_a_record_written_before_an_option_existed_matches_the_options_default(r
 def test_resume_runs_a_cell_whose_options_changed_again_and_keeps_the_file_as_it_was(tmp_path: Path) -> None:
     suite_path = tmp_path / "suite.toml"
     out = tmp_path / "results.json"
-    suite_path.write_text(SUITE.format(steps=2))
+    suite_path.write_text(_suite(2))
     _run(suite_path, out)
     first = {r["id"]: r for r in results.load(out)["cells"]}
     assert first["toy/accumulated/bs8"]["techniques"][0]["options"] == {"steps": 2}
 
-    suite_path.write_text(SUITE.format(steps=4))
+    suite_path.write_text(_suite(4))
     output = _run(suite_path, out, "--resume")
     resumed = {r["id"]: r for r in results.load(out)["cells"]}
     assert resumed["toy/fp32/bs8"] == first["toy/fp32/bs8"]  # unchanged: kept as it was
@@ -123,7 +103,7 @@ def test_a_resumed_run_narrowed_by_k_keeps_the_records_it_does_not_select(tmp_pa
     # `run --resume -k ONE -o results.json` must not write a file with ONE's record alone.
     suite_path = tmp_path / "suite.toml"
     out = tmp_path / "results.json"
-    suite_path.write_text(SUITE.format(steps=2))
+    suite_path.write_text(_suite(2))
     _run(suite_path, out, "-k", "fp32")
     first = {r["id"]: r for r in results.load(out)["cells"]}
     assert set(first) == {"toy/fp32/bs8"}

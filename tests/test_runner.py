@@ -21,19 +21,27 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import FAST_MEASURE, SLOW_MEASURE, QuietObserver, start_foreground
-from conftest import children as _children
-from conftest import cmdline as _cmdline
-from conftest import descendants as _descendants
-from conftest import reaped as _reaped
-from conftest import wait_gone as _wait_gone
+from conftest import (
+    FAST_MEASURE,
+    SLOW_MEASURE,
+    TOY,
+    QuietObserver,
+    children,
+    cmdline,
+    descendants,
+    healthy_suite,
+    reaped,
+    start_foreground,
+    toy_suite,
+    wait_for,
+    wait_gone,
+)
 
 from ampsuite import cli, results
 from ampsuite.contract.errors import ExitCode
 from ampsuite.host import session
 from ampsuite.run import runner
 from ampsuite.run.runner import RunConfig
-from tests.conftest import HEALTHY_SUITE, wait_for
 
 HANG_TIMEOUT = 10.0
 
@@ -46,27 +54,15 @@ def _vm_gib() -> float:
     raise AssertionError("no VmSize in /proc/self/status")
 
 
-def fault_suite(kind: str, *, timeout: float = 120.0, memory_limit_gb: float = 0.0) -> str:
-    return f"""
-[suite]
-name = "fault-{kind}"
-device = "cpu"
-timeout = {timeout}
-memory_limit_gb = {memory_limit_gb}
-
-{FAST_MEASURE}
-[workloads.toy]
-batch_size = 8
-hidden = 16
-
-[combinations]
-fp32 = []
-fault = ["inject-fault"]
-noop = ["noop"]
-
-[techniques.inject-fault]
-kind = "{kind}"
-"""
+def fault_suite(kind: str, *, timeout: float = 120.0, memory_limit_gb: float = 0.0, **fault: Any) -> str:
+    """FP32, the fault ``kind`` (more ``fault`` options: ``at=...``) and a healthy cell after it."""
+    return toy_suite(
+        f"fault-{kind}",
+        timeout=timeout,
+        memory_limit_gb=memory_limit_gb,
+        combinations={"fp32": [], "fault": ["inject-fault"], "noop": ["noop"]},
+        techniques={"inject-fault": {"kind": kind, **fault}},
+    )
 
 
 def run_cli(*args: str) -> int:
@@ -80,8 +76,8 @@ def run_cli(*args: str) -> int:
 
 def _live_workers() -> list[int]:
     """Children of this process's fork server(s): the cell workers still alive."""
-    servers = [c for c in _children(os.getpid()) if "forkserver" in _cmdline(c)]
-    return [w for s in servers for w in _children(s)]
+    servers = [c for c in children(os.getpid()) if "forkserver" in cmdline(c)]
+    return [w for s in servers for w in children(s)]
 
 
 def _finished_records(path: Path) -> list[dict[str, Any]]:
@@ -188,7 +184,7 @@ def test_hang_is_timeout_and_leaves_no_worker(fault_runs) -> None:
     assert record["evidence"]["timeout_seconds"] == HANG_TIMEOUT
     assert "stderr_tail" in record["evidence"]
     assert HANG_TIMEOUT <= record["wall_seconds"] < HANG_TIMEOUT + 30
-    assert _wait_gone(_live_workers(), 10) == []
+    assert wait_gone(_live_workers(), 10) == []
 
 
 def test_exhausted_memory_is_oom(fault_runs) -> None:
@@ -200,7 +196,7 @@ def test_exhausted_memory_is_oom(fault_runs) -> None:
 
 
 def test_fault_at_apply_is_failed_in_the_apply_phase(tmp_path: Path, write_suite) -> None:
-    path = write_suite(fault_suite("raise") + 'at = "apply"\n')
+    path = write_suite(fault_suite("raise", at="apply"))
     out = tmp_path / "r.json"
     assert run_cli(str(path), "-o", str(out), "-k", "fault") == 1
     (record,) = results.load(out)["cells"]
@@ -211,31 +207,21 @@ def test_fault_at_apply_is_failed_in_the_apply_phase(tmp_path: Path, write_suite
 # skips, exit codes, in-process mode, existing files
 # ---------------------------------------------------------------------------
 
-SKIPPING_SUITE = f"""
-[suite]
-name = "skipping"
-device = "cpu"
-{FAST_MEASURE}
-[workloads.toy]
-batch_size = 8
-hidden = 16
 
-[combinations]
-fp32 = []
-graphs = ["cuda-graphs"]
-"""
+def skipping_suite(**suite_keys: Any) -> str:
+    """FP32, and CUDA graphs, which a CPU skips."""
+    return toy_suite("skipping", combinations={"fp32": [], "graphs": ["cuda-graphs"]}, **suite_keys)
 
-ALL_SKIPPED_SUITE = """
-[suite]
-name = "all-skipped"
-device = "cpu"
 
-[workloads.toy]
-batch_size = [8, 16]
+def graphs_only(name: str, *batch_sizes: int) -> str:
+    """Only CUDA graphs, at ``batch_sizes``: every cell skipped on a CPU."""
+    return toy_suite(
+        name, toy={"batch_size": list(batch_sizes)}, combinations={"graphs": ["cuda-graphs"]}, measure=None
+    )
 
-[combinations]
-graphs = ["cuda-graphs"]
-"""
+
+SKIPPING_SUITE = skipping_suite()
+ALL_SKIPPED_SUITE = graphs_only("all-skipped", 8, 16)
 
 
 def test_skipped_cell_has_its_reason_and_exit_code_is_0(tmp_path: Path, write_suite) -> None:
@@ -332,17 +318,7 @@ class InterruptingObserver(QuietObserver):
         self._maybe("cell_finished")
 
 
-THREE_SKIPPED_SUITE = """
-[suite]
-name = "three-skipped"
-device = "cpu"
-
-[workloads.toy]
-batch_size = [8, 16, 32]
-
-[combinations]
-graphs = ["cuda-graphs"]
-"""
+THREE_SKIPPED_SUITE = graphs_only("three-skipped", 8, 16, 32)
 THREE_SKIPPED_IDS = ["toy/graphs/bs8", "toy/graphs/bs16", "toy/graphs/bs32"]
 SKIP_REASON = "cuda-graphs needs a CUDA device; this run is on cpu"
 
@@ -463,8 +439,7 @@ def test_memory_limit_is_room_above_what_the_worker_already_maps(tmp_path: Path,
     """A CUDA build of torch maps ~3 GiB at import: a limit below that must still leave the cell its room."""
     assert _vm_gib() > 0.25  # this test process maps more than the limit below (torch is imported)
     out = tmp_path / "r.json"
-    text = SKIPPING_SUITE.replace('device = "cpu"', 'device = "cpu"\nmemory_limit_gb = 0.25')
-    assert run_cli(str(write_suite(text)), "-o", str(out)) == 0
+    assert run_cli(str(write_suite(skipping_suite(memory_limit_gb=0.25))), "-o", str(out)) == 0
     statuses = [(r["combination"], r["status"]) for r in results.load(out)["cells"]]
     assert statuses == [("fp32", "passed"), ("graphs", "skipped")]
 
@@ -499,21 +474,7 @@ def test_limit_memory_adds_to_the_mapped_size(tmp_path: Path) -> None:
 # SIGKILL and SIGINT on a real ampsuite process
 # ---------------------------------------------------------------------------
 
-SLOW_SUITE = (
-    """
-[suite]
-name = "slow"
-device = "cpu"
-timeout = 120
-
-"""
-    + SLOW_MEASURE
-    + """
-[workloads.toy]
-batch_size = 8
-hidden = [16, 17, 18]
-"""
-)
+SLOW_SUITE = toy_suite("slow", timeout=120, toy={**TOY, "hidden": [16, 17, 18]}, measure=SLOW_MEASURE)
 SLOW_IDS = ["toy[hidden=16]/fp32/bs8", "toy[hidden=17]/fp32/bs8", "toy[hidden=18]/fp32/bs8"]
 
 
@@ -525,7 +486,7 @@ def _resume(suite_path: Path, out: Path) -> tuple[int, dict[str, Any], str]:
     # --no-again: these tests hold the resumed run to the records it kept; the second pass of a workload's
     # untrusted fastest cell (which a resumed run also makes) would measure a kept one again.
     proc = _start(suite_path, out, "--resume", "--no-again")
-    with _reaped(proc):
+    with reaped(proc):
         stdout, stderr = proc.communicate(timeout=240)
     return proc.returncode, results.load(out), stdout + stderr
 
@@ -534,10 +495,10 @@ def _resume(suite_path: Path, out: Path) -> tuple[int, dict[str, Any], str]:
 def test_sigkill_keeps_finished_records_and_resume_completes(tmp_path: Path, write_suite) -> None:
     suite_path = write_suite(SLOW_SUITE)
     out = tmp_path / "results.json"
-    with _reaped(_start(suite_path, out)) as proc:
+    with reaped(_start(suite_path, out)) as proc:
         wait_for(lambda: _finished_records(out), 240, "a finished record")
         before = _finished_records(out)
-        family = _descendants(proc.pid)
+        family = descendants(proc.pid)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(30)
     assert proc.returncode == -signal.SIGKILL
@@ -549,7 +510,7 @@ def test_sigkill_keeps_finished_records_and_resume_completes(tmp_path: Path, wri
         assert kept[record["id"]] == record
     assert len(doc["cells"]) < len(SLOW_IDS)
     assert family, "the killed run had no worker or fork server"
-    assert _wait_gone(family) == [], "processes of the killed run are still alive"
+    assert wait_gone(family) == [], "processes of the killed run are still alive"
 
     code, resumed, output = _resume(suite_path, out)
     assert code == 0, output
@@ -565,18 +526,18 @@ def test_sigkill_keeps_finished_records_and_resume_completes(tmp_path: Path, wri
 def test_sigint_interrupts_records_the_rest_and_resume_reruns_only_them(tmp_path: Path, write_suite) -> None:
     suite_path = write_suite(SLOW_SUITE)
     out = tmp_path / "results.json"
-    with _reaped(_start(suite_path, out)) as proc:
+    with reaped(_start(suite_path, out)) as proc:
         first_workers: set[int] = set()
 
         def second_cell_running() -> bool:
-            grandchildren = {g for c in _children(proc.pid) for g in _children(c)}
+            grandchildren = {g for c in children(proc.pid) for g in children(c)}
             if not _finished_records(out):
                 first_workers.update(grandchildren)
                 return False
             return bool(grandchildren - first_workers)
 
         wait_for(second_cell_running, 240, "the second cell's worker")
-        family = _descendants(proc.pid)
+        family = descendants(proc.pid)
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
         stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == ExitCode.INTERRUPTED == 2, stderr
@@ -594,7 +555,7 @@ def test_sigint_interrupts_records_the_rest_and_resume_reruns_only_them(tmp_path
     assert doc["cells"][2]["evidence"]["reason"] == "not started: the run was interrupted before this cell"
     assert "1 passed, 2 interrupted" in stdout  # the summary is still printed
     assert doc["run"]["finished"] is not None
-    assert _wait_gone(family) == [], "the interrupted cell's worker is still alive"
+    assert wait_gone(family) == [], "the interrupted cell's worker is still alive"
 
     code, resumed, output = _resume(suite_path, out)
     assert code == 0, output
@@ -615,7 +576,7 @@ def test_a_noisy_fastest_cell_and_its_reference_are_measured_again_in_three_proc
     write_suite, tmp_path: Path, again: bool
 ) -> None:
     out = tmp_path / "r.json"
-    suite = write_suite(HEALTHY_SUITE.replace("[workloads.toy]", "noise_target = 1e-9\n\n[workloads.toy]"))
+    suite = write_suite(healthy_suite(measure={**FAST_MEASURE, "noise_target": 1e-9}))
     argv = ["run", str(suite), "-o", str(out), "--no-peaks", "--no-report"]
     assert cli.main(argv if again else [*argv, "--no-again"]) == 0
     doc = results.load(out)

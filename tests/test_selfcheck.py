@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import toy_suite
 
 from ampsuite.host.manager import PluginSettings, load_registry
 from ampsuite.run import plainloops, selfcheck
@@ -214,14 +215,15 @@ def test_command_writes_its_figures(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_cells_checks_every_passed_cell_of_a_results_file(tmp_path: Path) -> None:
     suite = tmp_path / "suite.toml"
-    suite.write_text(
-        '[suite]\nname = "cells"\ndevice = "cpu"\ncpu_threads = 1\n'
-        "[measure]\nwarmup_steps = 1\nmin_steps = 5\nmax_steps = 20\nmax_seconds = 0.2\nnoise_target = 0.5\n"
-        '[workloads.toy]\nbatch_size = 16\nhidden = 32\n[combinations]\nfp32 = []\nbf16 = ["amp-bf16"]\n'
-        'broken = ["inject-fault"]\nslow = ["fault-delay"]\n[techniques.inject-fault]\nkind = "raise"\nat = "apply"\n'
-        "[techniques.fault-delay]\nseconds = 0.01\n",
-        encoding="utf-8",
+    text = toy_suite(
+        "cells",
+        cpu_threads=1,
+        toy={"batch_size": 16, "hidden": 32},
+        combinations={"fp32": [], "bf16": ["amp-bf16"], "broken": ["inject-fault"], "slow": ["fault-delay"]},
+        techniques={"inject-fault": {"kind": "raise", "at": "apply"}, "fault-delay": {"seconds": 0.01}},
+        measure={"warmup_steps": 1, "min_steps": 5, "max_steps": 20, "max_seconds": 0.2, "noise_target": 0.5},
     )
+    suite.write_text(text, encoding="utf-8")
     out = tmp_path / "results.json"
     run = subprocess.run(
         [

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from steps import losses, one_batch_step, use
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -40,17 +41,6 @@ CPU = torch.device("cpu")
 def toy_step(tmp_path: Any, batch_size: int = 8, **options: Any) -> TrainStep:
     opts = toy.ToyOptions(**{"features": 8, "hidden": 16, "layers": 1, "classes": 4, **options})
     return _toy.build(opts, BuildContext(CPU, batch_size, 0, str(tmp_path)))
-
-
-def use(step: TrainStep, name: str, **options: Any) -> TrainStep:
-    """Apply a technique the way the worker does: options built from plain suite-file values."""
-    technique = TECHNIQUES[name]
-    return technique.apply(step, build_options(technique.options, options))
-
-
-def losses(step: TrainStep, n: int) -> list[float]:
-    run = step.compose()
-    return [float(run(step.data())) for _ in range(n)]
 
 
 def check_reason(
@@ -247,16 +237,7 @@ class Sensitive(nn.Module):
 def sensitive_step() -> TrainStep:
     torch.manual_seed(0)
     model = Sensitive()
-    x, y = torch.randn(8, 8), torch.randint(0, 4, (8,))
-    return TrainStep(
-        device=CPU,
-        batch_size=8,
-        samples_per_step=8,
-        data=lambda: Batch((x,), y),
-        model=model,
-        optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
-        loss_fn=nn.CrossEntropyLoss(),
-    )
+    return one_batch_step(model, torch.randn(8, 8), torch.randint(0, 4, (8,)))
 
 
 WATCHED = {

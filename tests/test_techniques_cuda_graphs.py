@@ -7,20 +7,20 @@ from typing import Any
 
 import pytest
 import torch
+from steps import losses, one_batch_step, use
 from torch import nn
 
 from ampsuite import Batch, BuildContext, CaptureFailed, CheckContext, SkipCell, TrainStep, Workload
-from ampsuite.plugins.techniques import amp, cuda_graphs
+from ampsuite.plugins.techniques import cuda_graphs
 from ampsuite.plugins.workloads import _toy, toy
 from ampsuite.spec.options import build_options
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 GRAPHS = cuda_graphs.ampsuite_techniques()[0]
-FP16 = next(t for t in amp.ampsuite_techniques() if t.name == "amp-fp16")
 
 
 def graphs(step: TrainStep, **options: Any) -> TrainStep:
-    return GRAPHS.apply(step, build_options(GRAPHS.options, options))
+    return use(step, "cuda-graphs", **options)
 
 
 def fake_cuda_step(**fields: Any) -> TrainStep:
@@ -113,11 +113,6 @@ def cuda_toy(optimizer: Callable[[Any], torch.optim.Optimizer] | None = None) ->
     return step
 
 
-def run_losses(step: TrainStep, n: int = N) -> list[float]:
-    run = step.compose()
-    return [float(run(step.data())) for _ in range(n)]
-
-
 OPTIMIZERS = {
     "sgd": None,
     "sgd-momentum": lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9),
@@ -131,9 +126,9 @@ OPTIMIZERS = {
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
 def test_whole_step_replays_match_the_eager_losses(name: str) -> None:
     make = OPTIMIZERS[name]
-    eager = run_losses(cuda_toy(make))
+    eager = losses(cuda_toy(make), N)
     step = graphs(cuda_toy(make))
-    graphed = run_losses(step)
+    graphed = losses(step, N)
     assert graphed == pytest.approx(eager, rel=1e-4, abs=1e-6)
     assert graphed[0] == pytest.approx(eager[0], rel=1e-6)  # warm-up left no trace on the first step
     notes = step.notes["cuda_graphs"]
@@ -144,7 +139,7 @@ def test_whole_step_replays_match_the_eager_losses(name: str) -> None:
 @needs_cuda
 def test_forward_backward_capture_with_a_grad_scaler_matches_eager() -> None:
     def fp16(step: TrainStep) -> TrainStep:
-        return FP16.apply(step, build_options(FP16.options, {"init_scale": 1024.0, "growth_interval": 2}))
+        return use(step, "amp-fp16", init_scale=1024.0, growth_interval=2)
 
     eager_step = fp16(cuda_toy())
     eager_run = eager_step.compose()
@@ -194,16 +189,7 @@ class RefusesCapture(nn.Module):
 @needs_cuda
 def test_a_failed_capture_is_reported_with_its_cause() -> None:
     model = RefusesCapture().cuda()
-    x, y = torch.randn(8, 4, device="cuda"), torch.randint(0, 2, (8,), device="cuda")
-    step = TrainStep(
-        device=torch.device("cuda"),
-        batch_size=8,
-        samples_per_step=8,
-        data=lambda: Batch((x,), y),
-        model=model,
-        optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
-        loss_fn=nn.CrossEntropyLoss(),
-    )
+    step = one_batch_step(model, torch.randn(8, 4, device="cuda"), torch.randint(0, 2, (8,), device="cuda"))
     run = graphs(step).compose()
     with pytest.raises(CaptureFailed, match=r"^capture failed: RuntimeError: not while capturing$") as info:
         run(step.data())

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 import torch
+from steps import use
 
 from ampsuite import Batch, BuildContext, CheckContext, SkipCell, Technique, TrainStep, Workload
 from ampsuite.plugins.techniques import _loading, loading
@@ -18,11 +19,6 @@ TECHNIQUES: dict[str, Technique] = {t.name: t for t in loading.ampsuite_techniqu
 def toy_step(tmp_path: Any, device: str = "cpu", batch_size: int = 4) -> TrainStep:
     opts = toy.ToyOptions(features=6, hidden=8, layers=1, classes=3)
     return _toy.build(opts, BuildContext(torch.device(device), batch_size, 0, str(tmp_path)))
-
-
-def use(step: TrainStep, name: str, **options: Any) -> TrainStep:
-    technique = TECHNIQUES[name]
-    return technique.apply(step, build_options(technique.options, options))
 
 
 def take(step: TrainStep, n: int) -> list[Batch]:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import SMALL_BERT, toy_suite
 from torch import nn
 
 from ampsuite import BuildContext, CheckContext, NoOptions, SkipCell, Workload
@@ -129,44 +130,26 @@ def test_a_suite_cell_runs_it_in_its_own_worker(tmp_path: Path, capsys: pytest.C
     """The whole path on CPU: the suite file, the matrix, a worker process, the record and its notes."""
     from ampsuite import cli, results
 
+    vit = {
+        "plugin": "vit",
+        "batch_size": 2,
+        "image_size": 32,
+        "patch_size": 16,
+        "layers": 1,
+        "heads": 2,
+        "hidden": 32,
+        "mlp": 64,
+        "classes": 10,
+    }
     suite = tmp_path / "patch.toml"
-    suite.write_text(
-        """
-[suite]
-name = "patch-cpu"
-device = "cpu"
-cpu_threads = 1
-[measure]
-warmup_steps = 1
-min_steps = 3
-max_steps = 5
-max_seconds = 0.5
-numerics_steps = 2
-[workloads.vit]
-plugin = "vit"
-batch_size = 2
-image_size = 32
-patch_size = 16
-layers = 1
-heads = 2
-hidden = 32
-mlp = 64
-classes = 10
-[combinations]
-fp32 = []
-patch = ["patch-gemm"]
-[workloads.bert]
-plugin = "bert"
-batch_size = 2
-layers = 1
-hidden = 32
-heads = 2
-intermediate = 64
-seq_len = 16
-vocab = 100
-""",
-        encoding="utf-8",
+    text = toy_suite(
+        "patch-cpu",
+        cpu_threads=1,
+        toy=None,
+        workloads={"vit": vit, "bert": SMALL_BERT},  # a stride-16 patch convolution, and no convolution at all
+        combinations={"fp32": [], "patch": ["patch-gemm"]},
     )
+    suite.write_text(text, encoding="utf-8")
     out = tmp_path / "results.json"
     assert cli.main(["run", str(suite), "-o", str(out), "--no-report", "--no-peaks"]) == 0
     capsys.readouterr()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import tempfile
 import tomllib
 from dataclasses import replace
@@ -11,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import toy_suite
+from records import write_sealed
 
 from ampsuite import Technique, TrainStep, hookimpl, results
 from ampsuite import tune as tune_module
@@ -40,28 +41,37 @@ from ampsuite.tune import (
 )
 from ampsuite.tune.space import Candidate, option_choices, workload_configs
 
-TOY_SUITE = """\
-[suite]
-name = "tune-toy"
-device = "cpu"
-timeout = 60
-cpu_threads = 1
-[measure]
-warmup_steps = 2
-min_steps = 10
-max_steps = 2000
-max_seconds = 0.4
-noise_target = 0.5
-numerics_steps = 3
-[workloads.toy]
-batch_size = 64
-hidden = 128
-[combinations]
-fp32 = []
-amp-bf16 = ["amp-bf16"]
-bf16-fused = ["amp-bf16", "fused-optimizer"]
-{extra}
-"""
+TUNE_MEASURE = {
+    "warmup_steps": 2,
+    "min_steps": 10,
+    "max_steps": 2000,
+    "max_seconds": 0.4,
+    "noise_target": 0.5,
+    "numerics_steps": 3,
+}
+COMPILED = {"compiled": ["amp-bf16", "torch-compile"]}
+COORDINATE_DESCENT = {"inductor": {"coordinate_descent_tuning": [True]}}
+"""A [tune.torch-compile] table: one inductor setting for tune to try."""
+
+
+def tune_suite(more: dict[str, list[str]] | None = None, **tables: Any) -> str:
+    """The toy suite tune starts from: FP32, AMP-bf16 and AMP-bf16 with the fused optimizer, then the combinations
+    ``more``; ``tables`` are more top-level tables (``tune``, ``techniques``, ``combination_options``)."""
+    return toy_suite(
+        "tune-toy",
+        timeout=60,
+        cpu_threads=1,
+        toy={"batch_size": 64, "hidden": 128},
+        combinations={
+            "fp32": [],
+            "amp-bf16": ["amp-bf16"],
+            "bf16-fused": ["amp-bf16", "fused-optimizer"],
+            **(more or {}),
+        },
+        measure=TUNE_MEASURE,
+        tables=tables,
+    )
+
 
 CHEAT_PLUGIN = '''
 """A technique that makes every step nearly free and its loss NaN: fast, and never trustworthy."""
@@ -115,7 +125,7 @@ def _tune_cli(tmp_path: Path, suite: Path, *extra: str) -> tuple[int, Path]:
 @pytest.mark.slow
 def test_tune_end_to_end_on_cpu_within_60s(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     suite = tmp_path / "suite.toml"
-    suite.write_text(TOY_SUITE.format(extra='noop = ["noop"]\ntf32 = ["tf32"]'), encoding="utf-8")
+    suite.write_text(tune_suite({"noop": ["noop"], "tf32": ["tf32"]}), encoding="utf-8")
     code, out = _tune_cli(tmp_path, suite)
     printed = capsys.readouterr().out
     assert code == 0, printed
@@ -139,11 +149,7 @@ def test_tune_end_to_end_on_cpu_within_60s(tmp_path: Path, capsys: pytest.Captur
     combos = tomllib.loads(recipe)["combinations"]
     assert combos["tuned-toy"] == list(winner.techniques)
     # The snippet is a suite file's own syntax: it drops into a suite that loads.
-    loads(
-        TOY_SUITE.format(extra="").replace(
-            "[combinations]\n", "[combinations]\n" + f"tuned-toy = {json.dumps(combos['tuned-toy'])}\n"
-        )
-    )
+    loads(tune_suite({"tuned-toy": combos["tuned-toy"]}))
     html = (out / "tune.html").read_text(encoding="utf-8")
     assert "<svg" in html and "Ablation" in html and (out / "tune.md").exists()
     # --resume measures nothing again.
@@ -168,7 +174,7 @@ def test_a_faster_candidate_with_a_nonfinite_loss_is_never_chosen(
     (tmp_path / "tune_cheat_plugin.py").write_text(CHEAT_PLUGIN, encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
     suite = tmp_path / "suite.toml"
-    suite.write_text(TOY_SUITE.format(extra='bf16-cheat = ["amp-bf16", "cheat"]\ncheat = ["cheat"]'), encoding="utf-8")
+    suite.write_text(tune_suite({"bf16-cheat": ["amp-bf16", "cheat"], "cheat": ["cheat"]}), encoding="utf-8")
     code, out = _tune_cli(tmp_path, suite, "-p", "tune_cheat_plugin")
     assert code == 0, capsys.readouterr().out
     doc = results.load(out / "results.json")
@@ -240,7 +246,7 @@ def _step_time(median: float) -> dict[str, Any]:
 
 @pytest.mark.parametrize("cost", [7.0, 45.0])
 def test_no_candidate_starts_after_the_budget(tmp_path: Path, registry: Any, cost: float) -> None:
-    spec_text = TOY_SUITE.format(extra='noop = ["noop"]\nmore = ["amp-bf16", "inject-fault"]')
+    spec_text = tune_suite({"noop": ["noop"], "more": ["amp-bf16", "inject-fault"]})
     (tmp_path / "s.toml").write_text(spec_text, encoding="utf-8")
     plan = session.plan(
         tmp_path / "s.toml", settings=PluginSettings(extra=("ampsuite.plugins.faults",), autoload=False)
@@ -343,10 +349,7 @@ def test_a_variant_entry_goes_into_the_suites_inductor_table(registry: Any) -> N
 
 
 def test_declared_choices_are_measured_against_the_winner(tmp_path: Path) -> None:
-    extra = (
-        'compiled = ["amp-bf16", "torch-compile"]\n[tune.torch-compile.inductor]\ncoordinate_descent_tuning = [true]'
-    )
-    (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra=extra), encoding="utf-8")
+    (tmp_path / "s.toml").write_text(tune_suite(COMPILED, tune={"torch-compile": COORDINATE_DESCENT}), encoding="utf-8")
     plan = session.plan(tmp_path / "s.toml")
     fake = FakeWorker(plan.registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
@@ -379,7 +382,7 @@ class TieWorker(FakeWorker):
 
 
 def test_between_figures_within_noise_bf16_wins_and_resume_keeps_the_best_so_far(tmp_path: Path) -> None:
-    (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra=""), encoding="utf-8")
+    (tmp_path / "s.toml").write_text(tune_suite(), encoding="utf-8")
     plan = session.plan(tmp_path / "s.toml")
     fake = TieWorker(plan.registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
@@ -398,8 +401,7 @@ def test_between_figures_within_noise_bf16_wins_and_resume_keeps_the_best_so_far
     last = toy.ablation[-1].cell_id
     assert last is not None
     doc["cells"] = [r for r in doc["cells"] if r["id"] != last]
-    doc["integrity"] = {"sha256": results.store.checksum(doc)}
-    config.output.write_text(json.dumps(doc), encoding="utf-8")
+    write_sealed(config.output, doc)
     lines: list[str] = []
     tune_summary(plan, dataclasses.replace(config, resume=True), lines.append, measure=fake)
     (line,) = [line for line in lines if "best so far" in line or "no trusted" in line]
@@ -410,7 +412,7 @@ def test_between_figures_within_noise_bf16_wins_and_resume_keeps_the_best_so_far
 
 def test_a_finalist_a_little_faster_than_the_simpler_choice_wins_when_its_screens_confirm_it(tmp_path: Path) -> None:
     # the ends of two paths (fp16's, bf16's), 0.5% apart: no greedy step held them against each other
-    toy = _tune_toy(tmp_path, TieWorker, "", holds=True)
+    toy = _tune_toy(tmp_path, TieWorker, tune_suite(), holds=True)
     assert toy.winner.combination == "amp-fp16+fused-optimizer"
     (settled,) = [(c, s) for c, s in _decisions(toy, Phase.FINAL) if s.decision is Decision.CONFIRMED]
     assert settled[0] == "amp-fp16+fused-optimizer" and " against " in settled[1].detail
@@ -435,7 +437,7 @@ class DtypeWorker(FakeWorker):
 
 
 def test_the_search_follows_each_amp_dtype_not_only_the_faster_eager_one(tmp_path: Path) -> None:
-    (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra='noop = ["noop"]'), encoding="utf-8")
+    (tmp_path / "s.toml").write_text(tune_suite({"noop": ["noop"]}), encoding="utf-8")
     plan = session.plan(tmp_path / "s.toml")
     fake = DtypeWorker(plan.registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
@@ -472,12 +474,12 @@ class CompanionWorker(FakeWorker):
 
 def _tune_with_noop(tmp_path: Path, worker: type[FakeWorker], **settings: Any) -> WorkloadTune:
     """A fresh tune of the toy suite with ``noop`` in its space, measured by ``worker`` given ``settings``."""
-    return _tune_toy(tmp_path, worker, 'noop = ["noop"]', **settings)
+    return _tune_toy(tmp_path, worker, tune_suite({"noop": ["noop"]}), **settings)
 
 
-def _tune_toy(tmp_path: Path, worker: type[FakeWorker], extra: str, **settings: Any) -> WorkloadTune:
-    """A fresh tune of the toy suite with ``extra`` in its file, measured by ``worker`` given ``settings``."""
-    (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra=extra), encoding="utf-8")
+def _tune_toy(tmp_path: Path, worker: type[FakeWorker], suite: str, **settings: Any) -> WorkloadTune:
+    """A fresh tune of ``suite`` (tune_suite's text), measured by ``worker`` given ``settings``."""
+    (tmp_path / "s.toml").write_text(suite, encoding="utf-8")
     plan = session.plan(tmp_path / "s.toml")
     fake = worker(plan.registry, 1.0)
     budget = settings.pop("budget", 600.0)
@@ -529,8 +531,8 @@ class HalfWeightsWorker(FakeWorker):
 
 def test_a_technique_that_replaces_autocast_starts_a_path_of_its_own(tmp_path: Path) -> None:
     # needs-compile is pruned with every AMP dtype too, but also alone (it requires torch-compile): no start
-    extra = 'noop = ["noop"]\no2 = ["half-weights"]\npool = ["torch-compile", "needs-compile"]'
-    (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra=extra), encoding="utf-8")
+    more = {"noop": ["noop"], "o2": ["half-weights"], "pool": ["torch-compile", "needs-compile"]}
+    (tmp_path / "s.toml").write_text(tune_suite(more), encoding="utf-8")
     plan = session.plan(tmp_path / "s.toml", objects=NEEDS_COMPILE)
     fake = HalfWeightsWorker(plan.registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
@@ -605,7 +607,7 @@ def test_near_misses_of_a_greedy_round_are_screened_together(tmp_path: Path, gai
 
 def test_progress_names_each_repeated_screen(tmp_path: Path) -> None:
     suite = tmp_path / "s.toml"
-    suite.write_text(TOY_SUITE.format(extra='noop = ["noop"]'), encoding="utf-8")
+    suite.write_text(tune_suite({"noop": ["noop"]}), encoding="utf-8")
     fake = NearMissWorker(session.plan(suite).registry, 1.0)
     fake.gain = 1.004
     lines: list[str] = []
@@ -654,7 +656,7 @@ def _a_near_miss_tuned(tmp_path: Path, budget: float) -> tuple[Path, RecordingNe
     """The toy suite with noop, where noop and fused-optimizer are each +0.4% (near misses that hold), tuned once
     within ``budget``: (the suite file, its recording worker, the config)."""
     suite = tmp_path / "s.toml"
-    suite.write_text(TOY_SUITE.format(extra='noop = ["noop"]'), encoding="utf-8")
+    suite.write_text(tune_suite({"noop": ["noop"]}), encoding="utf-8")
     fake = RecordingNearMissWorker(session.plan(suite).registry, 1.0)
     fake.gain, fake.ids = 1.004, []
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=budget, clock=fake.clock)
@@ -698,7 +700,7 @@ def test_an_interrupted_tune_keeps_its_search_and_writes_outputs_of_this_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     suite = tmp_path / "suite.toml"
-    suite.write_text(TOY_SUITE.format(extra=""), encoding="utf-8")
+    suite.write_text(tune_suite(), encoding="utf-8")
     out = tmp_path / "out"
     out.mkdir()
     (out / "tune.md").write_text("an older run's page\n", encoding="utf-8")
@@ -760,7 +762,7 @@ class ClockWorker(FakeWorker):
 def test_disturbed_timings_are_never_chosen_and_neither_the_power_cap_nor_a_graph_break_disturbs(
     tmp_path: Path, warning: str, chosen: bool
 ) -> None:
-    (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra=""), encoding="utf-8")
+    (tmp_path / "s.toml").write_text(tune_suite(), encoding="utf-8")
     plan = session.plan(tmp_path / "s.toml")
     fake = ClockWorker(plan.registry, warning)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
@@ -784,10 +786,7 @@ class CoordinateWorker(FakeWorker):
 
 
 def test_an_option_value_tune_chose_has_its_own_ablation_row(tmp_path: Path) -> None:
-    extra = (
-        'compiled = ["amp-bf16", "torch-compile"]\n[tune.torch-compile]\ninductor.coordinate_descent_tuning = [true]'
-    )
-    (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra=extra), encoding="utf-8")
+    (tmp_path / "s.toml").write_text(tune_suite(COMPILED, tune={"torch-compile": COORDINATE_DESCENT}), encoding="utf-8")
     plan = session.plan(tmp_path / "s.toml")
     fake = CoordinateWorker(plan.registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
@@ -827,7 +826,7 @@ class ThrottledOnceWorker(ClockWorker):
 
 
 def test_resume_measures_a_throttled_record_again_and_keeps_it_when_cut_short(tmp_path: Path) -> None:
-    (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra=""), encoding="utf-8")
+    (tmp_path / "s.toml").write_text(tune_suite(), encoding="utf-8")
     plan = session.plan(tmp_path / "s.toml")
     fake = ThrottledOnceWorker(plan.registry, "clocks throttled: sw_thermal_slowdown during the timed steps")
     fake.ids = []
@@ -887,10 +886,7 @@ def _options(toy: WorkloadTune) -> list[tuple[str, Decision]]:
 
 
 def test_an_option_passed_over_is_tried_again_on_top_of_a_value_kept_after_it(tmp_path: Path) -> None:
-    extra = (
-        'compiled = ["amp-bf16", "torch-compile"]\n[tune.torch-compile]\ninductor.coordinate_descent_tuning = [true]'
-    )
-    (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra=extra), encoding="utf-8")
+    (tmp_path / "s.toml").write_text(tune_suite(COMPILED, tune={"torch-compile": COORDINATE_DESCENT}), encoding="utf-8")
     plan = session.plan(tmp_path / "s.toml")
     fake = RoundsWorker(plan.registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
@@ -920,7 +916,7 @@ class FileReadingWorker(RecordingNearMissWorker):
 
 def test_a_verdict_is_in_the_results_file_before_the_next_cell_runs(tmp_path: Path) -> None:
     suite = tmp_path / "s.toml"
-    suite.write_text(TOY_SUITE.format(extra='noop = ["noop"]'), encoding="utf-8")
+    suite.write_text(tune_suite({"noop": ["noop"]}), encoding="utf-8")
     fake = FileReadingWorker(session.plan(suite).registry, 1.0)
     fake.gain, fake.ids, fake.seen, fake.output = 1.004, [], [], tmp_path / "out" / "results.json"
     config = TuneConfig(output=fake.output, budget_seconds=600.0, clock=fake.clock)
@@ -937,8 +933,7 @@ def test_a_damaged_verdict_in_the_file_is_tested_again_not_trusted(tmp_path: Pat
     first = dict(verdicts[0])
     verdicts[0]["confirmed"] = "yes"  # not a bool: whoever edited the file, the entry decides nothing
     verdicts[1:] = [*verdicts[1:], 42, {"key": "toy"}]
-    doc["integrity"] = {"sha256": results.store.checksum(doc)}
-    config.output.write_text(json.dumps(doc), encoding="utf-8")
+    write_sealed(config.output, doc)
     fake.ids = []
     resumed = dataclasses.replace(config, resume=True)
     (toy,) = tune_summary(session.plan(suite), resumed, lambda line: None, measure=fake).workloads
@@ -961,8 +956,8 @@ class HoldingRoundsWorker(RoundsWorker):
 
 
 def test_an_option_value_within_noise_is_kept_when_its_screens_confirm_it(tmp_path: Path) -> None:
-    extra = 'compiled = ["amp-bf16", "torch-compile"]\n[tune.torch-compile]\nmode = ["reduce-overhead"]'
-    toy = _tune_toy(tmp_path, HoldingRoundsWorker, extra)
+    suite = tune_suite(COMPILED, tune={"torch-compile": {"mode": ["reduce-overhead"]}})
+    toy = _tune_toy(tmp_path, HoldingRoundsWorker, suite)
     (option,) = [(c, s) for c, s in _decisions(toy, Phase.OPTION) if "@" in c and s.decision is not Decision.CONFIRMING]
     assert option[0].endswith("@torch-compile.mode=reduce-overhead") and option[1].decision is Decision.CONFIRMED
     assert option[1].describe().startswith("kept, confirmed: each of its screens faster than each of the incumbent's (")
@@ -991,17 +986,18 @@ def test_resume_tries_the_option_values_already_measured_before_new_ones(tmp_pat
     measured first on --resume and kept, and the budget ends before the winner already in the file (coordinate
     descent + reduce-overhead, 4% faster on an H200) is reached again."""
     suite = tmp_path / "s.toml"
-    extra = (
-        'compiled = ["amp-bf16", "torch-compile"]\n[tune.torch-compile]\ninductor.coordinate_descent_tuning = [true]\n'
-    )
-    suite.write_text(TOY_SUITE.format(extra=extra + 'mode = ["reduce-overhead"]'), encoding="utf-8")
+
+    def with_modes(*modes: str) -> str:
+        return tune_suite(COMPILED, tune={"torch-compile": {**COORDINATE_DESCENT, "mode": list(modes)}})
+
+    suite.write_text(with_modes("reduce-overhead"), encoding="utf-8")
     fake = ModesWorker(session.plan(suite).registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
     (first,) = tune_summary(session.plan(suite), config, lambda line: None, measure=fake).workloads
     best = "@torch-compile.inductor.coordinate_descent_tuning=True@torch-compile.mode=reduce-overhead"
     assert first.winner.combination.endswith(best)
 
-    suite.write_text(TOY_SUITE.format(extra=extra + 'mode = ["reduce-overhead", "max-autotune"]'), encoding="utf-8")
+    suite.write_text(with_modes("reduce-overhead", "max-autotune"), encoding="utf-8")
     fake.starts = []
     lines: list[str] = []
     resumed = dataclasses.replace(config, resume=True)
@@ -1066,12 +1062,12 @@ def test_the_recipe_carries_the_tune_suites_own_option_values(registry: Any) -> 
 
 def test_tune_builds_its_own_candidates_whatever_a_combination_sets(tmp_path: Path) -> None:
     """[combination_options] belong to the suite's rows; tune's candidates run with the suite-wide values."""
-    extra = (
-        'compiled = ["amp-bf16", "torch-compile"]\n'
-        '[techniques.torch-compile]\nbackend = "aot_eager"\n'
-        "[combination_options.compiled.torch-compile]\nfullgraph = true\n"
+    suite = tune_suite(
+        COMPILED,
+        techniques={"torch-compile": {"backend": "aot_eager"}},
+        combination_options={"compiled": {"torch-compile": {"fullgraph": True}}},
     )
-    (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra=extra), encoding="utf-8")
+    (tmp_path / "s.toml").write_text(suite, encoding="utf-8")
     plan = session.plan(tmp_path / "s.toml")
     fake = FakeWorker(plan.registry, 1.0)
     seen: list[dict[str, Any]] = []
@@ -1091,13 +1087,13 @@ def test_a_resumed_search_reports_its_screens_against_the_files_last_winner(tmp_
     "best so far" must say so rather than name the FP32 cell (an H200 resume printed "fp32 391" beside a
     3,501 img/s winner in its file)."""
     suite = tmp_path / "s.toml"
-    suite.write_text(TOY_SUITE.format(extra=""), encoding="utf-8")
+    suite.write_text(tune_suite(), encoding="utf-8")
     plan = session.plan(suite)
     fake = FakeWorker(plan.registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
     (first,) = tune_summary(plan, config, lambda line: None, measure=fake).workloads
     winner = first.winner
-    suite.write_text(TOY_SUITE.format(extra='compiled = ["amp-bf16", "torch-compile"]'), encoding="utf-8")
+    suite.write_text(tune_suite(COMPILED), encoding="utf-8")
     plan = session.plan(suite)
     lines: list[str] = []
     tune_summary(plan, dataclasses.replace(config, resume=True), lines.append, measure=fake)
@@ -1112,7 +1108,7 @@ def test_tune_leaves_no_temporary_folder(tmp_path: Path, monkeypatch: pytest.Mon
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra=""), encoding="utf-8")
+    (tmp_path / "s.toml").write_text(tune_suite(), encoding="utf-8")
     plan = session.plan(tmp_path / "s.toml")
     fake = FakeWorker(plan.registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)
@@ -1133,9 +1129,13 @@ class IdsWorker(FakeWorker):
 def test_resume_measures_again_a_record_whose_options_the_suite_file_changed(tmp_path: Path) -> None:
     """When cudnn-batch-norm gains `fuse = true` in the tune file, its earlier records, measured unfused, have
     the ids of the new candidates; they are measured again rather than taken out of the file by hand."""
-    extra = 'accumulated = ["amp-bf16", "grad-accumulation"]\n[techniques.grad-accumulation]\nsteps = {steps}'
+
+    def accumulating(steps: int) -> str:
+        more = {"accumulated": ["amp-bf16", "grad-accumulation"]}
+        return tune_suite(more, techniques={"grad-accumulation": {"steps": steps}})
+
     suite = tmp_path / "s.toml"
-    suite.write_text(TOY_SUITE.format(extra=extra.format(steps=2)), encoding="utf-8")
+    suite.write_text(accumulating(2), encoding="utf-8")
     plan = session.plan(suite)
     fake = IdsWorker(plan.registry, 1.0)
     fake.ids = []
@@ -1145,7 +1145,7 @@ def test_resume_measures_again_a_record_whose_options_the_suite_file_changed(tmp
     accumulated = {i for i, r in first.items() if "grad-accumulation" in {t["name"] for t in r["techniques"]}}
     assert accumulated
 
-    suite.write_text(TOY_SUITE.format(extra=extra.format(steps=4)), encoding="utf-8")
+    suite.write_text(accumulating(4), encoding="utf-8")
     plan = session.plan(suite)
     fake.ids, lines = [], []
     tune_summary(plan, dataclasses.replace(config, resume=True), lines.append, measure=fake)
@@ -1176,12 +1176,12 @@ def _then_noop(tmp_path: Path, worker: type[FakeWorker], budget: float) -> tuple
     """A first tune of the toy suite (winner bf16 + fused-optimizer), then noop added to the suite's space: the suite
     file, the worker, the first run's config (for a ``--resume`` of it) and its result."""
     suite = tmp_path / "s.toml"
-    suite.write_text(TOY_SUITE.format(extra=""), encoding="utf-8")
+    suite.write_text(tune_suite(), encoding="utf-8")
     fake = worker(session.plan(suite).registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=budget, clock=fake.clock)
     (first,) = tune_summary(session.plan(suite), config, lambda line: None, measure=fake).workloads
     assert sorted(first.winner.techniques) == ["amp-bf16", "fused-optimizer"]
-    suite.write_text(TOY_SUITE.format(extra='noop = ["noop"]'), encoding="utf-8")
+    suite.write_text(tune_suite({"noop": ["noop"]}), encoding="utf-8")
     return suite, fake, config, first
 
 
@@ -1207,7 +1207,7 @@ def _as_if_elsewhere(path: Path, factor: float) -> dict[str, dict[str, Any]]:
 
 def _first_tune(tmp_path: Path, budget: float = 600.0) -> tuple[Path, FakeWorker, TuneConfig, WorkloadTune]:
     suite = tmp_path / "s.toml"
-    suite.write_text(TOY_SUITE.format(extra=""), encoding="utf-8")
+    suite.write_text(tune_suite(), encoding="utf-8")
     fake = FakeWorker(session.plan(suite).registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=budget, clock=fake.clock)
     (first,) = tune_summary(session.plan(suite), config, lambda line: None, measure=fake).workloads
@@ -1362,7 +1362,7 @@ class CacheWorker(FakeWorker):
 
 
 def test_a_finalist_whose_screen_compiled_its_graph_is_priced_without_a_compile(tmp_path: Path) -> None:
-    (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra='compiled = ["amp-bf16", "torch-compile"]'))
+    (tmp_path / "s.toml").write_text(tune_suite(COMPILED))
     plan = session.plan(tmp_path / "s.toml")
     fake = CacheWorker(plan.registry, 1.0)
     fake.graphs = set()
@@ -1470,13 +1470,12 @@ class CompileWorker(FakeWorker):
 
 def test_a_resumed_tune_prices_its_compiles_from_the_files_first_steps(tmp_path: Path) -> None:
     suite = tmp_path / "s.toml"
-    suite.write_text(TOY_SUITE.format(extra='compiled = ["amp-bf16", "torch-compile"]'), encoding="utf-8")
+    suite.write_text(tune_suite(COMPILED), encoding="utf-8")
     fake = CompileWorker(session.plan(suite).registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=5000.0, clock=fake.clock)
     tune_summary(session.plan(suite), config, lambda line: None, measure=fake)
     # A technique joins the space; the next call has less than a compile's time.
-    compiled = 'compiled = ["amp-bf16", "torch-compile"]'
-    suite.write_text(TOY_SUITE.format(extra=f'{compiled}\nnoop = ["noop"]'), encoding="utf-8")
+    suite.write_text(tune_suite({**COMPILED, "noop": ["noop"]}), encoding="utf-8")
     fake.starts, lines = [], []
     resumed = dataclasses.replace(config, resume=True, budget_seconds=45.0, clock=fake.clock)
     fake.now = 0.0
@@ -1490,11 +1489,8 @@ def test_a_resumed_tune_prices_its_compiles_from_the_files_first_steps(tmp_path:
 def test_a_technique_that_requires_another_waits_in_the_pool_and_leaves_the_ablation_with_it(tmp_path: Path) -> None:
     # A technique that requires torch-compile, pruned from the pool at the first greedy step where no path had
     # compiled yet, would never be tried on a compiled step (an H200 tune of ResNet-50 lost one so).
-    extra = (
-        'compiled = ["amp-bf16", "torch-compile"]\npooled = ["amp-bf16", "torch-compile", "needs-compile"]\n'
-        'graphs = ["amp-bf16", "cuda-graphs"]'
-    )
-    (tmp_path / "s.toml").write_text(TOY_SUITE.format(extra=extra), encoding="utf-8")
+    more = {**COMPILED, "pooled": ["amp-bf16", "torch-compile", "needs-compile"], "graphs": ["amp-bf16", "cuda-graphs"]}
+    (tmp_path / "s.toml").write_text(tune_suite(more), encoding="utf-8")
     plan = session.plan(tmp_path / "s.toml", objects=NEEDS_COMPILE)
     fake = FakeWorker(plan.registry, 1.0)
     config = TuneConfig(output=tmp_path / "out" / "results.json", budget_seconds=600.0, clock=fake.clock)

@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from records import cell, doc
+from steps import losses
 from torch import nn
 from torch.utils.data import DataLoader
 from torchvision.models import resnet as tv
@@ -97,16 +99,11 @@ def test_model_workload_steps_and_learns(name: str) -> None:
     assert all(p.grad is None for p in step.model.parameters())  # update zeroed them
 
 
-def losses(step: TrainStep, n: int = 2) -> list[float]:
-    run = step.compose()
-    return [float(run(step.data())) for _ in range(n)]
-
-
 @pytest.mark.parametrize("name", MODELS)
 def test_same_seed_gives_the_same_losses(name: str) -> None:
     # two steps: the ViT's zero-initialised head makes every first loss ln(classes)
-    assert losses(build(name, seed=3)) == losses(build(name, seed=3))
-    assert losses(build(name, seed=3)) != losses(build(name, seed=4))
+    assert losses(build(name, seed=3), 2) == losses(build(name, seed=3), 2)
+    assert losses(build(name, seed=3), 2) != losses(build(name, seed=4), 2)
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -407,7 +404,6 @@ def test_gemm_check_draws_new_operands_in_every_call() -> None:
 
 def test_a_corrupted_bf16_gemm_product_is_not_ok(monkeypatch: Any) -> None:
     from ampsuite.analysis import best_per_workload
-    from tests.test_analysis import cell, doc
 
     real = torch.mm
     # A product 3% off: three times what bfloat16's rounding explains.

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import multiprocessing.forkserver
+import multiprocessing.resource_tracker
 import sys
 from collections.abc import Sequence
 from multiprocessing.context import BaseContext
 
 from ampsuite.contract.errors import PluginError
 from ampsuite.host.manager import Registry
-from ampsuite.run.signals import ignored
+from ampsuite.run.signals import blocked
 
 __all__ = ["worker_context"]
 
@@ -29,9 +30,12 @@ def worker_context(registry: Registry) -> BaseContext:
         preload = ["ampsuite.run.worker", *registry.own_modules()]
         ctx.set_forkserver_preload(preload)
         # The fork server is started in the terminal's process group: a Ctrl-C there during its `import torch` would
-        # print a traceback and kill it. It starts with the signals ignored (inherited across exec); the run's
-        # handling of them is the parent's (ampsuite.run.signals), and each worker restores its own (procs).
-        with ignored():
+        # print a traceback and kill it. It starts with the signals blocked (the mask is inherited across exec); the
+        # run's handling of them is the parent's (ampsuite.run.signals), and each worker restores its own (procs).
+        # The resource tracker first: starting it, CPython unblocks SIGINT and SIGTERM, which inside blocked() would
+        # let a Ctrl-C of that moment meet the ignored disposition and be lost.
+        multiprocessing.resource_tracker.ensure_running()
+        with blocked():
             multiprocessing.forkserver.ensure_running()
         _check_fork_server(ctx, preload)
         return ctx

@@ -10,7 +10,7 @@ writing of the results into an I/O error. SIGKILL still stops everything at once
 atomic, so what was written stays readable.
 
 Processes that must outlive a Ctrl-C of the terminal's process group (the fork server, which would otherwise
-print the traceback of an interrupted ``import torch``) start under :func:`ignored`.
+print the traceback of an interrupted ``import torch``) start under :func:`blocked`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["SIGNALS", "Interrupts", "deferred", "ignored", "interrupts", "restore_defaults"]
+__all__ = ["SIGNALS", "Interrupts", "blocked", "deferred", "interrupts", "restore_defaults"]
 
 SIGNALS: tuple[signal.Signals, ...] = tuple(
     getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
@@ -101,24 +101,31 @@ def deferred() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def ignored() -> Iterator[None]:
-    """The interrupting signals ignored for the block: a process started here inherits that across exec."""
+def blocked() -> Iterator[None]:
+    """The interrupting signals held back for the block: a process started here ignores them (an ignored
+    disposition is inherited across exec, where a blocked mask is not kept by Python's process spawning), while
+    one that reaches this process meanwhile is not lost but delivered when the block ends. Linux keeps a blocked
+    signal pending even while it is ignored ("blocked signals are never ignored"), and the handlers are back
+    before the mask is lifted. Ignoring alone would drop a Ctrl-C that lands in the block."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
     previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in SIGNALS}
     try:
         yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
 
 
 def restore_defaults() -> None:
-    """A child's own signal dispositions (a worker forked from the fork server, which ignores them): Ctrl-C
-    raises, SIGTERM and SIGHUP end the process, as torch's elastic agent expects of the ranks it stops."""
+    """A child's own signal dispositions (a worker forked from the fork server, which blocks and ignores them):
+    Ctrl-C raises, SIGTERM and SIGHUP end the process, as torch's elastic agent expects of the ranks it stops."""
     for sig in SIGNALS:
         signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
 
 
 def _detach_terminal() -> None:

@@ -197,5 +197,5 @@ def test_each_status_is_spelled_in_one_module_of_suite() -> None:
                 spelled[node.value].add(module)
     # `[suite] timeout` is a suite-file key that happens to share the status's spelling.
     spelled["timeout"] -= {"ampsuite.spec.suitefile", "ampsuite.spec.suitespec"}
-    assert spelled["passed"] == {"ampsuite.contract.wire"}, "use ampsuite.Status: the spelling lives in wire.py"
-    assert {s: sorted(m) for s, m in spelled.items() if m != {"ampsuite.contract.wire"}} == {}
+    assert spelled["passed"] == {"ampsuite.contract.status"}, "use ampsuite.Status: the spelling lives in status.py"
+    assert {s: sorted(m) for s, m in spelled.items() if m != {"ampsuite.contract.status"}} == {}

@@ -1,7 +1,8 @@
 """The records of ``ampsuite tune``'s summary: the winner, the ablation rows, each workload's search, the run.
 
 Frozen and typed, each with ``to_json``/``from_json``: the summary is ``run.tune`` of the tune results file, whose
-shape :mod:`ampsuite.contract.tunewire` checks on load; the steps and verdicts it holds are
+shape is these records' fields (:func:`ampsuite.contract.validate.check` checks a file's on load, through
+:class:`ampsuite.contract.wire.RunInfo`); the steps and verdicts it holds are
 :mod:`ampsuite.contract.tunesteps`. The page, tune.md and the recipe render these records, and their words
 come from the records' methods.
 
@@ -14,26 +15,28 @@ without ``kind`` takes it from its label), and their free-text decisions are con
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
+from ampsuite.contract import codec
+from ampsuite.contract.status import Status
 from ampsuite.contract.tunesteps import Step, Verdict
-from ampsuite.contract.tunewire import (
-    RowKind,
-    TuneAblationData,
-    TuneData,
-    TuneWinnerData,
-    TuneWorkloadData,
-)
-from ampsuite.contract.validate import check
-from ampsuite.contract.wire import Status
+from ampsuite.contract.validate import OPTIONAL, WIRE, check
 
 __all__ = ["AblationRow", "RowKind", "TuneSummary", "Winner", "WorkloadTune"]
 
 
-def _tables(options: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {technique: dict(values) for technique, values in options.items()}
+class RowKind(StrEnum):
+    """What an ablation row measures."""
+
+    FP32 = "fp32"
+    TF32 = "tf32"
+    WINNER = "winner"
+    WITHOUT = "without"
+    """The winner without one technique (and those that require it) or one option value tune chose."""
 
 
 @dataclass(frozen=True)
@@ -68,32 +71,12 @@ class Winner:
         """What the recipe sets: every option value it ran with (summaries of early versions kept only tune's)."""
         return self.options or self.overrides
 
-    def to_json(self) -> TuneWinnerData:
-        return {
-            "combination": self.combination,
-            "techniques": list(self.techniques),
-            "options": _tables(self.options),
-            "overrides": _tables(self.overrides),
-            "batch_size": self.batch_size,
-            "cell_id": self.cell_id,
-            "throughput": self.throughput,
-            "noise": self.noise,
-            "speedup_vs_fp32": self.speedup_vs_fp32,
-        }
+    def to_json(self) -> dict[str, Any]:
+        return codec.to_json(self)
 
     @classmethod
-    def from_json(cls, data: TuneWinnerData) -> Winner:
-        return cls(
-            combination=data["combination"],
-            techniques=tuple(data["techniques"]),
-            batch_size=data["batch_size"],
-            cell_id=data["cell_id"],
-            throughput=data["throughput"],
-            noise=data.get("noise"),
-            speedup_vs_fp32=data.get("speedup_vs_fp32"),
-            options=_tables(data.get("options") or {}),
-            overrides=_tables(data.get("overrides") or {}),
-        )
+    def from_json(cls, data: Mapping[str, Any]) -> Winner:
+        return codec.from_json(cls, data)
 
 
 _KIND_LABELS = {RowKind.FP32: "FP32", RowKind.TF32: "TF32", RowKind.WINNER: "winner"}
@@ -103,12 +86,12 @@ _KIND_LABELS = {RowKind.FP32: "FP32", RowKind.TF32: "TF32", RowKind.WINNER: "win
 class AblationRow:
     """One row of the ablation: FP32, TF32, the winner, or the winner without one of its steps, in full."""
 
-    kind: RowKind
+    kind: RowKind = field(metadata={OPTIONAL: True})
     label: str
     """:meth:`label_of` the row."""
     combination: str
     techniques: tuple[str, ...]
-    options: tuple[str, ...]
+    options: tuple[str, ...] = field(metadata={OPTIONAL: True})
     """The option values tune chose that the row runs with, ``TECHNIQUE.OPTION=VALUE``."""
     removed: str | None
     """What a :attr:`RowKind.WITHOUT` row leaves out: a technique, or an option value tune chose."""
@@ -143,43 +126,15 @@ class AblationRow:
         techniques = " + ".join(self.techniques) or "none"
         return f"{techniques} ({', '.join(self.options)})" if self.options else techniques
 
-    def to_json(self) -> TuneAblationData:
-        return {
-            "kind": self.kind,
-            "label": self.label,
-            "combination": self.combination,
-            "techniques": list(self.techniques),
-            "options": list(self.options),
-            "removed": self.removed,
-            "cell_id": self.cell_id,
-            "status": self.status,
-            "reason": self.reason,
-            "throughput": self.throughput,
-            "speedup_vs_fp32": self.speedup_vs_fp32,
-            "speedup_vs_tf32": self.speedup_vs_tf32,
-            "contribution": self.contribution,
-            "untrusted": self.untrusted,
-        }
+    def to_json(self) -> dict[str, Any]:
+        return codec.to_json(self)
 
     @classmethod
-    def from_json(cls, data: TuneAblationData) -> AblationRow:
+    def from_json(cls, data: Mapping[str, Any]) -> AblationRow:
+        """A row of this version, or of an earlier one, which wrote no ``kind`` (it is read from the label) and,
+        in the oldest, no ``options``."""
         kinds = {label: kind for kind, label in _KIND_LABELS.items()}
-        return cls(
-            kind=RowKind(data.get("kind") or kinds.get(data["label"], RowKind.WITHOUT)),
-            label=data["label"],
-            combination=data["combination"],
-            techniques=tuple(data["techniques"]),
-            options=tuple(data.get("options") or ()),
-            removed=data["removed"],
-            cell_id=data["cell_id"],
-            status=data["status"],
-            reason=data["reason"],
-            throughput=data["throughput"],
-            speedup_vs_fp32=data["speedup_vs_fp32"],
-            speedup_vs_tf32=data["speedup_vs_tf32"],
-            contribution=data["contribution"],
-            untrusted=data["untrusted"],
-        )
+        return codec.from_json(cls, {"kind": kinds.get(data["label"], RowKind.WITHOUT), "options": (), **data})
 
 
 @dataclass(frozen=True)
@@ -193,29 +148,12 @@ class WorkloadTune:
     ablation: tuple[AblationRow, ...] = ()
     reason: str | None = None
 
-    def to_json(self) -> TuneWorkloadData:
-        out: TuneWorkloadData = {
-            "key": self.key,
-            "unit": self.unit,
-            "steps": [s.to_json() for s in self.steps],
-            "winner": None if self.winner is None else self.winner.to_json(),
-            "ablation": [r.to_json() for r in self.ablation],
-        }
-        if self.reason is not None:
-            out["reason"] = self.reason
-        return out
+    def to_json(self) -> dict[str, Any]:
+        return codec.to_json(self)
 
     @classmethod
-    def from_json(cls, data: TuneWorkloadData) -> WorkloadTune:
-        winner = data["winner"]
-        return cls(
-            key=data["key"],
-            unit=data["unit"],
-            steps=tuple(Step.from_json(s) for s in data["steps"]),
-            winner=None if winner is None else Winner.from_json(winner),
-            ablation=tuple(AblationRow.from_json(r) for r in data["ablation"]),
-            reason=data.get("reason"),
-        )
+    def from_json(cls, data: Mapping[str, Any]) -> WorkloadTune:
+        return codec.from_json(cls, data)
 
 
 @dataclass(frozen=True)
@@ -238,58 +176,23 @@ class TuneSummary:
     cells: int = 0
     refused_cells: int = 0
     budget_spent: bool = False
-    confirmations: tuple[Verdict, ...] = ()
+    confirmations: tuple[Verdict, ...] = field(default=(), metadata={WIRE: list[Any]})
+    """A damaged verdict decides nothing (the pair is tested again), so a file holding one is not refused."""
 
-    def to_json(self) -> TuneData:
-        out: TuneData = {
-            "budget_seconds": self.budget_seconds,
-            "base_techniques": list(self.base_techniques),
-            "search": self.search,
-            "screen_measure": dict(self.screen_measure),
-            "incomplete": self.incomplete,
-            "workloads": [w.to_json() for w in self.workloads],
-            "elapsed_seconds": self.elapsed_seconds,
-            "started_cells": self.started_cells,
-            "cells": self.cells,
-            "refused_cells": self.refused_cells,
-            "budget_spent": self.budget_spent,
-            "confirmations": [v.to_json() for v in self.confirmations],
-        }
-        if self.device is not None:
-            out["device"] = self.device
-        if self.finalists is not None:
-            out["finalists"] = self.finalists
-        if self.reserve_share is not None:
-            out["reserve_share"] = self.reserve_share
-        return out
+    def to_json(self) -> dict[str, Any]:
+        return codec.to_json(self)
 
     @classmethod
     def from_json(cls, data: Any, where: str = "run.tune") -> TuneSummary:
         """The summary ``run.tune`` holds, of this version or an earlier one.
 
         :raises ampsuite.contract.validate.WireError: (naming the key under ``where``) when ``data`` does not
-            have the shape of :class:`~ampsuite.contract.tunewire.TuneData`; the results loader has refused such
-            a file already.
+            have the shape of this record; the results loader has refused such a file already.
         """
-        check(data, TuneData, where)
+        check(data, TuneSummary, where)
         verdicts = (Verdict.from_json(v) for v in data.get("confirmations") or [])
-        return cls(
-            device=data.get("device"),
-            budget_seconds=data.get("budget_seconds", 0.0),
-            elapsed_seconds=data.get("elapsed_seconds", 0.0),
-            base_techniques=tuple(data.get("base_techniques") or ()),
-            search=data.get("search", ""),
-            screen_measure=dict(data.get("screen_measure") or {}),
-            finalists=data.get("finalists"),
-            reserve_share=data.get("reserve_share"),
-            incomplete=data.get("incomplete", False),
-            workloads=tuple(WorkloadTune.from_json(w) for w in data.get("workloads") or []),
-            started_cells=data.get("started_cells", 0),
-            cells=data.get("cells", 0),
-            refused_cells=data.get("refused_cells", 0),
-            budget_spent=data.get("budget_spent", False),
-            confirmations=tuple(v for v in verdicts if v is not None),
-        )
+        summary = codec.from_json(cls, {k: v for k, v in data.items() if k != "confirmations"})
+        return dataclasses.replace(summary, confirmations=tuple(v for v in verdicts if v is not None))
 
     @classmethod
     def of(cls, summary: TuneSummary | Mapping[str, Any]) -> TuneSummary:

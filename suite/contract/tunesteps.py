@@ -13,17 +13,41 @@ reads, as :attr:`Decision.LEGACY`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from ampsuite.contract.tunewire import Phase, TuneStepData
+from ampsuite.contract import codec
+from ampsuite.contract.validate import WIRE
 
 __all__ = ["NOT_STARTED", "Decision", "Phase", "Step", "Verdict", "unconfirmed"]
 
 NOT_STARTED = "not started (budget)"
 """The status of a step or an ablation row whose candidate the budget left unmeasured."""
+
+
+class Phase(StrEnum):
+    """The phase of the search a step belongs to (docs/tune.md, "The search")."""
+
+    REFERENCE = "reference"
+    """The FP32 cell, in full: every candidate's numerics are held against it."""
+    START = "start"
+    """A precision starting point, screened."""
+    GREEDY = "greedy"
+    """A screen of a greedy path (a round's addition, the joint step, a head start, a near miss's repeats)."""
+    FINAL = "final"
+    """A finalist in full, or a screen settling a near miss between finalists."""
+    OPTION = "option"
+    """An option variant of the winner, in full."""
+    BATCH = "batch"
+    """Another batch size: its FP32 reference, then the winner at that size."""
+
+    @property
+    def screened(self) -> bool:
+        """Whether a step of this phase is judged as a screen (a short measurement: its numerics only) in the
+        step's ``untrusted``; a near miss's repeated screens count as their phase's steps."""
+        return self in (Phase.START, Phase.GREEDY)
 
 
 class Decision(StrEnum):
@@ -137,7 +161,8 @@ class Step:
     throughput: float | None
     untrusted: str | None
     """Why the figure may not decide anything (numerics only for a screen), or None."""
-    decision: Decision = Decision.PENDING
+    decision: Decision = field(default=Decision.PENDING, metadata={WIRE: str})
+    """Files of earlier versions hold free text here (:meth:`from_json` converts it)."""
     detail: str = ""
     """The particulars: a near miss's figures, why it was not confirmed."""
 
@@ -151,23 +176,12 @@ class Step:
     def decided(self, decision: Decision, detail: str = "") -> Step:
         return dataclasses.replace(self, decision=decision, detail=detail)
 
-    def to_json(self) -> TuneStepData:
-        return {
-            "phase": self.phase,
-            "combination": self.combination,
-            "batch_size": self.batch_size,
-            "cell_id": self.cell_id,
-            "status": self.status,
-            "throughput": self.throughput,
-            "untrusted": self.untrusted,
-            "decision": self.decision,
-            "detail": self.detail,
-        }
+    def to_json(self) -> dict[str, Any]:
+        return codec.to_json(self)
 
     @classmethod
-    def from_json(cls, data: TuneStepData) -> Step:
-        """A step of ``run.tune`` (checked against :class:`~ampsuite.contract.tunewire.TuneStepData`), of this
-        version or an earlier one."""
+    def from_json(cls, data: Mapping[str, Any]) -> Step:
+        """A step of ``run.tune`` (checked against this record's fields), of this version or an earlier one."""
         written = data["decision"]
         if "detail" not in data:
             decision, detail = _from_text(written)
@@ -175,17 +189,7 @@ class Step:
             decision, detail = Decision(written), data["detail"]
         else:  # a newer version's decision: its words as they were written
             decision, detail = Decision.LEGACY, ": ".join(t for t in (written, data["detail"]) if t)
-        return cls(
-            phase=Phase(data["phase"]),
-            combination=data["combination"],
-            batch_size=data["batch_size"],
-            cell_id=data["cell_id"],
-            status=data["status"],
-            throughput=data["throughput"],
-            untrusted=data["untrusted"],
-            decision=decision,
-            detail=detail,
-        )
+        return codec.from_json(cls, {**data, "decision": decision, "detail": detail})
 
 
 @dataclass(frozen=True)
@@ -230,7 +234,7 @@ class Verdict:
         return f"screens {self.screens}"
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return codec.to_json(self)
 
     @classmethod
     def from_json(cls, data: Any) -> Verdict | None:

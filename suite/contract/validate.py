@@ -1,4 +1,4 @@
-"""Validation of JSON values against the wire format's types (``TypedDict``, unions, lists, ``StrEnum``).
+"""Validation of JSON values against the wire format's types (``TypedDict``, frozen records, lists, ``StrEnum``).
 
 Generic over the types of :mod:`ampsuite.contract.wire`, which re-exports :func:`check`,
 :func:`json_problem`, :class:`WireError` and the bounds: written here rather than taken
@@ -9,10 +9,12 @@ integers, bounded depth) are a few lines.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import types
 import typing
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, Literal, NotRequired, Union
 
@@ -20,6 +22,8 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_INT",
     "MAX_RECORD_BYTES",
+    "OPTIONAL",
+    "WIRE",
     "WireError",
     "check",
     "json_problem",
@@ -35,6 +39,13 @@ MAX_RECORD_BYTES = 4 * 2**20
 """The most one cell's record may hold as JSON (4 MiB): a record of 100,000 timed steps writes about 2 MiB, and a
 results file (64 MiB at most) must still hold many. What a plugin puts in notes, diagnostics, metrics or an
 exception's message counts against it where it enters: in the worker's result."""
+
+
+WIRE = "wire"
+"""A record field's metadata key: the type its JSON may hold where that admits more than the field's own type
+(free text that files of earlier versions wrote, entries a reader drops when damaged)."""
+OPTIONAL = "optional"
+"""A record field's metadata key: true for a field without a default whose key files of earlier versions lack."""
 
 
 class WireError(ValueError):
@@ -102,12 +113,12 @@ def _name(tp: Any) -> str:
         return "null"
     if isinstance(tp, type):
         return {"str": "a string", "int": "an integer", "float": "a number", "bool": "true/false"}.get(
-            tp.__name__, f"an object ({tp.__name__})" if typing.is_typeddict(tp) else tp.__name__
+            tp.__name__, f"an object ({tp.__name__})" if _is_object(tp) else tp.__name__
         )
     origin = typing.get_origin(tp)
-    if origin is list:
+    if origin in (list, tuple):
         return "a list"
-    if origin is dict:
+    if origin in (dict, Mapping):
         return "an object"
     if origin is Literal:
         return " or ".join(repr(a) for a in typing.get_args(tp))
@@ -137,22 +148,22 @@ def _check(value: Any, tp: Any, where: str) -> None:
         if value not in typing.get_args(tp):
             raise WireError(where, f"expected {_name(tp)}, got {value!r}"[:200])
         return
-    if origin is list:
+    if origin in (list, tuple):  # a record's ``tuple[X, ...]`` is a JSON list
         if not isinstance(value, list):
             raise WireError(where, f"expected a list, got {_kind(value)}")
-        (item,) = typing.get_args(tp)
+        item = typing.get_args(tp)[0]
         for i, v in enumerate(value):
             _check(v, item, f"{where}[{i}]")
         return
-    if origin is dict:
+    if origin in (dict, Mapping):
         if not isinstance(value, dict):
             raise WireError(where, f"expected an object, got {_kind(value)}")
         _, item = typing.get_args(tp)
         for k, v in value.items():
             _check(v, item, f"{where}.{k}")
         return
-    if typing.is_typeddict(tp):
-        _check_typeddict(value, tp, where)
+    if _is_object(tp):
+        _check_object(value, tp, where)
         return
     if isinstance(tp, type) and issubclass(tp, StrEnum):
         if not isinstance(value, str) or value not in {m.value for m in tp}:
@@ -180,11 +191,17 @@ def _kind(value: Any) -> str:
     return "null" if value is None else f"{type(value).__name__} {str(value)[:40]!r}"
 
 
+def _is_object(tp: Any) -> bool:
+    return typing.is_typeddict(tp) or (isinstance(tp, type) and dataclasses.is_dataclass(tp))
+
+
 @typing.no_type_check
 def _hints(tp: Any) -> dict[str, Any]:
     hints = _HINTS.get(tp)
     if hints is None:
         hints = {k: _strip(v) for k, v in typing.get_type_hints(tp).items()}
+        if dataclasses.is_dataclass(tp):
+            hints = {f.name: f.metadata.get(WIRE, hints[f.name]) for f in dataclasses.fields(tp)}
         _HINTS[tp] = hints
     return hints
 
@@ -198,6 +215,14 @@ _HINTS: dict[Any, dict[str, Any]] = {}
 
 @typing.no_type_check
 def _required(tp: Any) -> frozenset[str]:
+    if dataclasses.is_dataclass(tp):
+        # A record's JSON must hold the fields without a default, but for those files of earlier versions lack.
+        missing = dataclasses.MISSING
+        return frozenset(
+            f.name
+            for f in dataclasses.fields(tp)
+            if f.default is missing and f.default_factory is missing and not f.metadata.get(OPTIONAL)
+        )
     # With ``from __future__ import annotations`` Python 3.11 cannot see ``NotRequired`` when it builds
     # ``__required_keys__`` (the annotations are strings then), so read the markers from the hints.
     keys = _REQUIRED.get(tp)
@@ -211,7 +236,7 @@ def _required(tp: Any) -> frozenset[str]:
 _REQUIRED: dict[Any, frozenset[str]] = {}
 
 
-def _check_typeddict(value: Any, tp: Any, where: str) -> None:
+def _check_object(value: Any, tp: Any, where: str) -> None:
     if not isinstance(value, dict):
         raise WireError(where, f"expected an object, got {_kind(value)}")
     hints = _hints(tp)

@@ -9,8 +9,10 @@ One module holds them all so that each boundary has one typed definition:
   says about a cell;
 - :class:`Record`, one cell's entry in the results file, and :class:`Document`,
   the file itself;
-- :class:`Status`, the one spelling of every status, with its subsets;
-- ``run.tune``, the summary of ``ampsuite tune``: :mod:`ampsuite.contract.tunewire`.
+- :class:`Status`, the one spelling of every status, with its subsets
+  (:mod:`ampsuite.contract.status`, re-exported here);
+- ``run.tune``, the summary of ``ampsuite tune``: the record
+  :class:`ampsuite.contract.tunerecords.TuneSummary`, checked by its fields' types.
 
 The records are ``TypedDict``s, not classes: a results file is JSON, and readers
 (reports, asv, other tools) index it as such. :func:`check` validates any value
@@ -22,11 +24,11 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Mapping
-from enum import StrEnum
 from typing import Any, Literal, NotRequired, TypedDict
 
 from ampsuite.contract.qualitywire import Quality, QualityRule, QualityVerdicts
-from ampsuite.contract.tunewire import TuneData
+from ampsuite.contract.status import FAILURES, NOT_RUN, ORDER, TERMINAL, WORKER_STATUSES, Status
+from ampsuite.contract.tunerecords import TuneSummary
 from ampsuite.contract.validate import (
     MAX_DEPTH,
     MAX_INT,
@@ -65,28 +67,6 @@ __all__ = [
 ]
 
 
-class Status(StrEnum):
-    """A cell's status. A ``StrEnum``: it is written to JSON as its value and equals it."""
-
-    PASSED = "passed"
-    SKIPPED = "skipped"
-    FAILED = "failed"
-    OOM = "oom"
-    TIMEOUT = "timeout"
-    CRASHED = "crashed"
-    INTERRUPTED = "interrupted"
-
-
-ORDER: tuple[Status, ...] = tuple(Status)
-"""Every status, in the order reports list them."""
-TERMINAL: frozenset[Status] = frozenset(Status) - {Status.INTERRUPTED}
-"""Statuses that ``--resume`` keeps; interrupted cells run again."""
-FAILURES: frozenset[Status] = frozenset({Status.FAILED, Status.OOM, Status.TIMEOUT, Status.CRASHED})
-"""Statuses that mean the cell was attempted and did not give a measurement (exit code 1)."""
-NOT_RUN: frozenset[Status] = frozenset({Status.SKIPPED, Status.INTERRUPTED})
-"""Statuses of cells that were not (completely) attempted."""
-WORKER_STATUSES: frozenset[Status] = frozenset({Status.PASSED, Status.SKIPPED, Status.FAILED, Status.OOM})
-"""What a worker may say about its own cell; timeout, crashed and interrupted are the runner's to say."""
 # ---------------------------------------------------------------------------
 # the cell
 # ---------------------------------------------------------------------------
@@ -375,8 +355,8 @@ class RunInfo(TypedDict):
     plugins: list[dict[str, Any]]
     resumed: NotRequired[list[str]]
     executor: NotRequired[ExecutorState]
-    tune: NotRequired[TuneData]
-    """A tune results file's summary (:mod:`ampsuite.contract.tunewire`)."""
+    tune: NotRequired[TuneSummary]
+    """A tune results file's summary (:class:`~ampsuite.contract.tunerecords.TuneSummary` as JSON)."""
     quality: NotRequired[QualityVerdicts]
     """A quality suite's verdicts when the run ended (:mod:`ampsuite.contract.qualitywire`)."""
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from ampsuite import analysis, results
 from ampsuite.contract.tunerecords import AblationRow, TuneSummary, Winner, WorkloadTune
@@ -168,4 +168,4 @@ def tune_summary(
 def tune(plan: Plan, config: TuneConfig, progress: Progress = print, measure: Measure | None = None) -> dict[str, Any]:
     """:func:`tune_summary` as the results file stores it (``run.tune``, JSON): what the ``tune`` command writes its
     outputs from, as it does from a results file after an interruption."""
-    return cast(dict[str, Any], tune_summary(plan, config, progress, measure).to_json())
+    return tune_summary(plan, config, progress, measure).to_json()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,8 +14,20 @@ from ampsuite.contract.errors import ExitCode
 
 if TYPE_CHECKING:
     from ampsuite.host.manager import PluginSettings, Registry
+    from ampsuite.host.session import Plan
 
-__all__ = ["Command", "add_plugin_args", "plugin_settings", "registry", "render", "report_sections", "seconds"]
+__all__ = [
+    "Command",
+    "add_cell_args",
+    "add_plugin_args",
+    "cell_settings",
+    "plan_cells",
+    "plugin_settings",
+    "registry",
+    "render",
+    "report_sections",
+    "seconds",
+]
 
 
 @dataclass(frozen=True)
@@ -39,6 +52,34 @@ def add_plugin_args(p: argparse.ArgumentParser, dest: str = "plugin") -> None:
         metavar="MODULE",
         help="load plugin MODULE; -p no:NAME blocks the plugin registered as NAME",
     )
+
+
+def add_cell_args(p: argparse.ArgumentParser, keyword_help: str, per: str = "cell") -> None:
+    """What a command that runs a suite's cells takes (run, tune, max-batch): the suite file, ``-k``, ``--device``,
+    ``--timeout`` (seconds ``per`` cell or attempt) and ``--data-dir``."""
+    p.add_argument("suite", nargs="?", help="suite file (TOML)")
+    p.add_argument("-k", dest="keyword", metavar="EXPR", help=keyword_help)
+    p.add_argument("--device", choices=("cpu", "cuda"), help="override the suite's device")
+    p.add_argument("--timeout", type=seconds, help=f"seconds per {per} (overrides suite.timeout)")
+    p.add_argument("--data-dir", default="reports/data", help="where generated data sets live")
+
+
+def plan_cells(args: argparse.Namespace) -> Plan | None:
+    """The suite's plan for :func:`add_cell_args`' arguments; None, having said so, when ``-k`` selects no cell."""
+    from ampsuite.host import session
+    from ampsuite.terminal import echo
+
+    p = session.plan(args.suite, device=args.device, keyword=args.keyword, settings=plugin_settings(args))
+    if not p.cells:
+        echo(f"{p.spec.path}: no cells selected")
+        return None
+    return p
+
+
+def cell_settings(args: argparse.Namespace, p: Plan) -> dict[str, Any]:
+    """What a search's workers take from the command line: the plugins, the data folder, the timeout, the
+    command (for the results file)."""
+    return {"plugins": p.settings, "data_dir": Path(args.data_dir), "timeout": args.timeout, "argv": sys.argv}
 
 
 def seconds(text: str) -> float:

@@ -3,25 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
-from ampsuite.commands.common import Command, plugin_settings, seconds
+from ampsuite.commands.common import Command, add_cell_args, cell_settings, plan_cells
 from ampsuite.contract.errors import ExitCode, UsageError
 from ampsuite.contract.wire import Status
 from ampsuite.terminal import echo
 
 
 def add_arguments(mb: argparse.ArgumentParser) -> None:
-    mb.add_argument("suite", nargs="?", help="suite file (TOML)")
-    mb.add_argument("-k", dest="keyword", metavar="EXPR", help="only cells whose id matches EXPR (and, or, not)")
+    add_cell_args(mb, "only cells whose id matches EXPR (and, or, not)", per="attempt")
     mb.add_argument("--start", type=int, help="first batch size (default: the suite's smallest for that workload)")
     mb.add_argument("--limit", type=int, default=65536, help="largest batch size to try (default 65536)")
     mb.add_argument("-o", "--output", help="results file (default reports/SUITE-NAME/max-batch.json)")
-    mb.add_argument("--device", choices=("cpu", "cuda"), help="override the suite's device")
-    mb.add_argument("--timeout", type=seconds, help="seconds per attempt (overrides suite.timeout)")
-    mb.add_argument("--data-dir", default="reports/data", help="where generated data sets live")
 
 
 def _print_record(record: dict[str, Any]) -> None:
@@ -37,12 +32,10 @@ def _print_record(record: dict[str, Any]) -> None:
 
 
 def execute(args: argparse.Namespace) -> ExitCode:
-    from ampsuite.host import session
     from ampsuite.run import maxbatch
 
-    p = session.plan(args.suite, device=args.device, keyword=args.keyword, settings=plugin_settings(args))
-    if not p.cells:
-        echo(f"{p.spec.path}: no cells selected")
+    p = plan_cells(args)
+    if p is None:
         return ExitCode.NO_CELLS
     output = Path(args.output) if args.output else Path("reports") / p.spec.dir_name / "max-batch.json"
     try:
@@ -50,10 +43,7 @@ def execute(args: argparse.Namespace) -> ExitCode:
             output=output,
             start=args.start,
             limit=args.limit,
-            plugins=p.settings,
-            data_dir=Path(args.data_dir),
-            timeout=args.timeout,
-            argv=sys.argv,
+            **cell_settings(args, p),
         )
     except ValueError as exc:
         raise UsageError(f"max-batch: {exc}") from None

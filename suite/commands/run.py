@@ -3,24 +3,21 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from ampsuite.analysis.estimate import Estimate, earlier_walls
 from ampsuite.commands import again
-from ampsuite.commands.common import Command, plugin_settings, render, report_sections, seconds
+from ampsuite.commands.common import Command, add_cell_args, cell_settings, plugin_settings, render, report_sections
 from ampsuite.contract.errors import ExitCode, UsageError
 from ampsuite.contract.wire import FAILURES
 
 
 def add_arguments(run: argparse.ArgumentParser) -> None:
-    run.add_argument("suite", nargs="?", help="suite file (TOML)")
+    add_cell_args(run, "only cells whose id matches EXPR (and, or, not)")
     run.add_argument("-o", "--output", help="results file (default reports/SUITE-NAME/results.json)")
     run.add_argument("--report-dir", help="where the HTML report goes (default reports/SUITE-NAME)")
-    run.add_argument("--device", choices=("cpu", "cuda"), help="override the suite's device")
-    run.add_argument("-k", dest="keyword", metavar="EXPR", help="only cells whose id matches EXPR (and, or, not)")
     run.add_argument("--dry-run", action="store_true", help="list the cells and why any would be skipped")
     run.add_argument(
         "--as-device",
@@ -30,8 +27,6 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
     )
     run.add_argument("--resume", action="store_true", help="keep finished records of OUTPUT, run the rest")
     run.add_argument("--in-process", action="store_true", help="run cells in this process (debugging; no isolation)")
-    run.add_argument("--timeout", type=seconds, help="seconds per cell (overrides suite.timeout)")
-    run.add_argument("--data-dir", default="reports/data", help="where generated data sets live")
     run.add_argument("--no-report", action="store_true", help="do not render the HTML report")
     run.add_argument("--no-peaks", action="store_true", help="do not measure the device's peak rates first")
     run.add_argument("--refresh-peaks", action="store_true", help="measure the peaks again instead of using the cache")
@@ -124,11 +119,9 @@ def execute(args: argparse.Namespace) -> ExitCode:
         output=output,
         resume=args.resume,
         in_process=args.in_process,
-        data_dir=Path(args.data_dir),
-        timeout=args.timeout,
         measure_peaks=not args.no_peaks,
         refresh_peaks=args.refresh_peaks,
-        argv=sys.argv,
+        **cell_settings(args, p),
         executor=args.executor,
         executor_options=executor_options,
     )

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
-from ampsuite.commands.common import Command, plugin_settings, seconds
+from ampsuite.commands.common import Command, add_cell_args, cell_settings, plan_cells
 from ampsuite.contract.errors import ExitCode
 from ampsuite.terminal import echo
 
@@ -25,36 +24,27 @@ def duration(text: str) -> float:
 
 
 def add_arguments(tn: argparse.ArgumentParser) -> None:
-    tn.add_argument("suite", nargs="?", help="suite file (TOML)")
-    tn.add_argument("-k", dest="keyword", metavar="EXPR", help="only workloads of cells whose id matches EXPR")
+    add_cell_args(tn, "only workloads of cells whose id matches EXPR")
     tn.add_argument("--budget", type=duration, default=900.0, help="wall-clock budget: 90s, 15m, 1h (default 15m)")
     tn.add_argument("--resume", action="store_true", help="keep candidates already measured in the tune results")
     tn.add_argument("--report-dir", help="output directory (default reports/SUITE-NAME-tune)")
-    tn.add_argument("--device", choices=("cpu", "cuda"), help="override the suite's device")
-    tn.add_argument("--timeout", type=seconds, help="seconds per cell (overrides suite.timeout)")
-    tn.add_argument("--data-dir", default="reports/data", help="where generated data sets live")
 
 
 def execute(args: argparse.Namespace) -> ExitCode:
     from ampsuite import results
-    from ampsuite.host import session
     from ampsuite.report.tune_page import render_tune_page
     from ampsuite.run.signals import deferred
     from ampsuite.tune import TuneConfig, recipe_toml, tune, tune_markdown
 
-    p = session.plan(args.suite, device=args.device, keyword=args.keyword, settings=plugin_settings(args))
-    if not p.cells:
-        echo(f"{p.spec.path}: no cells selected")
+    p = plan_cells(args)
+    if p is None:
         return ExitCode.NO_CELLS
     out_dir = Path(args.report_dir or Path("reports") / f"{p.spec.dir_name}-tune")
     config = TuneConfig(
         output=out_dir / "results.json",
         budget_seconds=args.budget,
         resume=args.resume,
-        plugins=p.settings,
-        data_dir=Path(args.data_dir),
-        timeout=args.timeout,
-        argv=sys.argv,
+        **cell_settings(args, p),
     )
 
     def write_outputs(summary: dict[str, Any]) -> Path:

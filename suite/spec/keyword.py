@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ampsuite.contract.cell import Cell
@@ -42,17 +42,17 @@ class KeywordExpression:
         return tok
 
     def _or(self) -> Any:
-        node = self._and()
-        while self._peek() == "or":
-            self._take()
-            node = ("or", node, self._and())
-        return node
+        return self._chain("or", self._and)
 
     def _and(self) -> Any:
-        node = self._not()
-        while self._peek() == "and":
+        return self._chain("and", self._not)
+
+    def _chain(self, op: str, operand: Callable[[], Any]) -> Any:
+        """``operand (op operand)*``, grouped from the left."""
+        node = operand()
+        while self._peek() == op:
             self._take()
-            node = ("and", node, self._not())
+            node = (op, node, operand())
         return node
 
     def _not(self) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -21,6 +22,7 @@ from ampsuite.plugins.faults import (
     InjectedFault,
     KindOptions,
 )
+from ampsuite.plugins.techniques._loss import MappedLoss
 
 
 def _exhaust_memory(device: torch.device, limit_gb: float) -> None:
@@ -119,17 +121,9 @@ class _Overflow(torch.autograd.Function):
         return grad * OVERFLOW_FACTOR
 
 
-class _OverflowingLoss(nn.Module):
+def overflowing(loss_fn: nn.Module, fires: Callable[[], bool]) -> nn.Module:
     """The workload's loss, whose gradient overflows once ``fires()`` says so; the value is unchanged."""
-
-    def __init__(self, inner: nn.Module, fires: Any) -> None:
-        super().__init__()
-        self.inner = inner
-        self.fires = fires
-
-    def forward(self, out: Any, target: Any) -> torch.Tensor:
-        loss = self.inner(out, target)
-        return _Overflow.apply(loss) if self.fires() else loss
+    return MappedLoss(loss_fn, lambda loss: _Overflow.apply(loss) if fires() else loss)
 
 
 def _this_rank() -> int:
@@ -160,7 +154,7 @@ def apply(step: TrainStep, options: FaultOptions | KindOptions) -> TrainStep:
 
     if kind == "scale-collapse":
         assert step.loss_fn is not None
-        step.loss_fn = _OverflowingLoss(step.loss_fn, fires)
+        step.loss_fn = overflowing(step.loss_fn, fires)
         return step
     if kind == "graph-capture":
         inner, _ = step.phases()

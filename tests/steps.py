@@ -1,24 +1,47 @@
 """Train steps in the technique and workload tests: a step on one fixed batch, a technique applied as the worker
-applies it, and the losses of a few training steps."""
+applies it, the losses of a few training steps, and the reason expansion skips a built-in cell."""
 
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from ampsuite import Batch, Technique, TrainStep
 from ampsuite.spec.options import build_options
+from ampsuite.testing import suite_text
+
+if TYPE_CHECKING:
+    from ampsuite.host.manager import Registry
 
 
 @functools.cache
-def builtin_techniques() -> dict[str, Technique]:
-    """The built-in techniques by name, loaded as a run loads them (installed plugins left out)."""
+def _builtins() -> Registry:
+    """The built-in plugins, loaded as a run loads them (installed plugins left out)."""
     from ampsuite.host.manager import PluginSettings, load_registry
 
-    return dict(load_registry(PluginSettings(autoload=False)).techniques)
+    return load_registry(PluginSettings(autoload=False))
+
+
+def builtin_techniques() -> dict[str, Technique]:
+    """The built-in techniques by name."""
+    return dict(_builtins().techniques)
+
+
+def skip_reason(workload: str, *techniques: str, device: str = "cpu", **options: Any) -> str | None:
+    """Why matrix expansion skips the cell of the built-in ``workload`` (its table's ``options``, batch size 8 unless
+    given) and ``techniques`` on ``device``, or None: what ``ampsuite run --dry-run`` shows."""
+    from ampsuite.spec.matrix import expand
+    from ampsuite.spec.suitefile import loads
+
+    suite = {
+        "workloads": {"w": {"plugin": workload, "batch_size": 8, **options}},
+        "combinations": {"c": list(techniques)},
+    }
+    (cell,) = expand(loads(suite_text(suite, None)[0], "skip.toml"), _builtins(), device)
+    return cell.skip_reason
 
 
 def use(step: TrainStep, name: str, **options: Any) -> TrainStep:

@@ -16,7 +16,7 @@ from ampsuite.display import Display, print_summary
 FIXTURE = Path(__file__).parent / "fixtures" / "results_a.json"
 LONG_ID = "resnet[depth=152,width=48]/amp-bf16+channels-last/bs1024"
 LONG_REASON = (
-    "channels-last: needs a convolutional workload (trait 'conv'); 'bert' has none, and this sentence goes on "
+    "channels-last needs a workload with trait 'conv'; 'bert' has none, and this sentence goes on "
     "well past sixty characters so that any cut would show"
 )
 

@@ -329,7 +329,7 @@ def test_graph_capture_and_scale_collapse_skip_where_they_cannot_happen() -> Non
 
 def test_overflowing_loss_keeps_the_value_and_overflows_the_gradient() -> None:
     calls = iter([False, True])
-    loss_fn = _faults._OverflowingLoss(torch.nn.MSELoss(), lambda: next(calls))
+    loss_fn = _faults.overflowing(torch.nn.MSELoss(), lambda: next(calls))
     x = torch.ones(3, requires_grad=True)
     healthy = loss_fn(x * 2, torch.zeros(3))
     healthy.backward()

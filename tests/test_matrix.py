@@ -2,7 +2,7 @@
 
 The throw-away plugin below gives the matrix what the built-ins do not have on
 every machine: a list-typed option, a CUDA-only workload, a workload with its
-own check, and techniques that require, conflict and check.
+own check, and techniques that require, conflict, need workload traits and check.
 """
 
 from __future__ import annotations
@@ -35,6 +35,11 @@ def _never_built(options: Any, ctx: Any) -> TrainStep:
 
 def _never_applied(step: TrainStep, options: Any) -> TrainStep:
     raise AssertionError("matrix tests expand cells; they never apply a technique")
+
+
+def _note_applied(step: TrainStep, options: Any) -> TrainStep:
+    step.notes["on_data_path"] = True
+    return step
 
 
 def _odd_dims_check(options: GridOptions, device_type: str) -> str | None:
@@ -70,6 +75,25 @@ class MatrixPlugin:
             Technique(name="picky", summary="checks the batch size", apply=_never_applied, check=_picky_check),
             Technique(name="early", summary="applies first", apply=_never_applied, order=1),
             Technique(name="self-naming", summary="names itself", apply=_never_applied, check=_self_naming_check),
+            Technique(
+                name="needs-conv",
+                summary="needs a convolutional model",
+                apply=_never_applied,
+                requires_traits=frozenset({"conv", "model"}),
+            ),
+            Technique(
+                name="picky-conv",
+                summary="needs convolutions, checks the batch size",
+                apply=_never_applied,
+                check=_picky_check,
+                requires_traits=frozenset({"conv"}),
+            ),
+            Technique(
+                name="on-data-path",
+                summary="needs a host data path; runs",
+                apply=_note_applied,
+                requires_traits=frozenset({"data-path"}),
+            ),
         ]
 
 
@@ -358,6 +382,24 @@ SKIPS = [
     ("requires-cuda-on-cuda", "toy", ["needs-cuda"], "cuda", None),
     ("technique-check", "toy", ["picky"], "cpu", "picky: batch size 8 is below 16"),
     ("technique-check-names-itself", "toy", ["self-naming"], "cpu", "self-naming: needs a model"),  # prefixed once
+    ("traits-met", "resnet", ["needs-conv"], "cpu", None),
+    ("trait-missing", "toy", ["needs-conv"], "cpu", "needs-conv needs a workload with trait 'conv'; 'toy' has none"),
+    (
+        "traits-missing",
+        "gemm",
+        ["needs-conv"],
+        "cpu",
+        "needs-conv needs a workload with traits 'conv', 'model'; 'gemm' has none",
+    ),
+    # The declared traits are decided before the technique's own check is asked.
+    (
+        "trait-before-check",
+        "toy",
+        ["picky-conv"],
+        "cpu",
+        "picky-conv needs a workload with trait 'conv'; 'toy' has none",
+    ),
+    ("check-once-traits-met", "resnet", ["picky-conv"], "cpu", "picky-conv: batch size 8 is below 16"),
     ("workload-requires-cuda", "gpu-only", [], "cpu", "workload 'gpu-only' needs a cuda device; this run is on cpu"),
     ("workload-requires-cuda-on-cuda", "gpu-only", [], "cuda", None),
     (
@@ -377,6 +419,21 @@ def test_skip_reasons(reg, workload: str, techniques: list[str], device: str, re
     combo = ", ".join(f'"{t}"' for t in techniques)
     (cell,) = cells_of(reg, f"[workloads.{workload}]\nbatch_size = 8\n[combinations]\nc = [{combo}]\n", device)
     assert cell.skip_reason == reason
+
+
+def test_a_technique_needing_a_trait_runs_where_the_workload_has_it(ampsuite_plugin, ampsuite_run) -> None:
+    ampsuite_plugin(MatrixPlugin())
+    result = ampsuite_run(
+        {
+            "workloads": {"toy": {"batch_size": 4, "hidden": 8}, "gemm": {"batch_size": 1, "m": 8, "n": 8, "k": 8}},
+            "combinations": {"c": ["on-data-path"]},
+        }
+    )
+    result.assert_status("toy/c/bs4", "passed")
+    assert result.notes("toy/c/bs4")["on_data_path"] is True
+    result.assert_status(
+        "gemm/c/bs1", "skipped", reason="^on-data-path needs a workload with trait 'data-path'; 'gemm' has none$"
+    )
 
 
 def test_workload_check_skips_only_the_points_it_refuses(reg) -> None:

@@ -263,6 +263,19 @@ def test_an_option_without_a_default_is_refused_at_load(monkeypatch: pytest.Monk
     assert str(info.value) == "plugin 'no-default': technique 'accumulate': option 'steps' has no default"
 
 
+def test_a_declared_set_of_names_given_as_a_string_is_refused_at_load() -> None:
+    from ampsuite import Technique, hookimpl
+
+    class OneString:
+        @hookimpl
+        def ampsuite_techniques(self) -> list[Technique]:
+            return [Technique(name="t", summary="x", apply=lambda step, options: step, requires_traits="model")]  # type: ignore[arg-type]
+
+    with pytest.raises(PluginError) as info:
+        load_registry(BUILTINS, objects=[("one-string", OneString())])
+    assert str(info.value) == "plugin 'one-string': technique 't': requires_traits must be a set of names, got 'model'"
+
+
 def test_duplicate_from_a_p_module_blames_it_not_the_builtin(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A -p module registers after the built-ins, so it is the one told to rename or be blocked."""
     (tmp_path / "bp_toy_again.py").write_text(

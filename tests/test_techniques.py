@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 import torch
-from steps import losses, one_batch_step, use
+from steps import losses, one_batch_step, skip_reason, use
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ampsuite import Batch, BuildContext, CheckContext, SkipCell, Technique, TrainStep, Workload
+from ampsuite import Batch, BuildContext, SkipCell, Technique, TrainStep
 from ampsuite.plugins.techniques import (
     amp,
     channels_last,
@@ -41,15 +41,6 @@ CPU = torch.device("cpu")
 def toy_step(tmp_path: Any, batch_size: int = 8, **options: Any) -> TrainStep:
     opts = toy.ToyOptions(**{"features": 8, "hidden": 16, "layers": 1, "classes": 4, **options})
     return _toy.build(opts, BuildContext(CPU, batch_size, 0, str(tmp_path)))
-
-
-def check_reason(
-    name: str, traits: frozenset[str] = frozenset(), techniques: tuple[str, ...] = (), device: str = "cpu"
-) -> str | None:
-    technique = TECHNIQUES[name]
-    assert technique.check is not None
-    workload = Workload(name="w", summary="", build=lambda o, c: None, traits=traits)  # type: ignore[arg-type,return-value]
-    return technique.check(CheckContext(workload, None, device, (name, *techniques), 8))
 
 
 # -- declarations ------------------------------------------------------------
@@ -112,7 +103,7 @@ def test_the_matrix_prunes_impossible_combinations_with_their_reasons() -> None:
     assert reasons["both-amp"] == "amp-bf16 conflicts with amp-fp16"
     assert reasons["islands-alone"] is not None and "needs amp-fp16 or amp-bf16" in reasons["islands-alone"]
     assert reasons["graphs"] == "cuda-graphs needs a CUDA device; this run is on cpu"
-    assert reasons["cl"] is not None and "trait 'conv'" in reasons["cl"]
+    assert reasons["cl"] == "channels-last needs a workload with trait 'conv'; 'toy' has none"
     assert reasons["pinned"] is not None and "pinned memory" in reasons["pinned"]
 
 
@@ -317,16 +308,17 @@ def test_fp32_islands_skip_when_nothing_can_be_islanded(tmp_path: Any) -> None:
 
 
 def test_fp32_islands_need_an_amp_technique() -> None:
-    assert check_reason("fp32-islands") == (
-        "needs amp-fp16 or amp-bf16 in the same combination (without autocast everything is float32 already)"
+    assert skip_reason("toy", "fp32-islands") == (
+        "fp32-islands: needs amp-fp16 or amp-bf16 in the same combination (without autocast everything is float32 "
+        "already)"
     )
-    assert check_reason("fp32-islands", techniques=("amp-bf16",), traits=frozenset({"model"})) is None
+    assert skip_reason("toy", "amp-bf16", "fp32-islands") is None
 
 
 def test_fp32_islands_are_refused_before_running_where_there_is_no_model() -> None:
     # The GEMM workload has no model: the dry run must already say the cell is skipped.
-    reason = check_reason("fp32-islands", techniques=("amp-bf16",))
-    assert reason is not None and "trait 'model'" in reason
+    reason = skip_reason("gemm", "amp-bf16", "fp32-islands")
+    assert reason == "fp32-islands needs a workload with trait 'model'; 'gemm' has none"
     with pytest.raises(SkipCell, match="needs amp-fp16 or amp-bf16"):
         use(sensitive_step(), "fp32-islands")
 
@@ -374,8 +366,8 @@ def test_channels_last_converts_weights_and_inputs_without_changing_the_losses()
 
 
 def test_channels_last_needs_a_conv_workload() -> None:
-    assert check_reason("channels-last") == "needs a convolutional workload (trait 'conv'); 'w' has none"
-    assert check_reason("channels-last", traits=frozenset({"conv"})) is None
+    assert skip_reason("bert", "channels-last") == "channels-last needs a workload with trait 'conv'; 'bert' has none"
+    assert skip_reason("resnet", "channels-last") is None
 
 
 # -- precision flags ------------------------------------------------------------------

@@ -6,14 +6,12 @@ from typing import Any
 
 import pytest
 import torch
-from steps import use
+from steps import skip_reason, use
 
-from ampsuite import Batch, BuildContext, CheckContext, SkipCell, Technique, TrainStep, Workload
+from ampsuite import Batch, BuildContext, SkipCell, TrainStep
 from ampsuite.plugins.techniques import _loading, loading
 from ampsuite.plugins.workloads import _toy, toy
 from ampsuite.spec.options import build_options
-
-TECHNIQUES: dict[str, Technique] = {t.name: t for t in loading.ampsuite_techniques()}
 
 
 def toy_step(tmp_path: Any, device: str = "cpu", batch_size: int = 4) -> TrainStep:
@@ -33,13 +31,6 @@ def assert_same_batches(got: list[Batch], expected: list[Batch]) -> None:
             assert torch.equal(a.cpu(), b.cpu())
         assert g.target is not None and e.target is not None
         assert torch.equal(g.target.cpu(), e.target.cpu())
-
-
-def check(name: str, traits: frozenset[str], device: str) -> str | None:
-    technique = TECHNIQUES[name]
-    assert technique.check is not None
-    workload = Workload(name="gemm", summary="", build=lambda o, c: None, traits=traits)  # type: ignore[arg-type,return-value]
-    return technique.check(CheckContext(workload, None, device, (name,), 8))
 
 
 # toy's dataset is 4 batches long: 10 steps cross two epoch boundaries.
@@ -92,9 +83,10 @@ def test_the_loading_step_still_trains(tmp_path: Any) -> None:
 
 @pytest.mark.parametrize("name", ["pinned-loading", "pageable-loading"])
 def test_loading_needs_a_data_path(name: str) -> None:
-    reason = check(name, frozenset({"model"}), "cuda")
-    assert reason == "needs a workload with a host data path (trait 'data-path'); 'gemm' has none"
-    assert check(name, frozenset({"data-path"}), "cuda") is None
+    assert (
+        skip_reason("gemm", name, device="cuda") == f"{name} needs a workload with trait 'data-path'; 'gemm' has none"
+    )
+    assert skip_reason("toy", name, device="cuda") is None
 
 
 @pytest.mark.parametrize("name", ["pinned-loading", "pageable-loading"])
@@ -108,8 +100,8 @@ def test_loading_skips_a_step_without_a_dataset(tmp_path: Any, name: str) -> Non
 
 
 def test_pinned_loading_is_meaningless_on_cpu(tmp_path: Any) -> None:
-    assert check("pinned-loading", frozenset({"data-path"}), "cpu") == (
-        "pinned memory only speeds up host-to-GPU copies; this run is on cpu"
+    assert skip_reason("toy", "pinned-loading") == (
+        "pinned-loading: pinned memory only speeds up host-to-GPU copies; this run is on cpu"
     )
     with pytest.raises(SkipCell, match="pinned memory only speeds up host-to-GPU copies"):
         use(toy_step(tmp_path), "pinned-loading")

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import SMALL_BERT, toy_suite
+from steps import skip_reason
 from torch import nn
 
-from ampsuite import BuildContext, CheckContext, NoOptions, SkipCell, Workload
+from ampsuite import BuildContext, NoOptions, SkipCell
 from ampsuite.plugins.techniques import _patch_gemm as impl
 from ampsuite.plugins.techniques import patch_gemm
 from ampsuite.plugins.workloads import _toy, _vit, toy, vit
@@ -92,10 +93,7 @@ def test_a_vit_trains_the_same_with_it(tmp_path: Path) -> None:
 
 def test_declaration_and_skips(tmp_path: Path) -> None:
     assert TECHNIQUE.order == 22 and not TECHNIQUE.requires and not TECHNIQUE.conflicts
-    assert TECHNIQUE.check is not None
-    bare = Workload(name="gemm", summary="", build=lambda o, c: None, traits=frozenset())  # type: ignore[arg-type,return-value]
-    reason = TECHNIQUE.check(CheckContext(bare, None, "cpu", ("patch-gemm",), 8))
-    assert reason == "needs a workload with a model; 'gemm' has none"
+    assert skip_reason("gemm", "patch-gemm") == "patch-gemm needs a workload with trait 'model'; 'gemm' has none"
     step = _toy.build(
         toy.ToyOptions(features=8, hidden=16, layers=1, classes=4), BuildContext(CPU, 8, 0, str(tmp_path))
     )

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 
-from ampsuite import Batch, CheckContext, NoOptions, SkipCell, TrainStep
+from ampsuite import Batch, NoOptions, SkipCell, TrainStep
 
 
 class ChannelsLastData:
@@ -22,12 +22,6 @@ class ChannelsLastData:
                 t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t for t in batch.inputs
             )
         return batch
-
-
-def check(ctx: CheckContext) -> str | None:
-    if "conv" not in ctx.workload.traits:
-        return f"needs a convolutional workload (trait 'conv'); {ctx.workload.name!r} has none"
-    return None
 
 
 def apply(step: TrainStep, options: NoOptions) -> TrainStep:

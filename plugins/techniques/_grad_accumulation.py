@@ -2,26 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
-from torch import nn
 
 from ampsuite import Batch, SkipCell, TrainStep
+from ampsuite.plugins.techniques._loss import MappedLoss
 from ampsuite.plugins.techniques.grad_accumulation import AccumulationOptions
-
-
-class ScaledLoss(nn.Module):
-    """The step's loss divided by the number of micro-batches."""
-
-    def __init__(self, loss_fn: nn.Module, steps: int) -> None:
-        super().__init__()
-        self.inner = loss_fn
-        self.steps = steps
-
-    def forward(self, output: Any, target: Any) -> torch.Tensor:
-        loss: torch.Tensor = self.inner(output, target)
-        return loss / self.steps
 
 
 def micro_batches(batch: Batch, steps: int) -> list[Batch]:
@@ -39,7 +24,7 @@ def apply(step: TrainStep, options: AccumulationOptions) -> TrainStep:
     n = options.steps
     if step.batch_size % n:
         raise SkipCell(f"steps ({n}) must divide the batch size ({step.batch_size})")
-    step.loss_fn = ScaledLoss(step.loss_fn, n)
+    step.loss_fn = MappedLoss(step.loss_fn, lambda loss: loss / n)  # each micro-batch's share of the update
     forward_backward, _ = step.phases()
 
     def accumulate(batch: Batch) -> torch.Tensor:

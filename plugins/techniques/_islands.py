@@ -9,8 +9,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ampsuite import CheckContext, SkipCell, TrainStep
-from ampsuite.plugins.techniques.islands import AMP_TECHNIQUES, IslandsOptions
+from ampsuite import SkipCell, TrainStep
+from ampsuite.plugins.techniques.islands import IslandsOptions
 
 _MARK = "_ampsuite_fp32_island"
 
@@ -46,15 +46,6 @@ def island(module: nn.Module, device_type: str) -> bool:
     module.forward = forward
     setattr(module, _MARK, True)
     return True
-
-
-def check(ctx: CheckContext) -> str | None:
-    if not any(name in ctx.techniques for name in AMP_TECHNIQUES):
-        return "needs amp-fp16 or amp-bf16 in the same combination (without autocast everything is float32 already)"
-    if "model" not in ctx.workload.traits:
-        # Decided here, not in apply: a dry run must say what the real run will do.
-        return "needs a workload with a model (trait 'model'): there are no layers to keep in float32"
-    return None
 
 
 def apply(step: TrainStep, options: IslandsOptions) -> TrainStep:

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from ampsuite import Batch, CheckContext, SkipCell, TrainStep
+from ampsuite import Batch, SkipCell, TrainStep
 from ampsuite.plugins.techniques.loading import LoadingOptions, PageableOptions
 
 
@@ -103,19 +103,3 @@ def apply_pinned(step: TrainStep, options: LoadingOptions) -> TrainStep:
 
 def apply_pageable(step: TrainStep, options: PageableOptions) -> TrainStep:
     return _replace_data(step, "pageable-loading", options, pinned=False)
-
-
-def _needs_data_path(ctx: CheckContext) -> str | None:
-    if "data-path" not in ctx.workload.traits:
-        return f"needs a workload with a host data path (trait 'data-path'); {ctx.workload.name!r} has none"
-    return None
-
-
-def check_pinned(ctx: CheckContext) -> str | None:
-    if ctx.device_type != "cuda":
-        return f"pinned memory only speeds up host-to-GPU copies; this run is on {ctx.device_type}"
-    return _needs_data_path(ctx)
-
-
-def check_pageable(ctx: CheckContext) -> str | None:
-    return _needs_data_path(ctx)

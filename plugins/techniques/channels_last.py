@@ -25,6 +25,6 @@ def ampsuite_techniques() -> list[Technique]:
             summary="NHWC (channels-last) layout for the model's 4-D weights and inputs",
             apply=lazy("ampsuite.plugins.techniques._channels_last:apply"),
             order=20,
-            check=lazy("ampsuite.plugins.techniques._channels_last:check"),
+            requires_traits=frozenset({"conv"}),
         )
     ]

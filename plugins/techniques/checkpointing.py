@@ -42,9 +42,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ampsuite import CheckContext, Technique, hookimpl, lazy
+from ampsuite import Technique, hookimpl, lazy
 
-__all__ = ["NAME", "CheckpointOptions", "check"]
+__all__ = ["NAME", "CheckpointOptions"]
 
 NAME = "activation-checkpointing"
 
@@ -61,12 +61,6 @@ class CheckpointOptions:
     )
 
 
-def check(ctx: CheckContext) -> str | None:
-    if "blocks" not in ctx.workload.traits:
-        return f"workload {ctx.workload.name!r} names no repeated blocks (trait 'blocks', TrainStep.blocks)"
-    return None
-
-
 @hookimpl
 def ampsuite_techniques() -> list[Technique]:
     return [
@@ -76,6 +70,6 @@ def ampsuite_techniques() -> list[Technique]:
             apply=lazy("ampsuite.plugins.techniques._checkpointing:apply"),
             options=CheckpointOptions,
             order=75,
-            check=check,
+            requires_traits=frozenset({"blocks"}),
         )
     ]

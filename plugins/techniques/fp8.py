@@ -138,8 +138,6 @@ def check(ctx: CheckContext) -> str | None:
         return f"needs torchao, which is not installed: {INSTALL_HINT}"
     if ctx.device_type != "cuda":
         return f"needs a CUDA GPU of compute capability >= 8.9 (FP8 Tensor Cores); this run is on {ctx.device_type}"
-    if "model" not in ctx.workload.traits:
-        return f"needs a workload with a model of nn.Linear layers; {ctx.workload.name!r} has none"
     if ctx.technique_options["fp8"].fsdp_all_gather and "fsdp2" not in ctx.techniques:
         return "fsdp_all_gather needs fsdp2 in the combination (it changes how FSDP2 all-gathers the weights)"
     return None
@@ -303,5 +301,6 @@ def ampsuite_techniques() -> list[Technique]:
             requires=frozenset({"amp-bf16"}),
             conflicts=frozenset({"amp-fp16", "cuda-graphs"}),
             check=check,
+            requires_traits=frozenset({"model"}),
         )
     ]

@@ -58,8 +58,6 @@ class FsdpOptions:
 
 
 def check(ctx: CheckContext) -> str | None:
-    if "blocks" not in ctx.workload.traits:
-        return f"workload {ctx.workload.name!r} names no repeated blocks to shard (trait 'blocks')"
     compile_options = ctx.technique_options.get("torch-compile")
     if compile_options is not None and getattr(compile_options, "scope", "model") != "block":
         return 'with torch-compile, compile per block (scope = "block"): a whole-model compile traces FSDP2\'s hooks'
@@ -77,5 +75,6 @@ def ampsuite_techniques() -> list[Technique]:
             order=85,
             conflicts=frozenset({"cuda-graphs", "half-weights", "grad-accumulation"}),
             check=check,
+            requires_traits=frozenset({"blocks"}),
         )
     ]

@@ -40,8 +40,6 @@ class AccumulationOptions:
 
 
 def check(ctx: CheckContext) -> str | None:
-    if "model" not in ctx.workload.traits:
-        return f"needs a workload with a model (trait 'model'); {ctx.workload.name!r} has its own phases"
     steps = getattr(ctx.technique_options.get("grad-accumulation"), "steps", AccumulationOptions().steps)
     if ctx.batch_size % steps:
         return f"steps ({steps}) must divide the batch size ({ctx.batch_size})"
@@ -58,5 +56,6 @@ def ampsuite_techniques() -> list[Technique]:
             options=AccumulationOptions,
             order=45,
             check=check,
+            requires_traits=frozenset({"model"}),
         )
     ]

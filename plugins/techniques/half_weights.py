@@ -75,8 +75,6 @@ class HalfWeightsOptions:
 
 
 def check(ctx: CheckContext) -> str | None:
-    if "model" not in ctx.workload.traits:
-        return f"needs a workload with a model (trait 'model'); {ctx.workload.name!r} has its own phases"
     clash = [name for name in AUTOCAST if name in ctx.techniques]
     if clash:
         return (
@@ -96,5 +94,6 @@ def ampsuite_techniques() -> list[Technique]:
             options=HalfWeightsOptions,
             order=30,
             check=check,
+            requires_traits=frozenset({"model"}),
         )
     ]

@@ -52,8 +52,6 @@ def is_inference(step: TrainStep) -> bool:
 
 
 def check(ctx: CheckContext) -> str | None:
-    if "model" not in ctx.workload.traits:
-        return f"needs a workload with a model (trait 'model'); {ctx.workload.name!r} has its own phases"
     for name, why in TRAINING_ONLY.items():
         if name in ctx.techniques:
             return f"{name} is a training technique: in inference {why}"
@@ -70,5 +68,6 @@ def ampsuite_techniques() -> list[Technique]:
             options=InferenceOptions,
             order=60,
             check=check,
+            requires_traits=frozenset({"model"}),
         )
     ]

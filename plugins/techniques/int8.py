@@ -37,8 +37,6 @@ class Int8Options:
 
 
 def check(ctx: CheckContext) -> str | None:
-    if "model" not in ctx.workload.traits:
-        return f"needs a workload with a model (trait 'model'); {ctx.workload.name!r} has its own phases"
     if importlib.util.find_spec("torchao") is None:
         return INSTALL_HINT
     return None
@@ -55,5 +53,6 @@ def ampsuite_techniques() -> list[Technique]:
             order=55,
             requires=frozenset({"inference"}),
             check=check,
+            requires_traits=frozenset({"model"}),
         )
     ]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ampsuite import Technique, hookimpl, lazy
+from ampsuite import CheckContext, Technique, hookimpl, lazy
 
 LAYER_NAMES = ("layernorm", "softmax", "batchnorm", "loss")
 """Layer kinds (the module types of each are ``_islands.ISLAND_TYPES``); ``"loss"`` means the step's ``loss_fn``."""
@@ -39,6 +39,12 @@ class IslandsOptions:
     )
 
 
+def check(ctx: CheckContext) -> str | None:
+    if not any(name in ctx.techniques for name in AMP_TECHNIQUES):
+        return "needs amp-fp16 or amp-bf16 in the same combination (without autocast everything is float32 already)"
+    return None
+
+
 @hookimpl
 def ampsuite_techniques() -> list[Technique]:
     return [
@@ -48,6 +54,7 @@ def ampsuite_techniques() -> list[Technique]:
             apply=lazy("ampsuite.plugins.techniques._islands:apply"),
             options=IslandsOptions,
             order=40,
-            check=lazy("ampsuite.plugins.techniques._islands:check"),
+            check=check,
+            requires_traits=frozenset({"model"}),
         )
     ]

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ampsuite import Technique, hookimpl
+from ampsuite import CheckContext, Technique, hookimpl
 from ampsuite.plugins.techniques.variants import Variant, variants
 
 
@@ -65,6 +65,12 @@ class PageableOptions(LoadingOptions):
     num_workers: int = _workers(0)
 
 
+def _pinned_check(ctx: CheckContext) -> str | None:
+    if ctx.device_type != "cuda":
+        return f"pinned memory only speeds up host-to-GPU copies; this run is on {ctx.device_type}"
+    return None
+
+
 @hookimpl
 def ampsuite_techniques() -> list[Technique]:
     return variants(
@@ -74,6 +80,7 @@ def ampsuite_techniques() -> list[Technique]:
             "pinned",
             "feed the step from a DataLoader: workers, prefetching, pinned memory, non_blocking copies",
             LoadingOptions,
+            check=_pinned_check,
         ),
         Variant(
             "pageable-loading",
@@ -82,5 +89,5 @@ def ampsuite_techniques() -> list[Technique]:
             PageableOptions,
         ),
         order=10,
-        checked=True,
+        requires_traits=frozenset({"data-path"}),
     )

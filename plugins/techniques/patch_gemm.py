@@ -24,17 +24,9 @@ channels-last (20), which it accepts, before AMP (30) and torch-compile (80).
 
 from __future__ import annotations
 
-from ampsuite import CheckContext, Technique, hookimpl, lazy
+from ampsuite import Technique, hookimpl, lazy
 
 AMPSUITE_PLUGIN_API = 1
-
-__all__ = ["check"]
-
-
-def check(ctx: CheckContext) -> str | None:
-    if "model" not in ctx.workload.traits:
-        return f"needs a workload with a model; {ctx.workload.name!r} has none"
-    return None
 
 
 @hookimpl
@@ -45,6 +37,6 @@ def ampsuite_techniques() -> list[Technique]:
             summary="a convolution whose kernel equals its stride (ViT patch embedding) as one GEMM over its patches",
             apply=lazy("ampsuite.plugins.techniques._patch_gemm:apply"),
             order=22,
-            check=check,
+            requires_traits=frozenset({"model"}),
         )
     ]

@@ -57,8 +57,6 @@ def _installed(dist: str) -> str | None:
 
 
 def check(ctx: CheckContext) -> str | None:
-    if "model" not in ctx.workload.traits:
-        return f"needs a workload with a model (trait 'model'); {ctx.workload.name!r} has its own phases"
     if "torch-compile" in ctx.techniques:
         return "tensorrt compiles the model itself (torch.compile backend torch_tensorrt); drop torch-compile"
     if "cuda-graphs" in ctx.techniques:
@@ -80,5 +78,6 @@ def ampsuite_techniques() -> list[Technique]:
             order=70,
             requires=frozenset({"cuda", "inference"}),
             check=check,
+            requires_traits=frozenset({"model"}),
         )
     ]

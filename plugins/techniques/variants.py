@@ -1,15 +1,16 @@
 """Techniques that are variants of one another, so a combination holds one of them (torch-free; registers nothing).
 
 ``amp-fp16`` and ``amp-bf16``, ``pinned-loading`` and ``pageable-loading``: each variant's
-implementation is ``IMPL:apply_KIND`` (and ``IMPL:check_KIND`` where the variants are checked),
-all sit at one order, and each conflicts with the others.
+implementation is ``IMPL:apply_KIND``, all sit at one order and need the same workload traits,
+and each conflicts with the others.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from ampsuite import NoOptions, Technique, lazy
+from ampsuite import CheckContext, NoOptions, Technique, lazy
 
 __all__ = ["Variant", "variants"]
 
@@ -21,9 +22,10 @@ class Variant:
     """The suffix of its implementation's functions (``fp16``: ``apply_fp16``)."""
     summary: str
     options: type = NoOptions
+    check: Callable[[CheckContext], str | None] | None = None
 
 
-def variants(impl: str, *each: Variant, order: int, checked: bool = False) -> list[Technique]:
+def variants(impl: str, *each: Variant, order: int, requires_traits: frozenset[str] = frozenset()) -> list[Technique]:
     """One record per variant, in the given order; ``impl`` is the torch-dependent module of them all."""
     names = frozenset(v.name for v in each)
     return [
@@ -34,7 +36,8 @@ def variants(impl: str, *each: Variant, order: int, checked: bool = False) -> li
             options=v.options,
             order=order,
             conflicts=names - {v.name},
-            check=lazy(f"{impl}:check_{v.kind}") if checked else None,
+            check=v.check,
+            requires_traits=requires_traits,
         )
         for v in each
     ]

@@ -42,8 +42,8 @@ class ResNetOptions:
     width: int = field(
         default=64, metadata={"help": "base width (channels of the stem); 64 is torchvision's ResNet", "ge": 1}
     )
-    image_size: int = field(default=224, metadata={"help": "input height and width in pixels", "ge": 1})
-    classes: int = field(default=1000, metadata={"help": "output classes", "ge": 1})
+    image_size: int = fields.image_size(224)
+    classes: int = fields.classes(1000)
     optimizer: OptimizerName = fields.optimizer("sgd")
     lr: float = fields.learning_rate(0.01)
     weight_decay: float = fields.weight_decay(1e-4)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ampsuite import Workload, hookimpl, lazy
+from ampsuite.plugins.workloads import fields
 
 
 @dataclass(frozen=True)
@@ -12,7 +13,7 @@ class ToyOptions:
     features: int = field(default=32, metadata={"help": "input features", "ge": 1})
     hidden: int = field(default=64, metadata={"help": "hidden width", "ge": 1})
     layers: int = field(default=2, metadata={"help": "hidden layers", "ge": 1})
-    classes: int = field(default=10, metadata={"help": "output classes", "ge": 1})
+    classes: int = fields.classes(10)
     lr: float = field(default=0.01, metadata={"help": "SGD learning rate"})
 
 

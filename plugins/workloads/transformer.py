@@ -34,9 +34,9 @@ from ampsuite.plugins.workloads.optimizers import OptimizerName, check_optimizer
 
 @dataclass(frozen=True)
 class BertOptions:
-    layers: int = field(default=12, metadata={"help": "encoder layers", "ge": 1})
-    hidden: int = field(default=768, metadata={"help": "hidden size", "ge": 1})
-    heads: int = field(default=12, metadata={"help": "attention heads (must divide hidden)", "ge": 1})
+    layers: int = fields.encoder_layers(12)
+    hidden: int = fields.hidden(768)
+    heads: int = fields.heads(12)
     intermediate: int = field(default=3072, metadata={"help": "feed-forward inner size", "ge": 1})
     seq_len: int = field(default=128, metadata={"help": "tokens per sequence", "ge": 1})
     vocab: int = field(

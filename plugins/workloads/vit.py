@@ -17,13 +17,13 @@ from ampsuite.plugins.workloads.optimizers import OptimizerName, check_optimizer
 
 @dataclass(frozen=True)
 class ViTOptions:
-    image_size: int = field(default=224, metadata={"help": "input height and width in pixels", "ge": 1})
+    image_size: int = fields.image_size(224)
     patch_size: int = field(default=16, metadata={"help": "patch size (must divide image_size)", "ge": 1})
-    layers: int = field(default=12, metadata={"help": "encoder layers", "ge": 1})
-    heads: int = field(default=12, metadata={"help": "attention heads (must divide hidden)", "ge": 1})
-    hidden: int = field(default=768, metadata={"help": "hidden size", "ge": 1})
+    layers: int = fields.encoder_layers(12)
+    heads: int = fields.heads(12)
+    hidden: int = fields.hidden(768)
     mlp: int = field(default=3072, metadata={"help": "MLP inner size", "ge": 1})
-    classes: int = field(default=1000, metadata={"help": "output classes", "ge": 1})
+    classes: int = fields.classes(1000)
     dropout: float = fields.dropout("torchvision's default, 0")
     optimizer: OptimizerName = fields.optimizer("adamw")
     lr: float = fields.learning_rate(1e-4)

@@ -129,6 +129,10 @@ class Technique:
         conflicts: names of techniques that cannot share a combination.
         check: ``check(ctx) -> skip reason or None``, evaluated when the matrix
             is expanded, so a skip costs no worker.
+        requires_traits: workload traits the technique needs (``"model"``,
+            ``"blocks"``, ...): a cell whose workload lacks one is skipped when
+            the matrix is expanded, with one reason naming the technique, the
+            workload and the missing traits, before ``check`` is asked.
     """
 
     name: str
@@ -139,6 +143,7 @@ class Technique:
     requires: frozenset[str] = frozenset()
     conflicts: frozenset[str] = frozenset()
     check: Callable[[CheckContext], str | None] | None = None
+    requires_traits: frozenset[str] = frozenset()
 
 
 @dataclass

@@ -376,6 +376,10 @@ def _check_record(plugin: str, kind: str, record: _R) -> _R:
     bound: dict[str, Any] = {}
     for f in dataclasses.fields(record):
         value = getattr(record, f.name)
+        if isinstance(f.default, frozenset) and not (
+            isinstance(value, set | frozenset) and all(isinstance(v, str) for v in value)
+        ):  # a bare string would pass for the set of its letters
+            raise PluginError(plugin, f"{kind} {record.name!r}: {f.name} must be a set of names, got {value!r}")
         if isinstance(value, Lazy):
             if not value.exists():
                 raise PluginError(plugin, f"{kind} {record.name!r}: {f.name} = {value!r}: no module {value.module!r}")

@@ -219,6 +219,10 @@ def _skip_reason(
                     return f"{t.name} needs a CUDA device; this run is on {device}"
             elif req not in names:
                 return f"{t.name} requires {req} in the same combination"
+        missing = sorted(t.requires_traits - record.traits)
+        if missing:
+            traits = ("trait " if len(missing) == 1 else "traits ") + ", ".join(repr(m) for m in missing)
+            return f"{t.name} needs a workload with {traits}; {record.name!r} has none"
     ctx = CheckContext(
         record,
         options,

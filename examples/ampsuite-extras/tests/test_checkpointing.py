@@ -135,7 +135,11 @@ def test_a_workload_without_a_model_is_skipped_before_any_worker(ampsuite_plugin
         {"workloads": {"kernel": {"plugin": "no-model", "batch_size": 1}}, "combinations": {"ckpt": [CKPT]}},
         plugins=PLUGINS,
     )
-    result.assert_status("kernel/ckpt/bs1", "skipped", reason="without a model")
+    result.assert_status(
+        "kernel/ckpt/bs1",
+        "skipped",
+        reason="extras-checkpointing needs a workload with trait 'model'; 'no-model' has none",
+    )
     assert "phase" not in result.evidence("kernel/ckpt/bs1")  # decided at expansion, not in a worker
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import torch
-from ampsuite import CheckContext, SkipCell, Workload
+from ampsuite import SkipCell
 from torch import nn
 
 from ampsuite_resnet_kernels import _cudnn_batch_norm as impl
@@ -142,15 +142,7 @@ def test_torch_compile_sees_the_operator_not_batch_norms_decomposition() -> None
 def test_declaration() -> None:
     assert TECHNIQUE.requires == frozenset({"cuda"})
     assert "fp32-islands" in TECHNIQUE.conflicts  # declared here: the built-in fp32-islands knows nothing of it
-
-
-def test_check_needs_a_model() -> None:
-    assert TECHNIQUE.check is not None
-    bare = Workload(name="gemm", summary="", build=lambda o, c: None, traits=frozenset())  # type: ignore[arg-type,return-value]
-    with_model = Workload(name="r", summary="", build=lambda o, c: None, traits=frozenset({"model"}))  # type: ignore[arg-type,return-value]
-    reason = TECHNIQUE.check(CheckContext(bare, None, "cuda", ("cudnn-batch-norm",), 8))
-    assert reason is not None and "'gemm'" in reason
-    assert TECHNIQUE.check(CheckContext(with_model, None, "cuda", ("cudnn-batch-norm",), 8)) is None
+    assert TECHNIQUE.requires_traits == frozenset({"model"})
 
 
 def test_the_matrix_skips_it_on_cpu_and_beside_fp32_islands_with_the_reason(ampsuite_run) -> None:

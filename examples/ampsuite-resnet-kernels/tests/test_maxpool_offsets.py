@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from ampsuite import CheckContext, SkipCell, Workload
+from ampsuite import SkipCell
 from torch import nn
 
 from ampsuite_resnet_kernels import _maxpool_offsets as impl
@@ -145,10 +145,7 @@ def test_a_resnet_trains_the_same_with_it() -> None:
 
 def test_declaration_and_skips() -> None:
     assert TECHNIQUE.order == 22 and TECHNIQUE.requires == frozenset({"torch-compile"}) and not TECHNIQUE.conflicts
-    assert TECHNIQUE.check is not None
-    bare = Workload(name="gemm", summary="", build=lambda o, c: None, traits=frozenset())  # type: ignore[arg-type,return-value]
-    reason = TECHNIQUE.check(CheckContext(bare, None, "cpu", ("maxpool-offsets", "torch-compile"), 8))
-    assert reason == "needs a workload with a model; 'gemm' has none"
+    assert TECHNIQUE.requires_traits == frozenset({"model"})
     with pytest.raises(SkipCell, match="the model has no max pool it can replace"):
         TECHNIQUE.apply(toy_step(), maxpool_offsets.MaxPoolOffsetsOptions(backward="inline"))
     assert TECHNIQUE.options is maxpool_offsets.MaxPoolOffsetsOptions

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from ampsuite import CheckContext, NoOptions, SkipCell, TrainStep, Workload
+from ampsuite import NoOptions, SkipCell, TrainStep
 from ampsuite.testing import SuiteFileError
 from torch import nn
 
@@ -57,10 +57,7 @@ def test_with_channels_last_the_pool_is_padded_once_into_that_layout() -> None:
 
 def test_what_it_refuses() -> None:
     assert TECHNIQUE.order == 15 and TECHNIQUE.options is stem_pad.StemPadOptions
-    assert TECHNIQUE.check is not None
-    plain = Workload(name="mlp", summary="", build=lambda o, c: None, traits=frozenset({"model"}))  # type: ignore[arg-type,return-value]
-    reason = TECHNIQUE.check(CheckContext(plain, None, "cpu", ("stem-pad",), 8))
-    assert reason == "needs a convolutional workload with a model (traits 'conv', 'model'); 'mlp' lacks one"
+    assert TECHNIQUE.requires_traits == frozenset({"conv", "model"})
     with pytest.raises(SkipCell, match=r"the model has no nn\.Conv2d to pad"):
         TECHNIQUE.apply(toy_step(), stem_pad.StemPadOptions())
     with pytest.raises(SkipCell, match=r"the first convolution \(conv1\) already has 3 input channels \(>= 3\)"):

@@ -19,7 +19,8 @@ Which modules are "blocks": the ``nn.ModuleList`` or ``nn.Sequential`` found at
 ``lstm-lm``; ``encoder.layer`` for Hugging Face BERT). A model without one
 makes the cell *skipped* with the reason, from inside the worker
 (:class:`ampsuite.SkipCell`); a workload that has no model at all (it builds
-its own step) is skipped earlier, when the matrix is expanded, by ``check``.
+its own step) is skipped earlier, when the matrix is expanded: the technique
+declares the trait it needs in ``requires_traits``.
 
 How: each chosen block is replaced in its container by a :class:`Checkpointed`
 wrapper that calls :func:`torch.utils.checkpoint.checkpoint` with
@@ -38,7 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ampsuite import CheckContext, ReportSection, Technique, hookimpl, lazy
+from ampsuite import ReportSection, Technique, hookimpl, lazy
 
 AMPSUITE_PLUGIN_API = 1
 """The ampsuite plugin API this module was written for (checked when it is loaded)."""
@@ -75,13 +76,6 @@ class CheckpointOptions:
     preserve_rng_state: bool = field(
         default=True, metadata={"help": "replay dropout exactly in the recomputation (saves the RNG state per block)"}
     )
-
-
-def check(ctx: CheckContext) -> str | None:
-    """Skip, without starting a worker, workloads that say they have no model."""
-    if "model" not in ctx.workload.traits:
-        return f"workload {ctx.workload.name!r} builds its own step without a model; there are no blocks to checkpoint"
-    return None
 
 
 def _techniques(record: Mapping[str, Any]) -> frozenset[str]:
@@ -165,7 +159,7 @@ def ampsuite_techniques() -> list[Technique]:
             options=CheckpointOptions,
             order=ORDER,
             conflicts=frozenset({"activation-checkpointing"}),
-            check=check,
+            requires_traits=frozenset({"model"}),
         )
     ]
 

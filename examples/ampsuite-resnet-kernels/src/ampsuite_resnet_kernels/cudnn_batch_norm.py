@@ -76,7 +76,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 
-from ampsuite import CheckContext, Technique, TrainStep, hookimpl
+from ampsuite import Technique, TrainStep, hookimpl
 
 AMPSUITE_PLUGIN_API = 1
 
@@ -90,12 +90,6 @@ class CudnnBatchNormOptions:
             "(cudnnBatchNormalizationForwardTrainingEx; channels-last input; the model is traced with torch.fx)"
         },
     )
-
-
-def check(ctx: CheckContext) -> str | None:
-    if "model" not in ctx.workload.traits:
-        return f"needs a workload with a model (trait 'model'); {ctx.workload.name!r} has none"
-    return None
 
 
 def apply(step: TrainStep, options: CudnnBatchNormOptions) -> TrainStep:
@@ -117,6 +111,6 @@ def ampsuite_techniques() -> list[Technique]:
             requires=frozenset({"cuda"}),
             # Both replace a batch-norm module's forward: islands runs it in float32 with autocast off.
             conflicts=frozenset({"fp32-islands"}),
-            check=check,
+            requires_traits=frozenset({"model"}),
         )
     ]

@@ -60,11 +60,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ampsuite import CheckContext, Technique, hookimpl, lazy
+from ampsuite import Technique, hookimpl, lazy
 
 AMPSUITE_PLUGIN_API = 1
 
-__all__ = ["Backward", "MaxPoolOffsetsOptions", "check"]
+__all__ = ["Backward", "MaxPoolOffsetsOptions"]
 
 Backward = Literal["kernel", "inline"]
 """How the backward gathers: one Triton kernel, or tensor ops."""
@@ -81,12 +81,6 @@ class MaxPoolOffsetsOptions:
     )
 
 
-def check(ctx: CheckContext) -> str | None:
-    if "model" not in ctx.workload.traits:
-        return f"needs a workload with a model; {ctx.workload.name!r} has none"
-    return None
-
-
 @hookimpl
 def ampsuite_techniques() -> list[Technique]:
     return [
@@ -97,6 +91,6 @@ def ampsuite_techniques() -> list[Technique]:
             options=MaxPoolOffsetsOptions,
             order=22,
             requires=frozenset({"torch-compile"}),
-            check=check,
+            requires_traits=frozenset({"model"}),
         )
     ]

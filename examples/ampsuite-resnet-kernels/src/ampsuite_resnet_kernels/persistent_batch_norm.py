@@ -40,11 +40,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ampsuite import CheckContext, Technique, hookimpl, lazy
+from ampsuite import Technique, hookimpl, lazy
 
 AMPSUITE_PLUGIN_API = 1
 
-__all__ = ["PersistentBatchNormOptions", "check"]
+__all__ = ["PersistentBatchNormOptions"]
 
 
 @dataclass(frozen=True)
@@ -69,12 +69,6 @@ class PersistentBatchNormOptions:
     )
 
 
-def check(ctx: CheckContext) -> str | None:
-    if "model" not in ctx.workload.traits:
-        return f"needs a workload with a model (trait 'model'); {ctx.workload.name!r} has none"
-    return None
-
-
 @hookimpl
 def ampsuite_techniques() -> list[Technique]:
     return [
@@ -86,6 +80,6 @@ def ampsuite_techniques() -> list[Technique]:
             order=42,
             requires=frozenset({"cuda", "channels-last"}),
             conflicts=frozenset({"cudnn-batch-norm", "fp32-islands"}),
-            check=check,
+            requires_traits=frozenset({"model"}),
         )
     ]

@@ -44,11 +44,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ampsuite import CheckContext, Technique, hookimpl, lazy
+from ampsuite import Technique, hookimpl, lazy
 
 AMPSUITE_PLUGIN_API = 1
 
-__all__ = ["StemPadOptions", "check"]
+__all__ = ["StemPadOptions"]
 
 
 @dataclass(frozen=True)
@@ -63,12 +63,6 @@ class StemPadOptions:
     )
 
 
-def check(ctx: CheckContext) -> str | None:
-    if "conv" not in ctx.workload.traits or "model" not in ctx.workload.traits:
-        return f"needs a convolutional workload with a model (traits 'conv', 'model'); {ctx.workload.name!r} lacks one"
-    return None
-
-
 @hookimpl
 def ampsuite_techniques() -> list[Technique]:
     return [
@@ -78,6 +72,6 @@ def ampsuite_techniques() -> list[Technique]:
             apply=lazy("ampsuite_resnet_kernels._stem_pad:apply"),
             options=StemPadOptions,
             order=15,
-            check=check,
+            requires_traits=frozenset({"conv", "model"}),
         )
     ]

@@ -66,6 +66,7 @@ def test_list_shows_the_toy_workload_with_options_and_defaults(capsys, monkeypat
         assert line in out.splitlines()
     assert "technique noop (plugin noop) [order 50]" in out
     assert "technique cuda-graphs (plugin cuda_graphs) [order 90; requires cuda]" in out
+    assert "technique channels-last (plugin channels_last) [order 20; workload traits conv]" in out
     kind = next(line for line in out.splitlines() if line.startswith("    kind ("))
     assert kind.startswith("    kind ('raise' | 'abort' | 'segfault' | ")
     assert ", default 'raise'): " in kind

@@ -364,3 +364,25 @@ def test_a_loading_technique_feeds_the_real_data_in_the_workloads_own_order(
         assert torch.equal(a.inputs[0], b.inputs[0]) and torch.equal(a.target, b.target)
     (first,) = own.eval_data(1)
     assert torch.equal(first.target, own.eval_data(1)[0].target)  # the same held-out batches at every call
+
+
+def test_the_held_out_loss_of_an_accumulating_cell_is_the_workloads_loss(registry: Any, tmp_path: Path) -> None:
+    """grad-accumulation divides each micro-batch's loss for the update; the evaluation must not see that share."""
+    import torch
+
+    from ampsuite.run.cell import build_step
+    from ampsuite.run.quality import evaluate
+
+    cell = {"workload": "llm", "options": {"preset": "tiny", "data": "stdlib", "seq_len": 32}, "batch_size": 8}
+    cpu = torch.device("cpu")
+    plain = build_step(registry, {**cell, "techniques": []}, cpu, 0, str(tmp_path))
+    accumulating = build_step(
+        registry,
+        {**cell, "techniques": [{"name": "grad-accumulation", "options": {"steps": 4}}]},
+        cpu,
+        0,
+        str(tmp_path),
+    )
+    assert accumulating.notes["grad_accumulation"]["steps"] == 4
+    assert evaluate(accumulating, 2)[0] == pytest.approx(evaluate(plain, 2)[0], rel=1e-6)
+    assert accumulating.loss_fn is not None and accumulating.loss_fn.training  # training mode is given back

@@ -16,7 +16,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _facts(rec: Any) -> str:
-    """What a record adds to its line: a workload's unit; a technique's order, requirements and conflicts."""
+    """What a record adds to its line: a workload's unit; a technique's order, requirements, conflicts and the
+    workload traits it needs."""
     if isinstance(rec, Workload):
         return f" [unit: {rec.unit}]"
     if not isinstance(rec, Technique):
@@ -26,6 +27,8 @@ def _facts(rec: Any) -> str:
         bits.append("requires " + ", ".join(sorted(rec.requires)))
     if rec.conflicts:
         bits.append("conflicts with " + ", ".join(sorted(rec.conflicts)))
+    if rec.requires_traits:
+        bits.append("workload traits " + ", ".join(sorted(rec.requires_traits)))
     return f" [{'; '.join(bits)}]"
 
 

@@ -34,9 +34,10 @@ def budget_steps(plan: dict[str, Any], samples_per_step: float) -> int:
 def evaluate(step: TrainStep, batches: int) -> tuple[float, float | None]:
     """The mean loss over ``batches`` held-out batches, and the accuracy when the step classifies."""
     assert step.eval_data is not None and step.loss_fn is not None and step.model is not None
-    model = step.model
-    training = model.training
+    model, loss_fn = step.model, step.loss_fn
+    training = model.training, loss_fn.training
     model.eval()
+    loss_fn.eval()  # a loss a technique changed for the update (grad-accumulation's share) is the workload's here
     total = torch.zeros((), device=step.device)
     correct = torch.zeros((), device=step.device, dtype=torch.int64)
     counted = seen = 0
@@ -45,14 +46,15 @@ def evaluate(step: TrainStep, batches: int) -> tuple[float, float | None]:
             for batch in step.eval_data(batches):
                 out = step.predict(batch)
                 with step.autocast():
-                    loss = step.loss_fn(out, batch.target)
+                    loss = loss_fn(out, batch.target)
                 total += loss.float()
                 seen += 1
                 if step.classifies and batch.target is not None:
                     correct += (out.argmax(dim=-1).reshape(-1) == batch.target.reshape(-1)).sum()
                     counted += batch.target.numel()
     finally:
-        model.train(training)
+        model.train(training[0])
+        loss_fn.train(training[1])
     loss_value = float(total) / max(seen, 1)
     return loss_value, (int(correct) / counted if counted else None)
 

@@ -65,7 +65,10 @@ def _fake_find_spec(present: bool) -> Any:
 def test_list_shows_the_fp8_technique_and_the_float8_gemm_dtypes(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["list"]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "technique fp8 (plugin fp8) [order 35; requires amp-bf16; conflicts with amp-fp16, cuda-graphs]" in out
+    assert (
+        "technique fp8 (plugin fp8) [order 35; requires amp-bf16; conflicts with amp-fp16, cuda-graphs; "
+        "workload traits model]" in out
+    )
     assert "recipe ('tensorwise' | 'rowwise' | 'rowwise_with_gw_hp', default 'tensorwise')" in out
     assert "'float8_e4m3fn' | 'float8_e5m2'" in out
 

@@ -28,7 +28,9 @@ from ampsuite.plugins.techniques._loss import MappedLoss
 def _exhaust_memory(device: torch.device, limit_gb: float) -> None:
     hoard = []
     for _ in range(int(limit_gb * 2**30 // OOM_CHUNK_BYTES) + 1):
-        hoard.append(torch.ones(OOM_CHUNK_BYTES // 4, dtype=torch.float32, device=device))
+        # Untouched: a CPU cell's cap is on address space (and a GPU's allocation is real either way), so writing
+        # gigabytes of pages would only cost seconds of a loaded machine's time before the same failure.
+        hoard.append(torch.empty(OOM_CHUNK_BYTES // 4, dtype=torch.float32, device=device))
     raise InjectedFault(f"allocated {limit_gb} GiB without running out of memory")
 
 

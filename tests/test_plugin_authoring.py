@@ -401,7 +401,7 @@ def test_list_shows_the_example_plugins_with_their_version(venv):
     out = venv.run("-m", "ampsuite", "list").stdout
     assert "workload lstm-lm (plugin extras-lstm) [unit: tokens]" in out
     listed = "technique extras-checkpointing (plugin extras-checkpointing) [order 25; conflicts with activation-"
-    assert listed + "checkpointing]" in out
+    assert listed + "checkpointing; workload traits model]" in out
     assert "every (int >= 1, default 1)" in out  # options with their rules and help
     for line in ("extras-lstm", "extras-checkpointing"):
         (row,) = [r for r in out.splitlines() if f" {line} " in r and "ampsuite_extras" in r]

@@ -14,11 +14,23 @@ import types
 import typing
 from collections.abc import Mapping
 from enum import Enum
-from typing import Any, TypeVar, Union
+from typing import Any, Self, TypeVar, Union
 
-__all__ = ["from_json", "to_json"]
+__all__ = ["JsonRecord", "from_json", "to_json"]
 
 R = TypeVar("R")
+
+
+class JsonRecord:
+    """A frozen dataclass's ``to_json``/``from_json`` by its fields; a record that reads files of earlier versions
+    overrides ``from_json`` to convert them first."""
+
+    def to_json(self) -> dict[str, Any]:
+        return to_json(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Self:
+        return from_json(cls, data)
 
 
 def to_json(record: Any) -> dict[str, Any]:

@@ -40,7 +40,7 @@ class RowKind(StrEnum):
 
 
 @dataclass(frozen=True)
-class Winner:
+class Winner(codec.JsonRecord):
     """A workload configuration's recipe: the fastest trustworthy candidate, refined."""
 
     combination: str
@@ -71,19 +71,12 @@ class Winner:
         """What the recipe sets: every option value it ran with (summaries of early versions kept only tune's)."""
         return self.options or self.overrides
 
-    def to_json(self) -> dict[str, Any]:
-        return codec.to_json(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Winner:
-        return codec.from_json(cls, data)
-
 
 _KIND_LABELS = {RowKind.FP32: "FP32", RowKind.TF32: "TF32", RowKind.WINNER: "winner"}
 
 
 @dataclass(frozen=True)
-class AblationRow:
+class AblationRow(codec.JsonRecord):
     """One row of the ablation: FP32, TF32, the winner, or the winner without one of its steps, in full."""
 
     kind: RowKind = field(metadata={OPTIONAL: True})
@@ -126,9 +119,6 @@ class AblationRow:
         techniques = " + ".join(self.techniques) or "none"
         return f"{techniques} ({', '.join(self.options)})" if self.options else techniques
 
-    def to_json(self) -> dict[str, Any]:
-        return codec.to_json(self)
-
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> AblationRow:
         """A row of this version, or of an earlier one, which wrote no ``kind`` (it is read from the label) and,
@@ -138,7 +128,7 @@ class AblationRow:
 
 
 @dataclass(frozen=True)
-class WorkloadTune:
+class WorkloadTune(codec.JsonRecord):
     """One workload configuration's search: its steps, its winner (None: ``reason`` says why) and the ablation."""
 
     key: str
@@ -148,16 +138,9 @@ class WorkloadTune:
     ablation: tuple[AblationRow, ...] = ()
     reason: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return codec.to_json(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> WorkloadTune:
-        return codec.from_json(cls, data)
-
 
 @dataclass(frozen=True)
-class TuneSummary:
+class TuneSummary(codec.JsonRecord):
     """A tune run: the budget spent, each workload configuration's search, the near misses' verdicts."""
 
     device: str | None = None
@@ -178,9 +161,6 @@ class TuneSummary:
     budget_spent: bool = False
     confirmations: tuple[Verdict, ...] = field(default=(), metadata={WIRE: list[Any]})
     """A damaged verdict decides nothing (the pair is tested again), so a file holding one is not refused."""
-
-    def to_json(self) -> dict[str, Any]:
-        return codec.to_json(self)
 
     @classmethod
     def from_json(cls, data: Any, where: str = "run.tune") -> TuneSummary:

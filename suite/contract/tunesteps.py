@@ -148,7 +148,7 @@ def unconfirmed(why: str | None) -> str:
 
 
 @dataclass(frozen=True)
-class Step:
+class Step(codec.JsonRecord):
     """One measurement of the search, and what the search made of it."""
 
     phase: Phase
@@ -175,9 +175,6 @@ class Step:
 
     def decided(self, decision: Decision, detail: str = "") -> Step:
         return dataclasses.replace(self, decision=decision, detail=detail)
-
-    def to_json(self) -> dict[str, Any]:
-        return codec.to_json(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Step:

@@ -215,20 +215,22 @@ _HINTS: dict[Any, dict[str, Any]] = {}
 
 @typing.no_type_check
 def _required(tp: Any) -> frozenset[str]:
-    if dataclasses.is_dataclass(tp):
-        # A record's JSON must hold the fields without a default, but for those files of earlier versions lack.
-        missing = dataclasses.MISSING
-        return frozenset(
-            f.name
-            for f in dataclasses.fields(tp)
-            if f.default is missing and f.default_factory is missing and not f.metadata.get(OPTIONAL)
-        )
-    # With ``from __future__ import annotations`` Python 3.11 cannot see ``NotRequired`` when it builds
-    # ``__required_keys__`` (the annotations are strings then), so read the markers from the hints.
     keys = _REQUIRED.get(tp)
     if keys is None:
-        raw = typing.get_type_hints(tp, include_extras=True)
-        keys = frozenset(k for k, v in raw.items() if typing.get_origin(v) is not NotRequired) & tp.__required_keys__
+        if dataclasses.is_dataclass(tp):
+            # A record's JSON must hold the fields without a default, but for those files of earlier versions lack.
+            missing = dataclasses.MISSING
+            keys = frozenset(
+                f.name
+                for f in dataclasses.fields(tp)
+                if f.default is missing and f.default_factory is missing and not f.metadata.get(OPTIONAL)
+            )
+        else:
+            # With ``from __future__ import annotations`` Python 3.11 cannot see ``NotRequired`` when it builds
+            # ``__required_keys__`` (the annotations are strings then), so read the markers from the hints.
+            raw = typing.get_type_hints(tp, include_extras=True)
+            keys = frozenset(k for k, v in raw.items() if typing.get_origin(v) is not NotRequired)
+            keys &= tp.__required_keys__
         _REQUIRED[tp] = keys
     return keys
 

@@ -56,14 +56,44 @@ def test_the_llm_s_plain_loop_trains_like_the_harness(techniques: tuple[str, ...
 
 
 def test_selfcheck_covers_the_llm_recipes_on_a_gpu_and_the_tiny_llm_on_a_cpu() -> None:
+    # docs/llm.md's table: every recipe with fused AdamW, as tests/gpu/llm.toml measures them.
     cuda = {c.name: c for c in selfcheck.CHECKS["cuda"] if c.workload == "llm"}
-    assert {c.techniques for c in cuda.values()} == {
-        ("amp-bf16",),
-        ("amp-bf16", "torch-compile"),
-        ("amp-bf16", "fp8", "torch-compile"),
+    assert {(c.techniques, c.technique_options.get("fp8", {}).get("recipe")) for c in cuda.values()} == {
+        (("fused-optimizer", "tf32"), None),
+        (("fused-optimizer", "amp-bf16"), None),
+        (("fused-optimizer", "amp-bf16", "activation-checkpointing"), None),
+        (("fused-optimizer", "amp-bf16", "torch-compile"), None),
+        (("fused-optimizer", "amp-bf16", "fp8", "torch-compile"), "tensorwise"),
+        (("fused-optimizer", "amp-bf16", "fp8", "torch-compile"), "rowwise"),
     }
     assert all(c.options == {"preset": "0.9b"} and c.batch_size == 8 for c in cuda.values())
+    registry = load_registry(PluginSettings())
+    for check in cuda.values():  # names and options the registry accepts, checked without a GPU
+        assert [t["name"] for t in selfcheck._cell(registry, check, check.techniques)["techniques"]]
     assert [c.name for c in selfcheck.CHECKS["cpu"] if c.workload == "llm"] == ["llm-tiny-fp32-bs8"]
+
+
+def test_a_check_out_of_memory_is_reported_and_the_next_still_runs(monkeypatch, tmp_path, capsys) -> None:
+    from ampsuite import cli
+
+    calls: list[str] = []
+
+    def run_check(check, device, rounds):
+        calls.append(check.name)
+        if len(calls) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore")
+        return selfcheck.CheckResult(check.name, 1.0, 0.001, 1.0, 0.001, 1.0, rounds, 20)
+
+    released: list[str] = []
+    monkeypatch.setattr(selfcheck, "run_check", run_check)
+    monkeypatch.setattr(selfcheck, "release", released.append)
+    out = tmp_path / "sc.json"
+    assert cli.main(["selfcheck", "--device", "cpu", "--rounds", "1", "-o", str(out)]) == 1
+    rows = json.loads(out.read_text())["checks"]
+    assert len(rows) == len(calls) == len(released) == len(selfcheck.CHECKS["cpu"])
+    assert rows[0]["not_checked"] == "out of memory on cpu: CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert all(r["ratio"] == 1.0 for r in rows[1:])
+    assert "not checked: out of memory" in capsys.readouterr().out
 
 
 def test_a_recipe_this_machine_cannot_build_is_not_checked() -> None:

@@ -29,6 +29,8 @@ def add_arguments(check: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> ExitCode:
     import json
 
+    import torch
+
     from ampsuite.display import make_console
     from ampsuite.host import environment, session
     from ampsuite.run import selfcheck
@@ -69,6 +71,14 @@ def execute(args: argparse.Namespace) -> ExitCode:
             console.print(plain(f"{check.name}: not checked: {exc}"), markup=False)
             rows.append({"name": check.name, "not_checked": str(exc)})
             continue
+        except torch.OutOfMemoryError as exc:  # this check only: the ones after it still run
+            worst = ExitCode.CELLS_FAILED
+            reason = f"out of memory on {device}: {str(exc).splitlines()[0]}"
+            console.print(plain(f"{check.name}: not checked: {reason}"), markup=False)
+            rows.append({"name": check.name, "not_checked": reason})
+            continue
+        finally:
+            selfcheck.release(device)
         flag = "" if r.ratio >= args.min_ratio else f"  BELOW {args.min_ratio:.2f}"
         if flag:
             worst = ExitCode.CELLS_FAILED

@@ -26,6 +26,7 @@ optimizer step, masters copied back into the half weights.
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from collections.abc import Mapping
@@ -52,6 +53,7 @@ __all__ = [
     "NotComparable",
     "cell_checks",
     "record_check",
+    "release",
     "run_check",
     "tuned_checks",
 ]
@@ -120,24 +122,27 @@ CHECKS: dict[str, tuple[Check, ...]] = {
         ),
         Check("bert-base-amp-bf16-bs128", "bert", {}, ("amp-bf16",), 128),
         Check("vit-b16-amp-bf16-bs256", "vit", {}, ("amp-bf16",), 256),
-        # The 0.9B decoder of docs/llm.md at batch 8, seq 2048: eager bf16, compiled per block as torchtitan
-        # does, and FP8 tensorwise on top (needs torchao; "not checked" without it).
-        Check("llm-0.9b-amp-bf16-bs8", "llm", {"preset": "0.9b"}, ("amp-bf16",), 8),
-        Check(
-            "llm-0.9b-bf16-compile-bs8",
-            "llm",
-            {"preset": "0.9b"},
-            ("amp-bf16", "torch-compile"),
-            8,
-            {"torch-compile": {"scope": "block"}},
-        ),
-        Check(
-            "llm-0.9b-bf16-compile-fp8-bs8",
-            "llm",
-            {"preset": "0.9b"},
-            ("amp-bf16", "fp8", "torch-compile"),
-            8,
-            {"torch-compile": {"scope": "block"}},
+        # The recipes of docs/llm.md's table on its 0.9B decoder (batch 8, seq 2048, fused AdamW as in
+        # tests/gpu/llm.toml): TF32, eager bf16, bf16 with every block checkpointed, compiled per block as
+        # torchtitan does, and FP8 tensorwise and rowwise on top (needs torchao; "not checked" without it).
+        *(
+            Check(f"llm-0.9b-{name}-bs8", "llm", {"preset": "0.9b"}, ("fused-optimizer", *techniques), 8, options)
+            for name, techniques, options in (
+                ("tf32", ("tf32",), {}),
+                ("amp-bf16", ("amp-bf16",), {}),
+                ("bf16-ac", ("amp-bf16", "activation-checkpointing"), {}),
+                ("bf16-compile", ("amp-bf16", "torch-compile"), {"torch-compile": {"scope": "block"}}),
+                (
+                    "bf16-compile-fp8",
+                    ("amp-bf16", "fp8", "torch-compile"),
+                    {"torch-compile": {"scope": "block"}, "fp8": {"recipe": "tensorwise"}},
+                ),
+                (
+                    "bf16-compile-fp8-rowwise",
+                    ("amp-bf16", "fp8", "torch-compile"),
+                    {"torch-compile": {"scope": "block"}, "fp8": {"recipe": "rowwise"}},
+                ),
+            )
         ),
     ),
     "cpu": (
@@ -213,6 +218,18 @@ def _cell(registry: Any, check: Check, techniques: tuple[str, ...]) -> dict[str,
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def release(device: str) -> None:
+    """Give back what a check held before the next one builds its model, as a cell's own process would.
+
+    Checks share one process: a compiled module stays referenced from dynamo's caches until they are
+    reset, so two 0.9B decoders would otherwise be resident at once.
+    """
+    torch._dynamo.reset()
+    gc.collect()
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def run_check(check: Check, device: str, *, rounds: int = 3, measure: MeasureSpec | None = None) -> CheckResult:

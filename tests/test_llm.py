@@ -203,3 +203,28 @@ def test_the_gpu_suites_expand_to_the_table_s_recipes(
         assert one.skip_reason is None or ("fp8" in one.technique_names and fp8.torchao_missing())
     compiled = [dict(c.techniques)["torch-compile"] for c in expanded.values() if "torch-compile" in c.technique_names]
     assert compiled and all(options["scope"] == "block" for options in compiled)
+
+
+def test_the_multi_gpu_suite_is_torchtitan_s_table_at_two_four_and_eight_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tests/gpu/llm-8b-fsdp.toml (run where a machine of 8 GPUs is lent) expands as its header says."""
+    from pathlib import Path
+
+    from ampsuite.host import environment, session
+    from ampsuite.plugins.techniques import fp8
+
+    monkeypatch.setattr(environment, "gpu_count", lambda: 8)
+    monkeypatch.setattr(session, "resolve_device", lambda spec_device, device: "cuda")
+    plan = session.plan(Path(__file__).parent / "gpu" / "llm-8b-fsdp.toml")
+    recipes = ["bf16", "bf16-compile", "bf16-compile-fp8", "bf16-compile-fp8-allgather", "bf16-compile-fp8-rowwise"]
+    assert [c.id for c in plan.cells] == [f"llama3-8b/{r}/x{n}/bs2" for n in (2, 4, 8) for r in recipes]
+    for one in plan.cells:
+        techniques = dict(one.techniques)
+        assert one.options["preset"] == "llama3-8b"
+        assert techniques["fsdp2"]["param_dtype"] == "bfloat16" and techniques["fsdp2"]["reduce_dtype"] == "float32"
+        assert techniques["activation-checkpointing"]["mode"] == "selective"
+        assert "torch-compile" not in techniques or techniques["torch-compile"]["scope"] == "block"
+        assert one.skip_reason is None or ("fp8" in techniques and fp8.torchao_missing())
+    fp8_options = {c.combination: dict(c.techniques)["fp8"] for c in plan.cells if "fp8" in c.technique_names}
+    assert fp8_options["bf16-compile-fp8-allgather"]["fsdp_all_gather"] is True
+    assert fp8_options["bf16-compile-fp8-rowwise"]["recipe"] == "rowwise"
+    assert fp8_options["bf16-compile-fp8"] == {**fp8_options["bf16-compile-fp8"], "recipe": "tensorwise"}

@@ -223,8 +223,8 @@ def _sync(device: torch.device) -> None:
 def release(device: str) -> None:
     """Give back what a check held before the next one builds its model, as a cell's own process would.
 
-    Checks share one process: a compiled module stays referenced from dynamo's caches until they are
-    reset, so two 0.9B decoders would otherwise be resident at once.
+    Checks share one process, and a 0.9B decoder's check holds 30-60 GiB: its compiled code, any
+    object left in a reference cycle and the allocator's cached blocks go before the next is built.
     """
     torch._dynamo.reset()
     gc.collect()

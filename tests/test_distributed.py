@@ -278,3 +278,22 @@ def test_a_hanging_rank_times_out_and_takes_every_rank_with_it(tmp_path: Path) -
     assert len(pids) == 2 and os.getpid() not in pids
     # SIGKILL is delivered to the whole group at once; a process with many threads takes a moment to go.
     assert wait_gone(pids, 10) == []
+
+
+def test_the_gpu_scaling_suite_runs_each_workload_on_one_to_eight_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tests/gpu/ddp-scaling.toml (run where a machine of 8 GPUs is lent) expands as its header says, and a
+    machine of 2 GPUs skips the cells that need more, with the reason."""
+    from ampsuite.host import environment, session
+
+    suite = Path(__file__).parent / "gpu" / "ddp-scaling.toml"
+    monkeypatch.setattr(session, "resolve_device", lambda spec_device, device: "cuda")
+    monkeypatch.setattr(environment, "gpu_count", lambda: 8)
+    ids = [c.id for c in session.plan(suite).cells if c.skip_reason is None]
+    assert ids == [
+        *(f"resnet50/bf16-cl/{x}bs256" for x in ("", "x2/", "x4/", "x8/")),
+        *(f"bert-base/bf16/{x}bs128" for x in ("", "x2/", "x4/", "x8/")),
+    ]
+    monkeypatch.setattr(environment, "gpu_count", lambda: 2)
+    skipped = {c.id: c.skip_reason for c in session.plan(suite).cells if c.skip_reason}
+    assert sorted(skipped) == sorted(i for i in ids if "/x4/" in i or "/x8/" in i)
+    assert skipped["bert-base/bf16/x8/bs128"] == "needs 8 GPUs (gpus = 8); this machine has 2"

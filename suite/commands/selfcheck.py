@@ -67,13 +67,11 @@ def execute(args: argparse.Namespace) -> ExitCode:
     for check in checks:
         try:
             r = selfcheck.run_check(check, device, rounds=args.rounds)
-        except selfcheck.NotComparable as exc:
-            console.print(plain(f"{check.name}: not checked: {exc}"), markup=False)
-            rows.append({"name": check.name, "not_checked": str(exc)})
-            continue
-        except torch.OutOfMemoryError as exc:  # this check only: the ones after it still run
-            worst = ExitCode.CELLS_FAILED
-            reason = f"out of memory on {device}: {str(exc).splitlines()[0]}"
+        except (selfcheck.NotComparable, torch.OutOfMemoryError) as exc:
+            reason = str(exc)
+            if isinstance(exc, torch.OutOfMemoryError):  # a failure of this check only: the ones after it still run
+                worst = ExitCode.CELLS_FAILED
+                reason = f"out of memory on {device}: {reason.splitlines()[0]}"
             console.print(plain(f"{check.name}: not checked: {reason}"), markup=False)
             rows.append({"name": check.name, "not_checked": reason})
             continue

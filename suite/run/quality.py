@@ -35,7 +35,7 @@ def evaluate(step: TrainStep, batches: int) -> tuple[float, float | None]:
     """The mean loss over ``batches`` held-out batches, and the accuracy when the step classifies."""
     assert step.eval_data is not None and step.loss_fn is not None and step.model is not None
     model, loss_fn = step.model, step.loss_fn
-    training = model.training, loss_fn.training
+    model_training, loss_training = model.training, loss_fn.training
     model.eval()
     loss_fn.eval()  # a loss a technique changed for the update (grad-accumulation's share) is the workload's here
     total = torch.zeros((), device=step.device)
@@ -53,8 +53,8 @@ def evaluate(step: TrainStep, batches: int) -> tuple[float, float | None]:
                     correct += (out.argmax(dim=-1).reshape(-1) == batch.target.reshape(-1)).sum()
                     counted += batch.target.numel()
     finally:
-        model.train(training[0])
-        loss_fn.train(training[1])
+        model.train(model_training)
+        loss_fn.train(loss_training)
     loss_value = float(total) / max(seen, 1)
     return loss_value, (int(correct) / counted if counted else None)
 

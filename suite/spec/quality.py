@@ -31,16 +31,23 @@ class QualitySpec:
     samples: int = 0
     """Or the budget in the workload's unit (tokens, images): ``ceil(samples / samples per step)`` steps."""
     eval_every: int = 50
+    """Steps between evaluations of the held-out split (and one after the last)."""
     eval_batches: int = 4
+    """Batches of the cell's batch size each evaluation averages, spread over the held-out split."""
     seeds: int = 3
+    """Worker processes a cell trains in, process i from seed ``suite.seed + i``."""
     reference: str = "fp32"
+    """The combination every cell is judged against, but those named in ``references``."""
     references: Mapping[str, str] = field(default_factory=dict)
     """Combination -> its own reference (``fp8 = "bf16"``); every other combination is held against ``reference``."""
     tolerance: float = 0.0025
+    """A mean final eval loss within this (relative) of the reference's is the same quality."""
     p_value: float = 0.05
+    """Above the tolerance, a one-sided Welch t-test at this level decides "worse"."""
     targets: Mapping[str, float] = field(default_factory=dict)
     """Workload id -> the eval loss whose first reaching is timed (time-to-target)."""
     require_same_quality: bool = True
+    """The report's best cell and tune's winner must be "same quality" (or the reference)."""
 
     def reference_of(self, combination: str) -> str:
         """The combination ``combination``'s cells are judged against."""

@@ -68,11 +68,17 @@ class MeasureSpec:
     """How each cell is measured (the ``[measure]`` table)."""
 
     warmup_steps: int = 3
+    """Untimed steps after the numerics phase."""
     min_steps: int = 10
+    """Timed steps before the noise rule may stop the timing."""
     max_steps: int = 200
+    """Timed steps at most."""
     max_seconds: float = 5.0
+    """Timing stops once this long has passed (and at least 3 steps ran)."""
     noise_target: float = 0.01
+    """Timing stops once the noise of the median is at most this; a figure above it is untrusted."""
     numerics_steps: int = 5
+    """Steps of the numerics phase, whose loss is held against the FP32 cell's."""
     processes: int = 1
     """Fresh worker processes each single-process cell is measured in, one after another, samples pooled
     (see :func:`ampsuite.run.runner.pool_outcomes`); data-parallel cells (``gpus`` > 1) run once whatever it says."""

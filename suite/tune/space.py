@@ -50,6 +50,7 @@ class WorkloadConfig:
     """The cell-id prefix of its cells (``toy`` or ``toy[hidden=128]``)."""
     entry: WorkloadEntry
     axes: Mapping[str, Any]
+    """The option values of this point of the entry's option axes."""
     batch_sizes: tuple[int, ...]
     """The batch sizes selected for it, the first being where the technique search runs."""
     unit: str = "samples"

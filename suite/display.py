@@ -378,8 +378,13 @@ def print_summary(doc: Mapping[str, Any], console: Console | None = None) -> Non
     for rec in doc["cells"]:
         counts[rec["status"]] = counts.get(rec["status"], 0) + 1
     line = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no cells"
-    seconds = _run_seconds(doc.get("run") or {})
-    console.print(line + ("" if seconds is None else f" in {duration_text(seconds)}"), markup=False)
+    run = doc.get("run") or {}
+    seconds = _run_seconds(run)
+    if seconds is not None:
+        # a resumed run's start is the last --resume's: the time said is that invocation's, and says so
+        since = " since its last --resume" if run.get("resumed") else ""
+        line += f" in {duration_text(seconds)}{since}"
+    console.print(line, markup=False)
     interrupted = interruption_line(doc)
     if interrupted:
         console.print(plain(interrupted), markup=False)

@@ -60,6 +60,17 @@ def test_untrusted_figures_are_marked_in_the_table_and_explained() -> None:
     assert f"! {untrusted['id']}: untrusted, noise above the 1.0% target" in text
 
 
+def test_the_last_line_says_how_long_the_run_took_and_since_when() -> None:
+    doc = _doc()
+    doc["run"].update(started="2026-01-01T10:00:00+00:00", finished="2026-01-01T10:10:00+00:00")
+    doc["run"].pop("resumed", None)
+    counts = next(line for line in _render(doc, width=200).splitlines() if line.startswith("16 passed"))
+    assert counts.endswith(" interrupted in 10 min 0 s")
+    doc["run"]["resumed"] = ["2026-01-01T10:08:30+00:00"]  # only the last invocation's time is known whole
+    counts = next(line for line in _render(doc, width=200).splitlines() if line.startswith("16 passed"))
+    assert counts.endswith(" interrupted in 1 min 30 s since its last --resume")
+
+
 def test_a_wide_console_keeps_every_column() -> None:
     text = _render(_doc(), width=200)
     assert "left out" not in text

@@ -207,6 +207,13 @@ def test_a_combination_is_judged_against_its_own_reference() -> None:
     assert verdicts["lm/bf16/bs8"].verdict == "worse"  # 21% above FP32's
 
 
+def test_a_lower_loss_is_said_to_be_lower_not_within_the_tolerance() -> None:
+    verdicts = quality_verdicts(_doc(_record("fp32", FP32, 100.0), _record("bf16", [2.10, 2.12, 2.14], 300.0)))
+    lower = verdicts["lm/bf16/bs8"]
+    assert lower.verdict == "same quality" and lower.t is None
+    assert lower.reason == f"lower than the reference ({lower.rel_diff:+.2%})" and lower.rel_diff < -0.12
+
+
 def test_without_a_reference_or_a_spread() -> None:
     alone = quality_verdicts(_doc(_record("bf16", FP32, 300.0)))["lm/bf16/bs8"]
     assert alone.verdict == "n/a" and alone.reason == "no fp32 cell with quality runs beside it"
@@ -241,7 +248,7 @@ def test_the_verdicts_in_the_results_file_and_the_terminal() -> None:
     check(doc, Document)
     assert [v["verdict"] for v in summary["verdicts"]] == ["reference", "worse"]
     lines = quality_lines(doc)
-    assert "0.25% of the reference's" in lines[0]
+    assert "lower than the reference's or at most 0.25% above it" in lines[0]
     assert lines[2].split()[:2] == ["lm/nomaster/bs8", "worse"] and "p = 0.0" in lines[2]
     assert "target 2.5 in 1.0 s (3/3 seeds)" in lines[1]
     assert quality_summary(_doc(_record("fp32", FP32, 1.0)) | {"run": {}}) is None

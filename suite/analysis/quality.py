@@ -7,8 +7,9 @@ comparable configuration (:func:`ampsuite.analysis.group_key`), by the final
 eval loss of its seeds:
 
 * ``"diverged"``: a seed's loss went non-finite;
-* ``"same quality"``: the mean final eval loss is within ``tolerance``
-  (relative) of the reference's, or above it but not significantly so: a
+* ``"same quality"``: the mean final eval loss is below the reference's, or
+  above it by at most ``tolerance`` (relative), or further above it but not
+  significantly so: a
   one-sided Welch t-test (H1: the cell's mean loss is higher) gives
   p >= ``p_value``;
 * ``"worse"``: otherwise. With one seed on either side there is no spread to
@@ -71,9 +72,9 @@ class QualityRule:
     def describe(self) -> str:
         """The rule in one sentence, with its numbers."""
         return (
-            f"same quality: the mean final eval loss over the seeds within {self.tolerance:.2%} of the reference's, "
-            f"or not higher by a one-sided Welch t-test at p = {self.p_value:g}; worse otherwise; diverged: a seed's "
-            "loss went non-finite"
+            "same quality: the mean final eval loss over the seeds lower than the reference's or at most "
+            f"{self.tolerance:.2%} above it, or not higher by a one-sided Welch t-test at p = {self.p_value:g}; worse "
+            "otherwise; diverged: a seed's loss went non-finite"
         )
 
 
@@ -221,6 +222,8 @@ def _judge(
     else:
         rel = (own.mean - ref.mean) / abs(ref.mean)
     base["rel_diff"] = rel
+    if rel < -rule.tolerance:
+        return QualityVerdict(verdict="same quality", reason=f"lower than the reference ({rel:+.2%})", **base)
     if rel <= rule.tolerance:
         return QualityVerdict(verdict="same quality", reason=f"within {rule.tolerance:.2%} ({rel:+.2%})", **base)
     a, b = own.finite_losses, ref.finite_losses

@@ -41,7 +41,7 @@ class QualitySpec:
     references: Mapping[str, str] = field(default_factory=dict)
     """Combination -> its own reference (``fp8 = "bf16"``); every other combination is held against ``reference``."""
     tolerance: float = 0.0025
-    """A mean final eval loss within this (relative) of the reference's is the same quality."""
+    """A mean final eval loss at most this much (relative) above the reference's is the same quality."""
     p_value: float = 0.05
     """Above the tolerance, a one-sided Welch t-test at this level decides "worse"."""
     targets: Mapping[str, float] = field(default_factory=dict)

@@ -9,9 +9,8 @@ eval loss of its seeds:
 * ``"diverged"``: a seed's loss went non-finite;
 * ``"same quality"``: the mean final eval loss is below the reference's, or
   above it by at most ``tolerance`` (relative), or further above it but not
-  significantly so: a
-  one-sided Welch t-test (H1: the cell's mean loss is higher) gives
-  p >= ``p_value``;
+  significantly so: a one-sided Welch t-test (H1: the cell's mean loss is
+  higher) gives p >= ``p_value``;
 * ``"worse"``: otherwise. With one seed on either side there is no spread to
   test, and the tolerance alone decides;
 * ``"reference"``: the reference cell itself; ``"n/a"``: no reference cell with

@@ -172,7 +172,7 @@ def run_suite(
     autoload: bool = False,
     isolated: bool = False,
     keyword: str | None = None,
-    device: str = "cpu",
+    device: str | None = None,
     measure: Mapping[str, Any] | None = TINY_MEASURE,
     timeout: float | None = None,
 ) -> SuiteResult:
@@ -184,6 +184,8 @@ def run_suite(
     :param autoload: also load installed ``ampsuite`` entry points.
     :param isolated: one worker process per cell, as ``ampsuite run`` does.
     :param keyword: a ``-k`` expression selecting cells.
+    :param device: ``cpu`` or ``cuda``; by default the device the suite names, and the CPU for ``auto`` (a test
+        means the same cells on every machine, a GPU one included).
     :param measure: the ``[measure]`` table for suites without one.
     :raises UsageError: ``isolated`` together with plugin objects.
     :raises SuiteFileError, PluginError: as ``ampsuite run`` would report them.
@@ -204,6 +206,8 @@ def run_suite(
     else:
         text, where = suite_text(suite, measure)
         spec = suitefile.loads(text, where)
+    if device is None:
+        device = "cpu" if spec.device == "auto" else spec.device
     plan = session.plan(
         spec, device=device, keyword=keyword, settings=_settings(plugins, blocked, autoload), objects=objects
     )
@@ -267,9 +271,9 @@ def ampsuite_run(
 ) -> Callable[..., SuiteResult]:
     """``run(suite, *, plugins=(), isolated=False, keyword=None, ...) -> SuiteResult``.
 
-    Runs on CPU with the objects registered through ``ampsuite_plugin``;
-    every call writes into a fresh temporary directory. See :func:`run_suite`
-    for every argument.
+    Runs on the device the suite names (the CPU for ``auto``), with the objects
+    registered through ``ampsuite_plugin``; every call writes into a fresh
+    temporary directory. See :func:`run_suite` for every argument.
     """
 
     def run(suite: SuiteInput | SuiteSpec, **kwargs: Any) -> SuiteResult:

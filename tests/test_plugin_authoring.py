@@ -156,6 +156,16 @@ def test_keyword_and_blocked_plugins(ampsuite_run):
         ampsuite_run(suite, blocked=["noop"])
 
 
+def test_a_run_is_on_the_device_the_suite_names_and_on_the_cpu_for_auto(ampsuite_run, monkeypatch):
+    suite = {"workloads": {"toy": {"batch_size": 4}}}
+    assert [r["device"] for r in ampsuite_run(suite).doc["cells"]] == ["cpu"]
+    monkeypatch.setattr("ampsuite.host.environment.detect_device", lambda: "cpu")
+    cuda_suite = {"suite": {"device": "cuda"}, **suite}
+    with pytest.raises(UsageError, match="the suite asks for a CUDA device, and torch sees none"):
+        ampsuite_run(cuda_suite)
+    assert [r["device"] for r in ampsuite_run(cuda_suite, device="cpu").doc["cells"]] == ["cpu"]
+
+
 def test_isolated_runs_refuse_objects(ampsuite_plugin, ampsuite_run):
     ampsuite_plugin(ConstantWorkload())
     with pytest.raises(UsageError, match=r"registered objects \(ConstantWorkload-0\)"):

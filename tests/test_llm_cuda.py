@@ -54,6 +54,9 @@ def test_fp8_all_gather_under_fsdp2_with_per_block_compile_trains(one_rank: None
     step.autocast_dtype = torch.bfloat16
     step = _fp8.apply(step, fp8.Fp8Options(fsdp_all_gather=True))
     assert step.notes["fp8"]["converted_linears"] == 2 * 7  # every block's products; the head kept
+    # The all-gather wraps each converted weight in a new Parameter: the optimizer must update those.
+    updated = {id(p) for g in step.optimizer.param_groups for p in g["params"]}
+    assert updated == {id(p) for p in step.model.parameters()}
     step = _compile.apply(step, CompileOptions(scope="block"))
     step = _fsdp.apply(step, fsdp.FsdpOptions())
     values = losses(step, 6)

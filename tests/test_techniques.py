@@ -514,6 +514,27 @@ def test_fused_optimizer_skips_an_optimizer_without_a_fused_kernel(tmp_path: Any
         use(step, "fused-optimizer")
 
 
+def test_an_optimizer_rebuilt_by_name_updates_the_parameters_that_replaced_the_old_ones() -> None:
+    """What fp8's all-gather and fsdp2 do to a model: new Parameter objects under the same names."""
+    from ampsuite.plugins.techniques._optimizer import by_name, parameter_names, rebuilt_optimizer
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
+    head = model[1].weight
+    old = torch.optim.AdamW(
+        [{"params": [model[0].weight, model[0].bias], "lr": 0.1}, {"params": [head, model[1].bias]}], lr=0.01
+    )
+    names = parameter_names(model)
+    model[0].weight = nn.Parameter(model[0].weight.detach().clone())
+    new = rebuilt_optimizer(old, by_name(model, names))
+    assert type(new) is torch.optim.AdamW and [g["lr"] for g in new.param_groups] == [0.1, 0.01]
+    assert [p for g in new.param_groups for p in g["params"]] == list(model.parameters())
+    assert new.param_groups[1]["params"][0] is head
+    before = model[0].weight.detach().clone()
+    model(torch.ones(3, 4)).sum().backward()
+    new.step()
+    assert not torch.equal(model[0].weight, before)
+
+
 # -- torch.compile ---------------------------------------------------------------------------
 
 

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ampsuite import SkipCell, TrainStep
+from ampsuite.plugins.techniques._optimizer import by_name, parameter_names, rebuilt_optimizer
 from ampsuite.plugins.techniques.fp8 import ALIGN, INSTALL_HINT, MIN_CAPABILITY, Fp8Options
 
 
@@ -172,7 +173,11 @@ def apply(step: TrainStep, options: Fp8Options) -> TrainStep:
     if options.fsdp_all_gather:
         config = dataclasses.replace(config, enable_fsdp_float8_all_gather=True)
         _precompute_scales_after_update(step, float8.precompute_float8_dynamic_scale_for_fsdp)
+    names = parameter_names(step.model)
     float8.convert_to_float8_training(step.model, module_filter_fn=lambda module, fqn: fqn in chosen, config=config)
+    if step.optimizer is not None and parameter_names(step.model).keys() != names.keys():
+        # The FP8 all-gather wraps each converted weight in a new Parameter.
+        step.optimizer = rebuilt_optimizer(step.optimizer, by_name(step.model, names))
     step.notes["fp8"] = {
         "recipe": options.recipe,
         "converted_linears": len(converted),

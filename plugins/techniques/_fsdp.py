@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import inspect
-from typing import Any
-
 import torch
 import torch.distributed as dist
-from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from ampsuite import SkipCell, TrainStep
 from ampsuite.plugins.techniques._checkpointing import blocks_of
+from ampsuite.plugins.techniques._optimizer import by_name, parameter_names, rebuilt_optimizer
 from ampsuite.plugins.techniques.fsdp import FsdpOptions
 
-__all__ = ["apply", "one_rank_group", "rebuilt_optimizer"]
+__all__ = ["apply", "one_rank_group"]
 
 
 def one_rank_group(device: torch.device) -> bool:
@@ -26,15 +23,6 @@ def one_rank_group(device: torch.device) -> bool:
     # An in-process store: a group of one needs no rendezvous, and no port is taken.
     dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     return True
-
-
-def rebuilt_optimizer(optimizer: torch.optim.Optimizer, model: nn.Module, names: dict[int, str]) -> Any:
-    """The same optimizer class, groups and hyperparameters over ``model``'s parameters now (by name)."""
-    params = dict(model.named_parameters())
-    groups = [{**group, "params": [params[names[id(p)]] for p in group["params"]]} for group in optimizer.param_groups]
-    accepted = inspect.signature(type(optimizer).__init__).parameters
-    defaults = {k: v for k, v in optimizer.defaults.items() if k in accepted}
-    return type(optimizer)(groups, **defaults)
 
 
 def _dtype(name: str) -> torch.dtype | None:
@@ -55,13 +43,13 @@ def apply(step: TrainStep, options: FsdpOptions) -> TrainStep:
         output_dtype=_dtype(options.output_dtype),
     )
     root = step.model
-    names = {id(p): name for name, p in root.named_parameters()}
+    names = parameter_names(root)
     for index, block in enumerate(blocks):
         # Backward starts with the last block: resharding it after forward would gather it again at once.
         reshard = options.reshard_after_forward and index < len(blocks) - 1
         fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
     fully_shard(root, mesh=mesh, mp_policy=policy, reshard_after_forward=options.reshard_after_forward)
-    step.optimizer = rebuilt_optimizer(step.optimizer, root, names)
+    step.optimizer = rebuilt_optimizer(step.optimizer, by_name(root, names))
     step.notes["fsdp2"] = {
         "world_size": dist.get_world_size(),
         "mesh": "one-rank group of this process" if started else "the data-parallel ranks",

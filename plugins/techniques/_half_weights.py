@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, cast
 
 import torch
 from torch import nn
 
 from ampsuite import Batch, SkipCell, TrainStep
+from ampsuite.plugins.techniques._optimizer import rebuilt_optimizer
 from ampsuite.plugins.techniques.half_weights import HalfWeightsOptions
 
 __all__ = ["DTYPES", "apply", "cast_inputs", "half_dtype"]
@@ -35,15 +35,6 @@ def _to_float(value: Any) -> Any:
     if isinstance(value, tuple | list):
         return type(value)(_to_float(v) for v in value)
     return value
-
-
-def _rebuild(old: torch.optim.Optimizer, masters: dict[int, nn.Parameter]) -> torch.optim.Optimizer:
-    """The same optimizer class and hyperparameters over the FP32 masters."""
-    cls = type(old)
-    groups = [{**g, "params": [masters[id(p)] for p in g["params"]]} for g in old.param_groups]
-    accepted = inspect.signature(cls.__init__).parameters
-    defaults = {k: v for k, v in old.defaults.items() if k in accepted}
-    return cls(groups, **defaults)
 
 
 @torch.no_grad()
@@ -92,7 +83,7 @@ def apply(step: TrainStep, options: HalfWeightsOptions) -> TrainStep:
             if id(p) not in masters:
                 masters[id(p)] = nn.Parameter(p.detach().float().clone())
                 pairs.append((p, masters[id(p)]))
-    step.optimizer = _rebuild(optimizer, masters)
+    step.optimizer = rebuilt_optimizer(optimizer, lambda p: masters[id(p)])
     scaler = None
     if dtype == torch.float16:
         scaler = torch.amp.GradScaler(step.device.type, init_scale=options.init_scale)
@@ -151,7 +142,7 @@ def apply(step: TrainStep, options: HalfWeightsOptions) -> TrainStep:
 def _without_masters(step: TrainStep, options: HalfWeightsOptions, kept: int) -> TrainStep:
     """bfloat16 weights that the optimizer, rebuilt over them as they now are, updates in place."""
     assert step.optimizer is not None and step.model is not None
-    step.optimizer = _rebuild(step.optimizer, {id(p): p for g in step.optimizer.param_groups for p in g["params"]})
+    step.optimizer = rebuilt_optimizer(step.optimizer)
     step.scaler = None
     step.notes["half_weights"] = {
         "dtype": options.dtype,

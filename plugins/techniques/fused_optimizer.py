@@ -28,7 +28,6 @@ Fused Adam and AdamW honour the skip.
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 from ampsuite import NoOptions, SkipCell, Technique, TrainStep, hookimpl
@@ -43,13 +42,10 @@ def apply(step: TrainStep, options: NoOptions) -> TrainStep:
     cls = type(old)
     if "fused" not in old.defaults:
         raise SkipCell(f"fused-optimizer: {cls.__name__} has no fused implementation")
-    groups: list[dict[str, Any]] = [{**group, "fused": True, "foreach": None} for group in old.param_groups]
-    # Only what the constructor takes (AdamW keeps decoupled_weight_decay in its
-    # defaults but fixes it); every hyperparameter also travels in the groups.
-    accepted = inspect.signature(cls.__init__).parameters
-    defaults = {k: v for k, v in old.defaults.items() if k in accepted and k not in ("fused", "foreach")}
+    from ampsuite.plugins.techniques._optimizer import rebuilt_optimizer  # imports torch
+
     try:
-        new = cls(groups, **{**defaults, "fused": True, "foreach": None})
+        new = rebuilt_optimizer(old, fused=True, foreach=None)
     except (RuntimeError, ValueError, TypeError) as exc:
         raise SkipCell(f"fused-optimizer: fused {cls.__name__} is not supported here: {exc}") from exc
     if old.state:

@@ -338,38 +338,41 @@ def test_the_fused_operators_pass_pytorchs_custom_op_checks_on_cuda() -> None:
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
 def test_a_compiled_fused_resnet_trains_like_the_original_under_autocast(dtype: torch.dtype, mode: str) -> None:
-    """Inductor compiles around the operators (and CUDA graphs capture them); training matches eager PyTorch."""
+    """Inductor compiles around the operators (and CUDA graphs capture them) without changing the training.
+
+    The compiled fused model is held to the same fused model run eagerly. Four SGD steps in 16 bits drift a few
+    per cent between any two orderings of the arithmetic (on an H100 in bfloat16, torch.compile of the unfused
+    model is 3.6% from eager at step 4), so eager PyTorch is the reference only for the first step."""
     reason = fused.refusal(torch.device("cuda"), dtype)
     if reason is not None:
         pytest.skip(f"cuDNN refuses {dtype}: {reason}")
     torch.manual_seed(0)
     cl = torch.channels_last
     ref = torchvision.models.resnet18(num_classes=10).cuda().to(memory_format=cl)
+    eager, _ = fused.fuse_model(copy.deepcopy(ref))
     model, _ = fused.fuse_model(copy.deepcopy(ref))
     torch._dynamo.reset()
     compiled = torch.compile(model, dynamic=False, mode=mode)
-
-    def autocast(module: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
-        def run(x: torch.Tensor) -> torch.Tensor:
-            with torch.autocast("cuda", dtype=dtype):
-                return module(x)
-
-        return run
-
     inputs = [torch.randn(16, 3, 64, 64, device="cuda").contiguous(memory_format=cl) for _ in range(4)]
-    losses = []
-    for module in (ref, compiled):
-        optimizer = torch.optim.SGD(module.parameters() if module is ref else model.parameters(), lr=0.01)
-        run = autocast(module)
-        trace = []
+
+    def trace(module: nn.Module, params: Any) -> list[float]:
+        optimizer = torch.optim.SGD(params, lr=0.01)
+        out = []
         for x in inputs:
             optimizer.zero_grad()
-            loss = run(x).float().square().mean()
+            with torch.autocast("cuda", dtype=dtype):
+                loss = module(x).float().square().mean()
             loss.backward()
             optimizer.step()
-            trace.append(loss.item())
-        losses.append(trace)
-    torch.testing.assert_close(torch.tensor(losses[1]), torch.tensor(losses[0]), atol=0.0, rtol=3e-2)
+            out.append(loss.item())
+        return out
+
+    # AOTAutograd's cache does not key on the autocast dtype (torch 2.11): the other dtype's graph would be reused.
+    with torch._functorch.config.patch(enable_autograd_cache=False):
+        got = trace(compiled, model.parameters())
+    want = trace(eager, eager.parameters())
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(want), atol=0.0, rtol=1e-2)
+    assert trace(ref, ref.parameters())[0] == pytest.approx(want[0], rel=1e-2)
     torch.testing.assert_close(
-        model.get_buffer("layer4.1.bn2.running_var"), ref.get_buffer("layer4.1.bn2.running_var"), atol=5e-2, rtol=5e-2
+        model.get_buffer("layer4.1.bn2.running_var"), eager.get_buffer("layer4.1.bn2.running_var"), atol=1e-2, rtol=1e-2
     )

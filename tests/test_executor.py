@@ -149,8 +149,12 @@ def test_killed_job_interrupted_parent_and_resume(tmp_path: Path, write_suite, c
         wait_for(lambda: _cell_worker_running(killed), 60, "the first cell's worker")
         # One host: one job at a time, so cells are not measured side by side.
         assert not _job_of(jobs, "toy/stopped/bs8")
-        for pid in [killed, *descendants(killed)]:  # the scheduler kills a job: node failure, scancel -s KILL
-            os.kill(pid, signal.SIGKILL)
+        # The scheduler kills a job (node failure, scancel -s KILL): the job and every process it started.
+        started = descendants(killed)
+        os.kill(killed, signal.SIGKILL)
+        for pid in started:
+            with contextlib.suppress(ProcessLookupError):  # it may end with its parent before it is reached
+                os.kill(pid, signal.SIGKILL)
         wait_for(lambda: "toy/killed/bs8" in _finished(out), 30, "the killed job's record")
         stopped = wait_for(lambda: _job_of(jobs, "toy/stopped/bs8"), 30, "the job of the second cell")
         wait_for(lambda: _cell_worker_running(stopped), 60, "the second cell's worker")

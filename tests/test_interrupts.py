@@ -285,6 +285,52 @@ def _stopped(proc: subprocess.Popen[str], at: float) -> tuple[str, str, float]:
     return stdout, stderr, time.monotonic() - at
 
 
+ABANDONED_START = """
+import multiprocessing as mp, multiprocessing.forkserver as fs, os, sys
+mp.get_context("forkserver").set_forkserver_preload(sys.argv[1:])
+status, data = fs.connect_to_new_process([])
+os.close(data)  # what a Ctrl-C between the request and the process data leaves: nothing written
+print("child", fs.read_signed(status), "exit", fs.read_signed(status))
+"""
+
+
+@pytest.mark.parametrize("preload", [["ampsuite.run.abandoned_start"], []], ids=["preloaded", "cpython-alone"])
+def test_a_start_abandoned_by_a_ctrl_c_leaves_the_fork_server_quiet(tmp_path: Path, preload: list[str]) -> None:
+    """The race of a Ctrl-C inside ``Process.start()``, made certain: the fork server's child reads an empty pipe."""
+    script = tmp_path / "abandon.py"
+    script.write_text(ABANDONED_START)
+    done = subprocess.run([sys.executable, str(script), *preload], capture_output=True, text=True, timeout=60)
+    assert " exit 1" in done.stdout, done.stderr
+    if preload:
+        assert done.stderr == ""
+    else:  # CPython's own behaviour, which the preloaded module changes
+        assert "EOFError: Ran out of input" in done.stderr
+
+
+def test_the_fork_server_hook_passes_every_other_exception_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    import multiprocessing.spawn
+
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # restored after the test: the import replaces it
+    from ampsuite.run import abandoned_start
+
+    assert sys.excepthook is abandoned_start.hook
+    seen: list[type[BaseException]] = []
+    monkeypatch.setattr(abandoned_start, "_previous", lambda kind, value, tb: seen.append(kind))
+    read, write = os.pipe()
+    os.close(write)
+    try:
+        multiprocessing.spawn._main(read, os.dup(read))
+    except EOFError:
+        abandoned = sys.exc_info()
+    try:
+        raise EOFError("a worker's own read")
+    except EOFError:
+        elsewhere = sys.exc_info()
+    for info in (abandoned, elsewhere, (ValueError, ValueError(), None)):
+        abandoned_start.hook(*info)
+    assert seen == [EOFError, ValueError]
+
+
 @pytest.mark.slow
 def test_ctrl_c_while_the_fork_server_starts_records_every_cell_without_a_traceback(tmp_path: Path) -> None:
     (tmp_path / "s.toml").write_text(_suite("startup", {"fp32": []}))

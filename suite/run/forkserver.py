@@ -27,7 +27,8 @@ def worker_context(registry: Registry) -> BaseContext:
         # The fork server imports torch and the built-ins' implementations once; each worker is a fork of it
         # (a cell's memory limit is room above them), and no CUDA context exists before the fork. The first
         # registry of a process decides: CPython starts one fork server per process.
-        preload = ["ampsuite.run.worker", *registry.own_modules()]
+        # abandoned_start: a Ctrl-C in the middle of a worker's start must not print a traceback from the server.
+        preload = ["ampsuite.run.abandoned_start", "ampsuite.run.worker", *registry.own_modules()]
         ctx.set_forkserver_preload(preload)
         # The fork server is started in the terminal's process group: a Ctrl-C there during its `import torch` would
         # print a traceback and kill it. It starts with the signals blocked (the mask is inherited across exec); the

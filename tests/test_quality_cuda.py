@@ -1,5 +1,5 @@
 """Quality runs on CUDA: the pinned DataLoader with worker processes, evaluation under each precision recipe, and
-the verdicts, on a short budget (one H200: a few seconds a cell). Skipped without a GPU."""
+the verdicts, on a short budget (one H100: 236 s for the ten cells, two seeds each). Skipped without a GPU."""
 
 from __future__ import annotations
 

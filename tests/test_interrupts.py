@@ -318,10 +318,13 @@ def test_the_fork_server_hook_passes_every_other_exception_on(monkeypatch: pytes
     monkeypatch.setattr(abandoned_start, "_previous", lambda kind, value, tb: seen.append(kind))
     read, write = os.pipe()
     os.close(write)
+    sentinel = os.dup(read)
     try:
-        multiprocessing.spawn._main(read, os.dup(read))
+        multiprocessing.spawn._main(read, sentinel)  # closes ``read``
     except EOFError:
         abandoned = sys.exc_info()
+    finally:
+        os.close(sentinel)
     try:
         raise EOFError("a worker's own read")
     except EOFError:

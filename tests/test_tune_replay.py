@@ -1,9 +1,10 @@
 """The search replayed on the H200 tune results that reports/h200 keeps: each cell the search asks for is served from
 the file, and the search must reach the winner the file's tune chose.
 
-The files' tunes ran under rules that compared figures across runs and machines; the search now holds only one
-machine's figures against each other. Replayed, every figure is one machine's (the file's), so a rule that decided
-differently would show as another winner here. A cell the file lacks fails (it was never measured there).
+The ResNet-50, ViT-B/16 and BERT-base tunes ran under rules that compared figures across runs and machines; the
+search now holds only one machine's figures against each other. Replayed, every figure is one machine's (the
+file's), so a rule that decided differently would show as another winner here. A cell the file lacks fails: it was
+never measured there, or the budget ran out first.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ampsuite import results
 from ampsuite.contract.cell import Cell
 from ampsuite.contract.wire import Status
 from ampsuite.host import environment, session
+from ampsuite.plugins.techniques import fp8
 from ampsuite.spec.suitespec import SuiteSpec
 from ampsuite.tune import TuneConfig, TuneSummary, tune_summary
 
@@ -59,6 +61,7 @@ WINNERS = {
         "amp-bf16+torch-compile+patch-gemm+fused-optimizer@torch-compile.inductor.coordinate_descent_tuning=True",
         3619.7,
     ),
+    "tune-llm": ("amp-bf16+torch-compile+fp8+fused-optimizer@torch-compile.scope=model", 111806.8),
 }
 """Each file's winner as docs/tune.md reports it: (combination, throughput)."""
 
@@ -69,6 +72,7 @@ def test_the_search_replayed_on_an_h200_tune_reaches_its_winner(
 ) -> None:
     doc = json.loads((REPORTS / f"{name}.json").read_text(encoding="utf-8"))
     monkeypatch.setattr(environment, "detect_device", lambda: "cuda")  # the suite's device, on a CPU
+    monkeypatch.setattr(fp8, "torchao_missing", lambda: False)  # the file's fp8 cells ran with torchao
     plan = session.plan(doc["run"]["suite"]["path"], device="cuda")
     replay = Replay(doc, plan.registry)
     ticks = iter(range(10**9))

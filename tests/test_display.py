@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from ampsuite.display import Display, print_summary
+from ampsuite.display import Display
+from ampsuite.summary import print_summary
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results_a.json"
 LONG_ID = "resnet[depth=152,width=48]/amp-bf16+channels-last/bs1024"

@@ -392,8 +392,8 @@ def _read_everything(path: Path, out: Path, capsys: Any) -> bool:
     be refused by every command in one line with exit code 4.
     """
     from ampsuite import analysis
-    from ampsuite.display import results_table
     from ampsuite.report import render_site
+    from ampsuite.summary import results_table
 
     try:
         doc = results.load(path)

@@ -33,9 +33,10 @@ from rich.console import Console
 
 from ampsuite import results
 from ampsuite.contract.errors import ExitCode
-from ampsuite.display import Display, print_summary
+from ampsuite.display import Display
 from ampsuite.interrupted import resume_command
 from ampsuite.run import devicepeaks, procs, signals
+from ampsuite.summary import print_summary
 
 # --- the policy ---------------------------------------------------------------------------------------------------
 

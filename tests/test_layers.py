@@ -141,6 +141,15 @@ def test_no_import_cycle() -> None:
         pytest.fail(f"import cycle: {' -> '.join(exc.args[1])}")
 
 
+MAX_LINES = 400
+"""A module of suite/ or plugins/ longer than this holds more than one thing: split it by what it holds."""
+
+
+def test_no_module_is_longer_than_the_bound() -> None:
+    long = {m: n for m, path in MODULES.items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"over {MAX_LINES} lines: {long}"
+
+
 def test_layers_import_one_way() -> None:
     upward = []
     for module, targets in GRAPH.items():

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from ampsuite import cli, results
 from ampsuite.contract.errors import ExitCode
-from ampsuite.display import print_summary
+from ampsuite.summary import print_summary
 from ampsuite.terminal import plain
 
 CLEAR = "\x1b[2J"

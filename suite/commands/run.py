@@ -67,10 +67,11 @@ def _earlier(output: Path) -> dict[str, Any] | None:
 
 def execute(args: argparse.Namespace) -> ExitCode:
     from ampsuite import results
-    from ampsuite.display import Display, print_summary
+    from ampsuite.display import Display
     from ampsuite.host import executors, session
     from ampsuite.run import runner
     from ampsuite.run.signals import deferred
+    from ampsuite.summary import print_summary
     from ampsuite.terminal import plain
 
     executor_options = dict(executors.parse_option(o) for o in args.executor_option or [])

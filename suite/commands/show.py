@@ -14,7 +14,7 @@ def add_arguments(show: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> ExitCode:
     from ampsuite import results
-    from ampsuite.display import print_summary
+    from ampsuite.summary import print_summary
 
     for path in args.results:
         print_summary(results.load(path))

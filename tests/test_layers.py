@@ -27,6 +27,7 @@ LAYERS: dict[str, int] = {
     "ampsuite.results": 3,
     "ampsuite.run": 4,
     "ampsuite.analysis": 5,
+    "ampsuite.tune": 5,
     "ampsuite.report": 6,
     "ampsuite.asvtools": 6,
 }

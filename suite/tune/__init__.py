@@ -1,4 +1,4 @@
-"""Layer 5½, ``ampsuite tune``: search the technique space a suite declares for the fastest trustworthy recipe.
+"""Layer 5, ``ampsuite tune``: search the technique space a suite declares for the fastest trustworthy recipe.
 
 Every candidate is an ordinary cell measured by :func:`ampsuite.run.runner.run_record`
 in its own worker; nothing here measures anything. Only the CLI imports this package.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import traceback
 from collections.abc import Sequence
@@ -87,8 +88,35 @@ def _command(argv: Sequence[str] | None) -> int:
             file=sys.stderr,
         )
         return int(ExitCode.USAGE_ERROR)
-    except Exception:
+    except Exception as exc:
+        missing = _missing_requirement(exc)
+        if missing is not None:  # an environment installed without ampsuite's dependencies: not a bug
+            echo(f"ampsuite: error: {missing}", file=sys.stderr)
+            return int(ExitCode.USAGE_ERROR)
         for line in traceback.format_exc().splitlines():  # an exception's message may be a plugin's text
             echo(line, file=sys.stderr)
         echo("ampsuite: internal error (a bug in ampsuite; please report it with the traceback above)", file=sys.stderr)
         return int(ExitCode.INTERNAL_ERROR)
+
+
+def _missing_requirement(exc: BaseException) -> str | None:
+    """What to say when ``exc`` is the import of one of ampsuite's own requirements (no extra's) that is not
+    installed; None for any other exception."""
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return None
+    from importlib import metadata
+
+    try:
+        declared = metadata.requires("ampsuite") or []
+    except metadata.PackageNotFoundError:
+        return None
+    top = exc.name.partition(".")[0].lower()
+    for text in declared:
+        spec, _, marker = text.partition(";")
+        name = re.match(r"[A-Za-z0-9._-]+", spec.strip())
+        if name and "extra" not in marker and name.group().lower().replace("-", "_") == top:
+            return (
+                f"no module named {exc.name!r}: ampsuite requires {spec.strip()!r}, which is not installed in "
+                "this environment (pip install ampsuite installs it)"
+            )
+    return None

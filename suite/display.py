@@ -19,7 +19,7 @@ from ampsuite.analysis.estimate import Estimate, duration_text, is_compiled
 from ampsuite.contract.cell import Cell
 from ampsuite.contract.wire import Record, Status
 from ampsuite.interrupted import never_ran
-from ampsuite.terminal import plain
+from ampsuite.terminal import echo, plain, reader_gone
 
 __all__ = [
     "Display",
@@ -42,12 +42,20 @@ STATUS_STYLE: dict[str, str] = {
 }
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # rich raises SystemExit(1) here; a closed pipe (`ampsuite show ... | head`) is no error of the command,
+        # which goes on with its output discarded (ampsuite.terminal.reader_gone).
+        reader_gone(self.file)
+        self.quiet = True
+
+
 def make_console() -> Console:
     """A console that keeps tables readable in CI logs, where rich would assume 80 columns; it never turns
-    ``:name:`` in a plugin's text into an emoji."""
-    console = Console(highlight=False, emoji=False)
+    ``:name:`` in a plugin's text into an emoji. When the reader of its output goes away, it goes quiet."""
+    console = _Console(highlight=False, emoji=False)
     if not console.is_terminal:
-        console = Console(highlight=False, emoji=False, width=max(console.width, 160))
+        console = _Console(highlight=False, emoji=False, width=max(console.width, 160))
     return console
 
 
@@ -116,7 +124,9 @@ def line_for(record: Mapping[str, Any], target: float | None = None) -> str:
     if "reason" in ev:
         return str(ev["reason"])
     if "type" in ev:
-        return f"{ev['type']}: {ev.get('message', '')}"[:200]
+        # The phase names the technique or probe whose code raised ("apply fp8"), which the message seldom does.
+        where = f" in {ev['phase']}" if ev.get("phase") else ""
+        return f"{ev['type']}{where}: {ev.get('message', '')}"[:200]
     if status == Status.TIMEOUT:
         return f"no result after {ev.get('timeout_seconds')} s"
     if status == Status.CRASHED and isinstance(ev.get("node"), int):
@@ -206,7 +216,7 @@ class Display:
         if self._progress is not None:
             self._progress.update(self._task, description=plain(doing), left=self._left())
         elif is_compiled(cell.technique_names) and self.estimate is not None:
-            print(plain(f"[{self._position(index)}] {doing}"), flush=True)
+            echo(f"[{self._position(index)}] {doing}")
 
     def cell_finished(self, index: int, record: Mapping[str, Any]) -> None:
         status = record["status"]
@@ -228,7 +238,7 @@ class Display:
             if self._progress is not None:
                 self._progress.update(self._task, advance=1, left=self._left())
         else:
-            print(text, flush=True)
+            echo(text)
 
     def message(self, text: str) -> None:
         # Printed above the live progress (as the cells' lines are), which goes on: the device peaks line

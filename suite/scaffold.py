@@ -12,6 +12,7 @@ becomes the import name, and the ``.j2`` suffix is dropped.
 
 from __future__ import annotations
 
+import importlib.util
 import keyword
 import re
 import sys
@@ -66,7 +67,23 @@ def plugin_names(name: str) -> PluginNames:
         raise UsageError(
             f"new-plugin: the import name {package!r} would shadow an existing module; choose another name"
         )
+    installed = _installed(package)
+    if installed:
+        raise UsageError(
+            f"new-plugin: the import name {package!r} is already installed here ({installed}); choose another name"
+        )
     return PluginNames(name=name, package=package, workload=f"{name}-mlp", technique=f"{name}-grad-clip")
+
+
+def _installed(package: str) -> str | None:
+    """Where an importable module of that name lives, or None; a bare folder (a namespace portion) is no module."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or spec.origin in (None, "namespace"):
+        return None
+    return spec.origin
 
 
 def _templates() -> Traversable:

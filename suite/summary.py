@@ -146,7 +146,7 @@ def print_summary(doc: Mapping[str, Any], console: Console | None = None) -> Non
     console.print(results_table(doc, console.width))
     _, _, notes = _row_cells(doc)
     for note in notes:
-        console.print(note, markup=False, highlight=False)
+        console.print(note, markup=False, highlight=False, soft_wrap=True)
     from ampsuite.analysis.quality import quality_lines
 
     for line in quality_lines(doc):

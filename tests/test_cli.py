@@ -205,3 +205,28 @@ def test_results_are_readable_and_report_o_ships_them(healthy_run, tmp_path: Pat
     assert cli.main(["report", str(path), "-o", str(site)]) == 0
     assert (site / "results.json").read_bytes() == path.read_bytes()
     assert 'href="results.json"' in (site / "index.html").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("missing", "code", "said"),
+    [
+        ("rich", ExitCode.USAGE_ERROR, "ampsuite: error: no module named 'rich': ampsuite requires 'rich<16,>=13'"),
+        ("jinja2.sandbox", ExitCode.USAGE_ERROR, "ampsuite requires 'jinja2<4,>=3.1'"),
+        ("scipy", ExitCode.INTERNAL_ERROR, "internal error"),  # an extra's: the code should have asked first
+        ("ampsuite_no_such_module", ExitCode.INTERNAL_ERROR, "internal error"),
+    ],
+)
+def test_a_requirement_missing_from_the_environment_is_one_line_not_a_bug(
+    missing: str, code: ExitCode, said: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ampsuite import results
+
+    def load(*args: object, **kwargs: object) -> None:
+        raise ModuleNotFoundError(f"No module named {missing!r}", name=missing)
+
+    monkeypatch.setattr(results, "load", load)
+    assert cli.main(["show", "reports/example/results.json"]) == code
+    err = capsys.readouterr().err
+    assert said in err
+    if code == ExitCode.USAGE_ERROR:
+        assert err.count("\n") == 1

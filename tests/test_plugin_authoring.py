@@ -238,6 +238,8 @@ def test_dict_suites_write_valid_toml():
         ("class", "not a Python identifier"),
         ("suite", "would shadow"),
         ("json", "would shadow"),
+        ("pluggy", r"is already installed here \(.*pluggy"),
+        ("Jinja2", "is already installed here"),
     ],
 )
 def test_new_plugin_rejects_bad_names(name, message, tmp_path):

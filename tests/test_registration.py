@@ -64,6 +64,41 @@ def test_a_lazy_target_without_the_function_fails_on_call_naming_the_plugin() ->
         technique.apply(None, None)  # type: ignore[arg-type]
 
 
+def _module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, source: str) -> None:
+    (tmp_path / f"{name}.py").write_text(source, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
+def test_a_lazy_target_whose_module_defines_no_such_function_is_a_load_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _module(tmp_path, monkeypatch, "amp_lazy_typo", "import torch\n\ndef apply(step, options):\n    return step\n")
+    with pytest.raises(PluginError) as info:
+        _load(lazy("amp_lazy_typo:aply"))
+    assert str(info.value) == (
+        "plugin 'mine': technique 'lazy-one': apply = lazy('amp_lazy_typo:aply'): 'amp_lazy_typo' defines no 'aply'"
+    )
+    assert "amp_lazy_typo" not in sys.modules  # read, not imported: its torch is the worker's
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "try:\n    from os.path import join as apply\nexcept ImportError:\n    apply = None\n",
+        "import sys\nif sys.platform:\n    def apply(step, options):\n        return step\n",
+        "for apply in [print]:\n    pass\n",
+        "def __getattr__(name):\n    return print\n",
+        "from os.path import *\n",
+        "globals()['apply'] = print\n",
+    ],
+    ids=["try", "if", "loop", "module-getattr", "star-import", "globals"],
+)
+def test_a_lazy_target_the_source_may_bind_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str) -> None:
+    name = f"amp_lazy_bound_{abs(hash(source))}"
+    _module(tmp_path, monkeypatch, name, source)
+    assert isinstance(_load(lazy(f"{name}:apply")).apply, Lazy)
+
+
 def test_the_builtins_name_their_implementations_lazily_and_the_fork_server_preloads_them() -> None:
     registry = load_registry(PluginSettings(autoload=False))
     assert isinstance(registry.techniques["amp-fp16"].apply, Lazy)
@@ -138,3 +173,21 @@ def test_the_wheel_installs_one_top_level_package(tmp_path: Path) -> None:
     assert {t for t in tops if not t.endswith(".dist-info")} == {"ampsuite"}
     assert "ampsuite/plugins/techniques/_amp.py" in names and "ampsuite/defaults/cuda.toml" in names
     assert "[ampsuite]\n" in entry_points and "amp = ampsuite.plugins.techniques.amp" in entry_points
+
+
+def test_a_broken_installed_plugin_is_named_with_the_way_to_leave_it_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every command loads every plugin: the one line says how to run without the broken package.
+    from importlib.metadata import EntryPoint
+
+    from ampsuite.host import manager
+
+    broken = EntryPoint("ampsuite-broken", "ampsuite_no_such_package.plugin", "ampsuite")
+    real = manager._entry_points()
+    monkeypatch.setattr(manager, "_entry_points", lambda: [*real, broken])
+    with pytest.raises(PluginError) as info:
+        load_registry(PluginSettings())
+    message = str(info.value)
+    assert message.startswith("plugin 'ampsuite-broken': cannot load entry point")
+    assert message.endswith("(leave it out with -p no:ampsuite-broken)") and "\n" not in message
+    left_out = load_registry(PluginSettings(blocked=("ampsuite-broken",)))
+    assert "ampsuite-broken" not in [p.name for p in left_out.plugins] and "toy" in left_out.workloads

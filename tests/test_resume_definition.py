@@ -112,3 +112,35 @@ def test_a_resumed_run_narrowed_by_k_keeps_the_records_it_does_not_select(tmp_pa
     assert set(resumed) == {"toy/fp32/bs8", "toy/accumulated/bs8"}
     assert resumed["toy/fp32/bs8"] == first["toy/fp32/bs8"]
     assert [r["id"] for r in results.load(out)["cells"]] == ["toy/accumulated/bs8", "toy/fp32/bs8"]
+
+
+@pytest.mark.slow
+def test_retry_failed_runs_the_failed_cells_again_and_keeps_the_rest(tmp_path: Path) -> None:
+    suite_path = tmp_path / "suite.toml"
+    out = tmp_path / "results.json"
+    suite_path.write_text(
+        toy_suite("retry", timeout=120, toy={"batch_size": 8}, combinations={"fp32": [], "broken": ["fault-raise"]})
+    )
+
+    def run(*extra: str) -> tuple[int, str, dict[str, Any]]:
+        argv = ("run", str(suite_path), "-o", str(out), "--no-report", "--no-peaks", "-p", "ampsuite.plugins.faults")
+        proc = run_ampsuite(*argv, *extra, cwd=tmp_path)
+        return proc.returncode, proc.stdout + proc.stderr, {r["id"]: r for r in results.load(out)["cells"]}
+
+    code, _, first = run()
+    assert code == 1 and first["toy/broken/bs8"]["status"] == "failed"
+    code, _, kept = run("--resume")
+    assert code == 1 and kept == first  # a failed record is finished: --resume alone keeps it
+    code, output, again = run("--resume", "--retry-failed")
+    assert code == 1 and again["toy/fp32/bs8"] == first["toy/fp32/bs8"]
+    assert again["toy/broken/bs8"]["started"] >= first["toy/broken/bs8"]["started"]
+    assert again["toy/broken/bs8"]["wall_seconds"] != first["toy/broken/bs8"]["wall_seconds"]
+    assert "toy/broken/bs8 runs again: its record ended failed (--retry-failed)" in output
+    backups = list(tmp_path.glob("results.*.json"))
+    assert len(backups) == 1 and {r["id"]: r for r in results.load(backups[0])["cells"]} == first
+
+
+def test_retry_failed_goes_with_resume(tmp_path: Path) -> None:
+    from ampsuite.cli import main
+
+    assert main(["run", "--retry-failed", "-o", str(tmp_path / "r.json")]) == 4

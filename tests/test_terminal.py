@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +17,9 @@ from rich.console import Console
 from ampsuite import cli, results
 from ampsuite.contract.errors import ExitCode
 from ampsuite.summary import print_summary
-from ampsuite.terminal import plain
+from ampsuite.terminal import echo, plain
+
+ROOT = Path(__file__).resolve().parent.parent
 
 CLEAR = "\x1b[2J"
 RESET = "\x1bc"
@@ -118,3 +123,24 @@ def test_the_summary_of_a_results_file_shows_its_text_escaped(healthy_run: Any, 
     text = out.getvalue()
     assert "\x1b" not in text and "suite\\x1b[2J" in text
     assert f"{failed['id']} failed: RuntimeError: clears\\x1b[2J the screen\\nsecond line" in text
+
+
+def test_echo_to_a_pipe_whose_reader_has_gone_goes_on_quietly() -> None:
+    read, write = os.pipe()
+    os.close(read)
+    with os.fdopen(write, "w") as stream:
+        echo("first line", file=stream)  # EPIPE: the stream now writes to /dev/null
+        echo("second line", file=stream)
+        assert os.path.samefile(f"/proc/self/fd/{stream.fileno()}", os.devnull)
+
+
+@pytest.mark.parametrize("command", [["list"], ["show", "reports/example/results.json"]])
+def test_a_command_whose_reader_goes_away_ends_as_it_would_have(command: list[str]) -> None:
+    # `ampsuite show ... | head -1`: rich raises SystemExit(1), which the CLI would take for a plugin's sys.exit().
+    child = subprocess.Popen(
+        [sys.executable, "-m", "ampsuite", *command], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert child.stdout is not None and child.stderr is not None
+    child.stdout.close()  # before the interpreter has started: every write of the child meets a closed pipe
+    stderr = child.stderr.read().decode()
+    assert (child.wait(timeout=120), stderr) == (0, "")

@@ -6,6 +6,7 @@ import argparse
 
 from ampsuite.commands.common import Command
 from ampsuite.contract.errors import ExitCode, UsageError
+from ampsuite.terminal import echo
 
 
 def add_arguments(machine: argparse.ArgumentParser) -> None:
@@ -20,7 +21,7 @@ def execute(args: argparse.Namespace) -> ExitCode:
         path = write_machine_file(args.file, args.machine)
     except ValueError as exc:
         raise UsageError(f"asv-machine: {exc}") from exc
-    print(f"asv machine file: {path}")
+    echo(f"asv machine file: {path}")
     return ExitCode.OK
 
 

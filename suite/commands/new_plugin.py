@@ -6,6 +6,7 @@ import argparse
 
 from ampsuite.commands.common import Command
 from ampsuite.contract.errors import ExitCode
+from ampsuite.terminal import echo
 
 
 def add_arguments(new_plugin: argparse.ArgumentParser) -> None:
@@ -23,9 +24,9 @@ def execute(args: argparse.Namespace) -> ExitCode:
 
     target = scaffold.create(args.name, args.output)
     names = scaffold.plugin_names(args.name)
-    print(f"created {target}: workload {names.workload!r}, technique {names.technique!r}")
+    echo(f"created {target}: workload {names.workload!r}, technique {names.technique!r}")
     where = target if target.is_absolute() else f"./{target}"  # pip reads a bare name as a PyPI project
-    print(f"next: pip install -e '{where}[test]' && ampsuite list && pytest {where}")
+    echo(f"next: pip install -e '{where}[test]' && ampsuite list && pytest {where}")
     return ExitCode.OK
 
 

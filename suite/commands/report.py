@@ -117,7 +117,7 @@ def _render(args: argparse.Namespace, docs: list[dict[str, Any]], compare_with: 
         files=args.results,
         inputs=[args.compare],
     )
-    print(f"report: {index}")
+    echo(f"report: {index}")
     if args.markdown:
         from ampsuite.report import markdown_summary
 

@@ -16,6 +16,7 @@ from ampsuite.contract.wire import FAILURES
 SWITCHES = {
     "--dry-run": "list the cells and why any would be skipped",
     "--resume": "keep finished records of OUTPUT, run the rest",
+    "--retry-failed": "with --resume: run again the cells whose record ended failed, oom, timeout or crashed",
     "--in-process": "run cells in this process (debugging; no isolation)",
     "--no-report": "do not render the HTML report",
     "--no-peaks": "do not measure the device's peak rates first",
@@ -74,6 +75,8 @@ def execute(args: argparse.Namespace) -> ExitCode:
     from ampsuite.summary import print_summary
     from ampsuite.terminal import plain
 
+    if args.retry_failed and not args.resume:
+        raise UsageError("run: --retry-failed goes with --resume (it names which finished records run again)")
     executor_options = dict(executors.parse_option(o) for o in args.executor_option or [])
     preview = _preview(args)
     p = session.plan(
@@ -119,6 +122,7 @@ def execute(args: argparse.Namespace) -> ExitCode:
     config = runner.RunConfig(
         output=output,
         resume=args.resume,
+        retry_failed=args.retry_failed,
         in_process=args.in_process,
         measure_peaks=not args.no_peaks,
         refresh_peaks=args.refresh_peaks,

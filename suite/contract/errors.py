@@ -60,6 +60,7 @@ class PluginError(AmpsuiteError):
 
     def __init__(self, plugin: str, message: str) -> None:
         self.plugin = plugin
+        self.message = message
         super().__init__(f"plugin {plugin!r}: {message}")
 
 

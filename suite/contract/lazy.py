@@ -10,10 +10,13 @@ the implementations of ampsuite's own plugins in the fork server.
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ampsuite.contract.errors import PluginError
@@ -48,6 +51,22 @@ class Lazy:
         except (ImportError, ValueError):
             return False
 
+    def defined(self) -> bool:
+        """Whether the module's source binds the attribute at its top level, read without importing it.
+
+        True whenever the source cannot tell: no ``.py`` source, a syntax error (the import reports it), a star
+        import, a module ``__getattr__`` or a module that writes its own namespace (``globals()``, ``exec``).
+        """
+        try:
+            spec = importlib.util.find_spec(self.module)
+        except (ImportError, ValueError):
+            return False
+        origin = spec.origin if spec is not None else None
+        if not origin or not origin.endswith(".py"):
+            return True
+        names = _top_level_names(origin)
+        return names is None or self.attribute in names
+
     def resolve(self) -> Callable[..., Any]:
         """The named callable; :class:`PluginError` naming the plugin when it cannot be had."""
         try:
@@ -80,3 +99,59 @@ def lazy(target: str) -> Callable[..., Any]:
     :raises ValueError: when ``target`` is not of the form ``package.module:function``.
     """
     return Lazy(target)
+
+
+_DYNAMIC = frozenset({"globals", "vars", "exec", "setattr"})
+"""Calls that let a module bind names its statements do not show."""
+
+_TARGETS: dict[type, Callable[[Any], list[ast.expr]]] = {
+    ast.Assign: lambda s: s.targets,
+    ast.AnnAssign: lambda s: [s.target],
+    ast.AugAssign: lambda s: [s.target],
+    ast.For: lambda s: [s.target],
+    ast.AsyncFor: lambda s: [s.target],
+    ast.With: lambda s: [i.optional_vars for i in s.items if i.optional_vars is not None],
+}
+"""Where each kind of statement names what it binds."""
+
+
+@functools.lru_cache(maxsize=256)
+def _top_level_names(path: str) -> frozenset[str] | None:
+    """The names a module's top-level statements bind (through ``if``/``try``/``with``/loops), or None when its
+    source cannot say (unreadable, not Python, a star import, a module ``__getattr__``, a namespace written at
+    run time)."""
+    try:
+        tree = ast.parse(Path(path).read_bytes(), filename=path)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        if (
+            (isinstance(node, ast.Name) and node.id in _DYNAMIC)
+            or isinstance(node, ast.Global)
+            or (isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names))
+        ):
+            return None
+    names: set[str] = set()
+    for stmt in _statements(tree.body):
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(stmt.name)
+        elif isinstance(stmt, ast.Import | ast.ImportFrom):
+            names.update((a.asname or a.name).split(".")[0] for a in stmt.names)
+        elif type(stmt) in _TARGETS:
+            for target in _TARGETS[type(stmt)](stmt):
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    return None if "__getattr__" in names else frozenset(names)
+
+
+def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """Each statement that runs at a module's top level, those inside ``if``, ``try``, ``with`` and loops too."""
+    for stmt in body:
+        yield stmt
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        for attr in ("body", "orelse", "finalbody"):
+            yield from _statements(getattr(stmt, attr, []))
+        for handler in getattr(stmt, "handlers", []):
+            yield from _statements(handler.body)
+        for case in getattr(stmt, "cases", []):
+            yield from _statements(case.body)

@@ -15,7 +15,7 @@ import importlib
 import importlib.metadata
 import os
 import types
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -24,9 +24,9 @@ import pluggy
 from ampsuite import PLUGIN_API, __version__
 from ampsuite.contract.errors import PluginError
 from ampsuite.contract.lazy import Lazy
-from ampsuite.contract.plugin import Executor, NoOptions, Probe, Technique, Workload
+from ampsuite.contract.plugin import Executor, Probe, Technique, Workload
 from ampsuite.host import hookspecs
-from ampsuite.spec.options import OptionError, check_declaration
+from ampsuite.host.records import check_record
 
 ENTRY_POINT_GROUP = "ampsuite"
 AUTOLOAD_ENV = "AMPSUITE_DISABLE_PLUGIN_AUTOLOAD"
@@ -195,9 +195,19 @@ def load_registry(settings: PluginSettings | None = None, objects: Sequence[tupl
     :param objects: extra (name, plugin object) pairs registered after the
         modules; they exist only in this process (tests, ``--in-process`` runs).
 
-    :raises PluginError: for the first broken plugin, naming it.
+    :raises PluginError: for the first broken plugin, naming it (and, for an installed one that loads itself,
+        how to leave it out: every command loads every plugin, so one broken package stops them all).
     """
-    settings = settings or PluginSettings()
+    try:
+        return _load_registry(settings or PluginSettings(), objects)
+    except PluginError as exc:
+        installed = {ep.name for ep in _entry_points() if not _is_builtin(ep)}
+        if exc.plugin not in installed or "-p no:" in exc.message:
+            raise
+        raise PluginError(exc.plugin, f"{exc.message} (leave it out with -p no:{exc.plugin})") from exc
+
+
+def _load_registry(settings: PluginSettings, objects: Sequence[tuple[str, object]]) -> Registry:
     pm = _Manager("ampsuite")
     pm.add_hookspecs(hookspecs)
     for name in settings.blocked:
@@ -322,7 +332,7 @@ def _collect(
                     plugin,
                     f"hook {hook.name} returned {type(record).__name__}, expected ampsuite.{record_type.__name__}",
                 )
-            record = _check_record(plugin, kind, record)
+            record = check_record(plugin, kind, record)
             if record.name in into:
                 other = registry.owner[(kind, record.name)]
                 raise PluginError(
@@ -347,41 +357,3 @@ def _as_list(plugin: str, hook_name: str, returned: object, record_type: type) -
         return list(returned)
     except (Exception, SystemExit) as exc:  # a generator hook fails while it is consumed
         raise PluginError(plugin, f"hook {hook_name} raised {_raised(exc)}") from exc
-
-
-def _check_record(plugin: str, kind: str, record: _R) -> _R:
-    """The record with its :func:`ampsuite.lazy` callables bound to ``plugin``; PluginError if it is invalid."""
-    from dataclasses import is_dataclass
-
-    if not record.name or not isinstance(record.name, str) or any(c.isspace() or c in "/[]," for c in record.name):
-        raise PluginError(
-            plugin, f"{kind} name {record.name!r} must be a non-empty string without spaces, '/', '[', ']' or ','"
-        )
-    options = getattr(record, "options", None)
-    if options is not None and not (isinstance(options, type) and is_dataclass(options)):
-        raise PluginError(plugin, f"{kind} {record.name!r}: options must be a dataclass type, got {options!r}")
-    for f in dataclasses.fields(options or NoOptions):  # a suite may leave out any option, so each needs a default
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise PluginError(plugin, f"{kind} {record.name!r}: option {f.name!r} has no default")
-    try:
-        check_declaration(options or NoOptions)
-    except OptionError as exc:
-        raise PluginError(plugin, f"{kind} {record.name!r}: option {exc}") from exc
-    except NameError as exc:  # an annotation naming what the module imports only for type checkers
-        raise PluginError(plugin, f"{kind} {record.name!r}: options' types cannot be resolved: {exc}") from exc
-    for attr in ("build", "apply", "run"):
-        fn: Callable[..., Any] | None = getattr(record, attr, None)
-        if attr in type(record).__dataclass_fields__ and not callable(fn):
-            raise PluginError(plugin, f"{kind} {record.name!r}: {attr} must be callable, got {fn!r}")
-    bound: dict[str, Any] = {}
-    for f in dataclasses.fields(record):
-        value = getattr(record, f.name)
-        if isinstance(f.default, frozenset) and not (
-            isinstance(value, set | frozenset) and all(isinstance(v, str) for v in value)
-        ):  # a bare string would pass for the set of its letters
-            raise PluginError(plugin, f"{kind} {record.name!r}: {f.name} must be a set of names, got {value!r}")
-        if isinstance(value, Lazy):
-            if not value.exists():
-                raise PluginError(plugin, f"{kind} {record.name!r}: {f.name} = {value!r}: no module {value.module!r}")
-            bound[f.name] = Lazy(value.target, plugin)
-    return dataclasses.replace(record, **bound) if bound else record

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from ampsuite.contract.cell import Cell
 from ampsuite.contract.errors import ResultsFileError
+from ampsuite.contract.status import FAILURES
 from ampsuite.host import environment
 from ampsuite.host.manager import Registry
 from ampsuite.results import definition
@@ -31,6 +32,8 @@ class DocumentSettings(Protocol):
     def output(self) -> Path: ...
     @property
     def resume(self) -> bool: ...
+    @property
+    def retry_failed(self) -> bool: ...
     @property
     def argv(self) -> Sequence[str]: ...
 
@@ -117,9 +120,9 @@ def open_results(
     document (an existing file is renamed aside, :func:`ampsuite.results.outputs.set_aside`, never overwritten).
 
     Resuming keeps the finished records of ``ids``; of those among ``cells``, only the ones that measured
-    the same definition (:func:`ampsuite.results.definition.difference`): the others run again, and the file as it
-    was is copied aside first, so nothing measured is lost. Records of cells outside
-    ``ids`` (a run narrowed by ``-k``) are kept as they are.
+    the same definition (:func:`ampsuite.results.definition.difference`) and, with ``config.retry_failed``, did
+    not end failed, oom, timeout or crashed: the others run again, and the file as it was is copied aside first,
+    so nothing measured is lost. Records of cells outside ``ids`` (a run narrowed by ``-k``) are kept as they are.
     """
     out = config.output
     refuse_inputs([out], [spec.path], "the results file")
@@ -132,15 +135,17 @@ def open_results(
         changed = {}
         for r in old["cells"]:
             cell = by_id.get(r["id"])
-            if cell is not None and r["status"] in TERMINAL:
-                why = definition.difference(r, cell, registry)
-                if why is not None:
-                    changed[r["id"]] = why
+            if cell is None or r["status"] not in TERMINAL:
+                continue
+            if config.retry_failed and r["status"] in FAILURES:
+                changed[r["id"]] = f"its record ended {r['status']} (--retry-failed)"
+            elif (why := definition.difference(r, cell, registry)) is not None:
+                changed[r["id"]] = f"its record measured other {why}"
         if changed:
             backup = copy_aside(out)
             for cell_id, why in changed.items():
                 if message is not None:
-                    message(f"{cell_id} runs again: its record measured other {why} (the file as it was: {backup})")
+                    message(f"{cell_id} runs again: {why} (the file as it was: {backup})")
         # A record of a cell this run does not select (-k, a narrower suite) stays as it is: a resumed
         # run adds to the file, it never drops what an earlier run measured.
         old["cells"] = [

@@ -72,6 +72,8 @@ class RunConfig:
     output: Path
     plugins: PluginSettings = field(default_factory=PluginSettings)
     resume: bool = False
+    retry_failed: bool = False
+    """With ``resume``: cells whose record ended failed, oom, timeout or crashed run again."""
     in_process: bool = False
     data_dir: Path = Path("reports/data")
     timeout: float | None = None

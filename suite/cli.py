@@ -27,7 +27,9 @@ __all__ = ["build_parser", "main"]
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # argparse would exit 2, which means INTERRUPTED here
-        raise UsageError(f"{self.prog}: {message}")
+        # "ampsuite: error: " comes first already: name the subcommand alone, once.
+        command = self.prog.removeprefix("ampsuite").strip()
+        raise UsageError(f"{command}: {message}" if command else message)
 
 
 def build_parser() -> argparse.ArgumentParser:

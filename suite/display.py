@@ -55,7 +55,9 @@ def make_console() -> Console:
     ``:name:`` in a plugin's text into an emoji. When the reader of its output goes away, it goes quiet."""
     console = _Console(highlight=False, emoji=False)
     if not console.is_terminal:
-        console = _Console(highlight=False, emoji=False, width=max(console.width, 160))
+        # A log keeps each line whole (a path, the command that continues a run): copied or grepped, a line
+        # broken at the width would lose its end. Tables still fit the width.
+        console = _Console(highlight=False, emoji=False, width=max(console.width, 160), soft_wrap=True)
     return console
 
 

@@ -161,10 +161,10 @@ def print_summary(doc: Mapping[str, Any], console: Console | None = None) -> Non
         # a resumed run's start is the last --resume's: the time said is that invocation's, and says so
         since = " since its last --resume" if run.get("resumed") else ""
         line += f" in {duration_text(seconds)}{since}"
-    console.print(line, markup=False)
+    console.print(line, markup=False, soft_wrap=True)
     interrupted = interruption_line(doc)
     if interrupted:
-        console.print(plain(interrupted), markup=False)
+        console.print(plain(interrupted), markup=False, soft_wrap=True)  # one line to copy
 
 
 def _run_seconds(run: Mapping[str, Any]) -> float | None:

@@ -137,12 +137,20 @@ def test_show_of_a_corrupt_file_is_one_line_and_exit_4(tmp_path: Path, capsys) -
         (["run", "{suite}", "-k", "fp32 bs8"], "ampsuite: error: -k 'fp32 bs8': unexpected 'bs8'"),
         (
             ["run", "{suite}", "--device", "tpu"],
-            "ampsuite: error: ampsuite run: argument --device: invalid choice: 'tpu'",
+            "ampsuite: error: run: argument --device: invalid choice: 'tpu'",
         ),
-        (["frobnicate"], "ampsuite: error: ampsuite: argument command: invalid choice: 'frobnicate'"),
+        (["frobnicate"], "ampsuite: error: argument command: invalid choice: 'frobnicate'"),
         (["run", "{dir}/missing.toml"], "ampsuite: error: {dir}/missing.toml: no such file"),
+        (
+            ["selfcheck", "--rounds", "0"],
+            "ampsuite: error: selfcheck: argument --rounds: expected a whole number from 1 to 1,000, got '0'",
+        ),
+        (
+            ["tune", "{suite}", "--budget", "1e9h"],
+            "ampsuite: error: tune: argument --budget: the budget must be at most a week (604800 s), got '1e9h'",
+        ),
     ],
-    ids=["unclosed-paren", "two-words", "bad-device", "bad-command", "missing-suite"],
+    ids=["unclosed-paren", "two-words", "bad-device", "bad-command", "missing-suite", "no-rounds", "endless-budget"],
 )
 def test_usage_errors_are_one_line_and_exit_4(
     suite: Path, tmp_path: Path, capsys, argv: list[str], message: str

@@ -112,3 +112,12 @@ def test_a_failure_says_in_which_phase_it_raised() -> None:
     assert (
         line_for({"status": "failed", "evidence": {"type": "RuntimeError", "message": "boom"}}) == "RuntimeError: boom"
     )
+
+
+def test_a_log_keeps_each_line_whole(capsys: pytest.CaptureFixture[str]) -> None:
+    # Piped into a log, "continue with: ampsuite run ... --resume" must stay one line to be copied whole.
+    from ampsuite.display import make_console
+
+    command = "continue with: ampsuite run " + "/a/long/path" * 20 + " --resume"
+    make_console().print(command, markup=False)
+    assert capsys.readouterr().out == command + "\n"

@@ -159,3 +159,39 @@ def test_a_change_between_two_machines_says_so(tmp_path: Path, capsys) -> None:
     rows = _rows(capsys.readouterr().out)
     assert rows[SLOWER][4] == "+20.00% (threshold 1.00%); measured on two machines"
     assert rows[FASTER][4] == "-20.00% (threshold 1.00%)"
+
+
+def test_a_gate_over_runs_with_no_cell_in_common_is_refused(tmp_path: Path, capsys) -> None:
+    doc = copy.deepcopy(results.load(EXAMPLE))
+    doc["run"]["id"] = "20261204T090000Z"
+    for record in doc["cells"]:
+        record["id"] = "other-" + record["id"]
+    other = write_sealed(tmp_path / "other.json", doc)
+    assert main(["report", str(other), "--compare", str(EXAMPLE), "--fail-on-regression"]) == ExitCode.USAGE_ERROR
+    err = capsys.readouterr().err
+    assert "have no cell in common, so no cell can regress" in err and len(err.splitlines()) == 1
+
+
+def test_markdown_without_a_site_is_written(tmp_path: Path, capsys) -> None:
+    summary = tmp_path / "s.md"
+    assert main(["report", str(_later(tmp_path)), "--compare", str(EXAMPLE), "--markdown", str(summary)]) == 0
+    assert summary.read_text(encoding="utf-8").startswith("#") and f"markdown: {summary}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["index.html", "results.json", "summary.md"])
+def test_markdown_inside_the_site_is_refused_before_anything_is_written(tmp_path: Path, capsys, name: str) -> None:
+    site = tmp_path / "site"
+    assert main(["report", str(EXAMPLE), "-o", str(site), "--markdown", str(site / name)]) == ExitCode.USAGE_ERROR
+    assert "is inside the report's folder" in capsys.readouterr().err and not site.exists()
+
+
+@pytest.mark.parametrize("broken", ["missing", "not-json"])
+def test_an_asv_results_folder_that_cannot_be_read_is_one_line(tmp_path: Path, capsys, broken: str) -> None:
+    folder = tmp_path / "asv-results"
+    if broken == "not-json":
+        (folder / "machine").mkdir(parents=True)
+        (folder / "machine" / "abc123-env.json").write_text("{ not json", encoding="utf-8")
+    code = main(["report", str(EXAMPLE), "-o", str(tmp_path / "site"), "--asv-results", str(folder)])
+    err = capsys.readouterr().err
+    assert code == ExitCode.USAGE_ERROR and len(err.splitlines()) == 1
+    assert ("no such file or folder" if broken == "missing" else "cannot be read as JSON") in err

@@ -144,3 +144,23 @@ def test_retry_failed_goes_with_resume(tmp_path: Path) -> None:
     from ampsuite.cli import main
 
     assert main(["run", "--retry-failed", "-o", str(tmp_path / "r.json")]) == 4
+
+
+def test_resume_refuses_a_file_measured_with_other_settings(tmp_path: Path) -> None:
+    from dataclasses import asdict
+
+    from ampsuite.contract.errors import ResultsFileError
+    from ampsuite.results.document import check_same_suite
+
+    spec = loads(_suite(2), "suite.toml")
+    old: dict[str, Any] = {"run": {"suite": {"name": spec.name}, "measure": asdict(spec.measure)}}
+    check_same_suite("r.json", old, spec)  # the same settings: resumed
+    old["run"]["measure"].pop("processes")  # a key an older version did not write: its default, no change
+    check_same_suite("r.json", old, spec)
+    old["run"]["measure"]["noise_target"] = 0.5
+    with pytest.raises(ResultsFileError, match=r"^r\.json: was measured with other settings \(noise_target 0\.5 ->"):
+        check_same_suite("r.json", old, spec)
+    old["run"]["measure"] = asdict(spec.measure)
+    old["run"]["suite"]["quality"] = {"steps": 100}
+    with pytest.raises(ResultsFileError, match=r"\(\[quality\] removed\)"):
+        check_same_suite("r.json", old, spec)

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from ampsuite.analysis.access import AnyDocument, as_mapping, finite, noise, throughput
 from ampsuite.analysis.machines import machine_name
+from ampsuite.contract.errors import ResultsFileError
 
 __all__ = ["HistoryPoint", "HistorySource", "history"]
 
@@ -125,12 +126,22 @@ def _asv_file_points(data: Mapping[str, Any], path: Path) -> Iterable[tuple[str,
             yield machine, cell_id, HistoryPoint(label, date, rate, found.get(NOISE))
 
 
+def _read_json(path: Path) -> Any:
+    """A history source's JSON; a file that cannot be read as JSON is a one-line error naming it."""
+    try:
+        with path.open(encoding="utf-8") as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        raise ResultsFileError(str(path), "no such file or folder") from None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ResultsFileError(str(path), f"cannot be read as JSON ({type(exc).__name__}: {exc})") from None
+
+
 def _asv_points(root: Path) -> Iterable[tuple[str, str, HistoryPoint]]:
     for path in sorted(root.rglob("*.json")):
         if path.name in ("machine.json", "benchmarks.json"):
             continue
-        with path.open(encoding="utf-8") as fh:
-            data = json.load(fh)
+        data = _read_json(path)
         if isinstance(data, Mapping) and "commit_hash" in data and "results" in data:
             yield from _asv_file_points(data, path)
 
@@ -139,14 +150,13 @@ def _path_points(path: Path) -> Iterable[tuple[str, str, HistoryPoint]]:
     if path.is_dir():
         yield from _asv_points(path)
         return
-    with path.open(encoding="utf-8") as fh:
-        data = json.load(fh)
+    data = _read_json(path)
     if isinstance(data, Mapping) and data.get("format") == "ampsuite-results":
         yield from _doc_points(data)
     elif isinstance(data, Mapping) and "commit_hash" in data:
         yield from _asv_file_points(data, path)
     else:
-        raise ValueError(f"{path}: neither an ampsuite results file nor an asv results file")
+        raise ResultsFileError(str(path), "neither an ampsuite results file nor an asv results file")
 
 
 def history(sources: HistorySource | Iterable[HistorySource]) -> dict[str, list[HistoryPoint]]:

@@ -101,6 +101,22 @@ def seconds(text: str) -> float:
     return value
 
 
+def count(low: int, high: int) -> Callable[[str], int]:
+    """An argument that is a whole number from ``low`` to ``high`` (``--rounds``, ``--limit``): out of range is a
+    one-line usage error before anything runs, not a failure after minutes of measuring."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected a whole number from {low:,} to {high:,}, got {text!r}")
+        return value
+
+    return parse
+
+
 def plugin_settings(args: argparse.Namespace) -> PluginSettings:
     """The plugins to load: ``-p`` given before or after the subcommand, and the environment."""
     from ampsuite.host.manager import PluginSettings  # imported when needed: `ampsuite --help` stays fast

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ampsuite.commands.common import Command, registry, render, report_sections
-from ampsuite.contract.errors import ExitCode, UsageError
+from ampsuite.contract.errors import ExitCode, OutputError, UsageError
 from ampsuite.terminal import echo
 
 
@@ -63,7 +63,7 @@ def _check_usage(args: argparse.Namespace) -> None:
 
 
 def execute(args: argparse.Namespace) -> ExitCode:
-    from ampsuite import analysis, results
+    from ampsuite import results
 
     _check_usage(args)
     docs = [results.load(p) for p in args.results]
@@ -71,21 +71,61 @@ def execute(args: argparse.Namespace) -> ExitCode:
     for path, doc in zip(args.results, docs, strict=True):  # docs/architecture.md: such reports are refused
         if compare_with is not None:
             results.check_comparable(path, compare_with["environment"], doc["environment"], action="compare")
-            if args.fail_on_regression is not None and analysis.same_run(compare_with, doc):
-                raise UsageError(
-                    f"report --fail-on-regression: {path} and {args.compare} hold the same run "
-                    f"({doc['run']['id']}), so no cell can regress; compare with an earlier run"
-                )
+            if args.fail_on_regression is not None:
+                _check_gate(path, doc, args.compare, compare_with)
+    if args.markdown:  # an input, an earlier run or a file of the site there is never replaced
+        _check_markdown(args)
 
+    sections = None
     if args.output is not None:
-        _render(args, docs, compare_with)
+        sections = _render(args, docs, compare_with)
+    if args.markdown:
+        from ampsuite.report import markdown_summary
+
+        if sections is None:
+            sections = report_sections(registry(args), docs)
+        text = markdown_summary(docs, compare_with=compare_with, extra_sections=sections)
+        try:
+            Path(args.markdown).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise OutputError(args.markdown, exc) from exc
+        echo(f"markdown: {args.markdown}")
     if compare_with is None:
         return ExitCode.OK
     return _compare(args, docs, compare_with)
 
 
-def _render(args: argparse.Namespace, docs: list[dict[str, Any]], compare_with: dict[str, Any] | None) -> None:
-    from ampsuite import analysis, results
+def _check_gate(path: str, doc: dict[str, Any], compare: str, compare_with: dict[str, Any]) -> None:
+    """Refuse a regression gate that could never fail: two files of one run, or of no cell in common."""
+    from ampsuite import analysis
+
+    if analysis.same_run(compare_with, doc):
+        raise UsageError(
+            f"report --fail-on-regression: {path} and {compare} hold the same run "
+            f"({doc['run']['id']}), so no cell can regress; compare with an earlier run"
+        )
+    if not {r["id"] for r in doc["cells"]} & {r["id"] for r in compare_with["cells"]}:
+        raise UsageError(
+            f"report --fail-on-regression: {path} and {compare} have no cell in common, so no cell can regress; "
+            "compare runs of the same suite"
+        )
+
+
+def _check_markdown(args: argparse.Namespace) -> None:
+    from ampsuite import results
+
+    markdown = Path(args.markdown)
+    results.claim(markdown, [*args.results, args.compare], "--markdown")
+    if args.output is not None and markdown.resolve().is_relative_to(Path(args.output).resolve()):
+        raise UsageError(
+            f"report: --markdown {args.markdown} is inside the report's folder {args.output}, whose files the "
+            f"report writes (its own Markdown summary is {Path(args.output) / 'summary.md'}); name a path outside it"
+        )
+
+
+def _render(args: argparse.Namespace, docs: list[dict[str, Any]], compare_with: dict[str, Any] | None) -> list[Any]:
+    """The HTML site in ``args.output``; returns the plugins' report sections, which the Markdown shares."""
+    from ampsuite import analysis
 
     # Files of one machine (GPU, else CPU, and host) are its history; files of several machines
     # are also compared side by side on machines.html (render_site decides that from the same rule).
@@ -105,8 +145,6 @@ def _render(args: argparse.Namespace, docs: list[dict[str, Any]], compare_with: 
             if not history:
                 echo(f"history: {args.asv_results} tracks none of these cells ({tracked} others); no history page")
         history = in_commit_order(history, git_commit_order()) if history else None
-    if args.markdown:  # an input or an earlier run there is never replaced (ampsuite.results.outputs)
-        results.claim(Path(args.markdown), [*args.results, args.compare], "--markdown")
     sections = report_sections(registry(args), docs)
     index = render(
         sections,
@@ -118,11 +156,7 @@ def _render(args: argparse.Namespace, docs: list[dict[str, Any]], compare_with: 
         inputs=[args.compare],
     )
     echo(f"report: {index}")
-    if args.markdown:
-        from ampsuite.report import markdown_summary
-
-        text = markdown_summary(docs, compare_with=compare_with, extra_sections=sections)
-        Path(args.markdown).write_text(text, encoding="utf-8")
+    return sections
 
 
 def _compare(args: argparse.Namespace, docs: list[dict[str, Any]], compare_with: dict[str, Any]) -> ExitCode:

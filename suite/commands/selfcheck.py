@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ampsuite.commands.common import Command
+from ampsuite.commands.common import Command, count
 from ampsuite.contract.errors import ExitCode
 
 
 def add_arguments(check: argparse.ArgumentParser) -> None:
     check.add_argument("--device", choices=("cpu", "cuda"))
     check.add_argument("-k", dest="keyword", metavar="EXPR", help="only checks whose name matches EXPR")
-    check.add_argument("--rounds", type=int, default=3, help="alternating harness/plain rounds")
+    check.add_argument("--rounds", type=count(1, 1000), default=3, help="alternating harness/plain rounds")
     check.add_argument("--min-ratio", type=float, default=0.97, help="flag checks below this plain/harness ratio")
     check.add_argument("-o", "--output", help="write the figures as JSON")
     source = check.add_mutually_exclusive_group()

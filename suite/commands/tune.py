@@ -20,6 +20,10 @@ def duration(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a duration like 90s, 15m or 1h, got {text!r}") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"the budget must be > 0, got {text!r}")
+    from ampsuite.spec.limits import MAX_TIMEOUT
+
+    if value > MAX_TIMEOUT:  # inf and typos like 1e9h: a search is planned against its budget
+        raise argparse.ArgumentTypeError(f"the budget must be at most a week ({MAX_TIMEOUT:g} s), got {text!r}")
     return value
 
 

@@ -7,7 +7,8 @@ records copies it aside first.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
@@ -172,3 +173,23 @@ def check_same_suite(path: str, old: dict[str, Any], spec: SuiteSpec) -> None:
             f"holds a run of suite {str(name)[:80]!r}, not of {spec.name!r}; --resume continues a run of the same "
             "suite (choose another -o, or leave out --resume to start anew: this file is then kept aside)",
         )
+    # Records timed to another stopping rule (or trained to another quality budget) would sit beside new ones
+    # and be judged by the new settings.
+    changed = _differences("", old["run"].get("measure") or {}, asdict(spec.measure))
+    quality = (old["run"].get("suite") or {}).get("quality")
+    if (quality is None) != (spec.quality is None):
+        changed.append("[quality] " + ("added" if quality is None else "removed"))
+    elif quality is not None and spec.quality is not None:
+        changed += _differences("quality.", quality, json.loads(json.dumps(spec.quality.as_dict())))
+    if changed:
+        raise ResultsFileError(
+            path,
+            f"was measured with other settings ({', '.join(changed)}); --resume continues a run measured alike "
+            "(restore them, or leave out --resume to start anew: this file is then kept aside)",
+        )
+
+
+def _differences(prefix: str, before: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """``KEY old -> new`` for each setting that changed; a key the file's version did not have yet is its
+    default, and no change."""
+    return [f"{prefix}{k} {before[k]!r} -> {now[k]!r}" for k in now if k in before and before[k] != now[k]]

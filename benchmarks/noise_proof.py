@@ -51,6 +51,14 @@ TIMING = "cells.track_seconds_per_sample"
 ROW = re.compile(r"^\|\s*([+\-!*x ]?)\s*\|.*\|\s*(cells\.\S.*?)\s*\|\s*$")
 
 
+def twice_as_slow(text: str) -> str:
+    """The toy workload's source with its network run twice a step (the class it names at the module's end)."""
+    if MODEL not in text:
+        raise SystemExit(f"{TOY}: the line to patch is gone: {MODEL}")
+    line, cls = TWICE.split("\n\n\n", 1)
+    return text.replace(MODEL, line) + "\n\n" + cls
+
+
 def git(root: Path, env: dict[str, str], *args: str) -> str:
     return subprocess.run(["git", *args], cwd=root, env=env, check=True, capture_output=True, text=True).stdout.strip()
 
@@ -68,14 +76,7 @@ def make_repository(root: Path, env: dict[str, str]) -> list[str]:
     for day, message in enumerate(("base", "no code change 1", "no code change 2", "toy workload 2x slower"), 1):
         if day == 4:
             toy = root / TOY
-            text = toy.read_text(encoding="utf-8")
-            if MODEL not in text:
-                raise SystemExit(f"{TOY}: the line to patch is gone: {MODEL}")
-            head, tail = text.split(MODEL)
-            body, rest = tail.split("\n    return TrainStep(", 1)
-            toy.write_text(head + TWICE.split("\n\n\n")[0] + body + "\n    return TrainStep(" + rest, encoding="utf-8")
-            with toy.open("a", encoding="utf-8") as fh:
-                fh.write("\n\n" + TWICE.split("\n\n\n", 1)[1])
+            toy.write_text(twice_as_slow(toy.read_text(encoding="utf-8")), encoding="utf-8")
         date = f"2024-01-{day:02d}T12:00:00+00:00"
         git(root, env, "add", "-A")
         git(

@@ -491,3 +491,20 @@ def test_the_offline_check_sees_a_request_leave_and_a_console_error(tmp_path: Pa
     assert any("cdn.example/x.js" in f and "NAME_NOT_RESOLVED" in f for f in report.failed)
     assert "error: boom" in report.console
     assert len(report.errors()) >= 2
+
+
+def test_the_noise_proofs_slowdown_still_applies_to_the_toy_workload() -> None:
+    # benchmarks/noise_proof.py patches the toy workload's source: the line it patches must still be there,
+    # and the patched module must still be Python that runs the network twice.
+    import ast
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("noise_proof", REPO / "benchmarks" / "noise_proof.py")
+    assert spec is not None and spec.loader is not None
+    proof = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(proof)
+    patched = proof.twice_as_slow((REPO / proof.TOY).read_text(encoding="utf-8"))
+    tree = ast.parse(patched)
+    assert "model = _Twice(" in patched and any(
+        isinstance(node, ast.ClassDef) and node.name == "_Twice" for node in tree.body
+    )

@@ -60,6 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with interrupts(keep_ignoring=own) as policy:
         code = _command(argv)
         if policy.received is not None and code in UNFINISHED:
+            # The signal came while the output was being written, which was finished first: say why exit 2.
+            echo(f"ampsuite: interrupted ({policy.received}) after its output was written whole", file=sys.stderr)
             code = ExitCode.INTERRUPTED
     if own and policy.received is not None:
         # Asked to stop, and what was measured is written: leave without the interpreter's teardown, which

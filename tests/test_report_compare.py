@@ -195,3 +195,24 @@ def test_an_asv_results_folder_that_cannot_be_read_is_one_line(tmp_path: Path, c
     err = capsys.readouterr().err
     assert code == ExitCode.USAGE_ERROR and len(err.splitlines()) == 1
     assert ("no such file or folder" if broken == "missing" else "cannot be read as JSON") in err
+
+
+def test_a_signal_while_the_site_is_written_is_said_once_it_is_whole(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import signal
+
+    import ampsuite.report
+
+    real = ampsuite.report.render_site
+
+    def interrupted_midway(*args: Any, **kwargs: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGTERM)  # a scheduler's stop, while the pages are being written
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ampsuite.report, "render_site", interrupted_midway)
+    assert main(["report", str(EXAMPLE), "-o", str(tmp_path / "site")]) == ExitCode.INTERRUPTED
+    assert (tmp_path / "site" / "index.html").is_file()
+    err = capsys.readouterr().err
+    assert err == "ampsuite: interrupted (SIGTERM) after its output was written whole\n"

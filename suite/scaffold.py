@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import keyword
 import re
+import shutil
 import sys
 from dataclasses import dataclass
 from importlib import resources
@@ -24,7 +25,8 @@ from pathlib import Path
 import jinja2
 
 from ampsuite import PLUGIN_API, __version__
-from ampsuite.contract.errors import UsageError
+from ampsuite.contract.errors import OutputError, UsageError
+from ampsuite.results.outputs import folder_target
 
 __all__ = ["PluginNames", "create", "plugin_names", "render"]
 
@@ -129,17 +131,26 @@ def render(name: str) -> dict[str, str]:
 def create(name: str, parent: str | Path = ".") -> Path:
     """Write the skeleton into ``parent/name`` and return that directory.
 
-    :raises UsageError: a bad name, or a target that already exists (nothing
-        is ever overwritten).
+    :raises UsageError: a bad name, a ``parent`` that is not a directory, or a target that already exists
+        (nothing is ever overwritten).
+    :raises OutputError: the skeleton cannot be written (read-only folder, full disk); a half-written one is
+        removed, so that the next try does not find NAME/ taken.
     """
     files = render(name)
+    folder_target(str(parent), "-o", f"the directory in which {name}/ is created")
     target = Path(parent) / name
     try:
         target.mkdir(parents=True)
     except FileExistsError:
         raise UsageError(f"new-plugin: {target} already exists; choose another name or remove it first") from None
-    for relative, text in files.items():
-        path = target / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise OutputError(str(exc.filename or target), exc) from None
+    try:
+        for relative, text in files.items():
+            path = target / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        shutil.rmtree(target, ignore_errors=True)  # made by this call, a moment ago: nothing of the user's in it
+        raise OutputError(str(exc.filename or target), exc) from None
     return target

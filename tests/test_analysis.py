@@ -359,5 +359,7 @@ def test_history_rejects_other_asv_versions(tmp_path: Path) -> None:
 
 
 def test_history_rejects_unknown_files(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="neither"):
+    from ampsuite.contract.errors import ResultsFileError
+
+    with pytest.raises(ResultsFileError, match=r"x\.json: neither an ampsuite results file nor an asv results file"):
         analysis.history(_write(tmp_path / "x.json", {"hello": 1}))

@@ -508,3 +508,17 @@ def test_the_noise_proofs_slowdown_still_applies_to_the_toy_workload() -> None:
     assert "model = _Twice(" in patched and any(
         isinstance(node, ast.ClassDef) and node.name == "_Twice" for node in tree.body
     )
+
+
+def test_asv_never_tracks_a_cuda_suite_with_cpu_figures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The suite's own device stands: on a machine without a GPU a CUDA suite is refused, not run on the CPU.
+    from ampsuite.asvtools import plan
+    from ampsuite.contract.errors import UsageError
+    from ampsuite.host import environment
+
+    monkeypatch.setattr(environment, "detect_device", lambda: "cpu")
+    suite = tmp_path / "gpu.toml"
+    suite.write_text(toy_suite("gpu", device="cuda"), encoding="utf-8")
+    with pytest.raises(UsageError, match="torch sees none"):
+        plan.describe(suite, None)
+    assert plan.describe(suite, "cpu")["device"] == "cpu"  # asked for, as `--device cpu` would

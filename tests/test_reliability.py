@@ -27,11 +27,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _suite(name: str) -> str:
-    """One toy cell whose workload id is no file name as it stands: ``toy[/]``."""
+    """One toy cell whose id is no file name as it stands and reads as rich markup: ``toy[hidden=8]/fp32/bs4``."""
     return toy_suite(
         name,
         toy=None,
-        workloads={"toy[/]": {"plugin": "toy", "batch_size": 4}},
+        workloads={"toy": {"plugin": "toy", "batch_size": 4, "hidden": [8]}},
         measure={**FAST_MEASURE, "max_steps": 3, "max_seconds": 0.2},
     )
 
@@ -78,7 +78,7 @@ def test_run_with_markup_and_a_long_name_stays_under_reports_and_shows(tmp_path:
     assert folder.name == names.path_component(name) and (folder / "index.html").exists()
     shown = _ampsuite("show", str(folder / "results.json"), cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
-    assert "toy[/]/fp32/bs4" in shown.stdout and "toy[/]nnn" in shown.stdout
+    assert "toy[hidden=8]/fp32/bs4" in shown.stdout and "toy[/]nnn" in shown.stdout
 
 
 # --- numbers and sizes -----------------------------------------------------

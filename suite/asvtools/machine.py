@@ -16,8 +16,12 @@ another path; ``HOME`` decides) and picks the entry named by ``asv run
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
+
+from ampsuite.contract.errors import OutputError, UsageError
+from ampsuite.results.outputs import file_target, holds_run
 
 __all__ = ["GPU_KEYS", "NONE", "gpu_facts", "machine_info", "write_machine_file"]
 
@@ -79,11 +83,41 @@ def write_machine_file(path: str | Path | None = None, machine: str | None = Non
     :param path: the machine file; default ``~/.asv-machine.json``, the one asv reads.
     :param machine: the entry's name; default the host name, which is the entry
         ``asv run`` uses without ``--machine``. Other machines' entries are kept.
+    :raises UsageError: ``path`` is a directory, lies under a file, or is a file other than an asv machine file
+        (asv would rewrite it in place, with no backup).
+    :raises OutputError: the file cannot be read or written (read-only folder, full disk).
     """
     from asv.machine import MachineCollection
 
-    target = default_path() if path is None else Path(path)
+    target = file_target(str(default_path() if path is None else path), "--file", "asv's machine file")
     info = machine_info(machine)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    MachineCollection.save(info["machine"], info, _path=str(target))
+    try:
+        if target.exists():
+            _check_machine_file(target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        MachineCollection.save(info["machine"], info, _path=str(target))
+    except OSError as exc:
+        raise OutputError(str(target), exc) from None
     return target
+
+
+def _check_machine_file(path: Path) -> None:
+    """:class:`UsageError` unless ``path`` holds what asv writes there: a JSON object with ``version`` and one
+    object per machine. asv updates that file in place (several machines share it), so anything else is refused."""
+    if holds_run(path):
+        raise UsageError(
+            f"{path}: holds an ampsuite run, not asv machines; --file names asv's machine file (~/.asv-machine.json)"
+        )
+    try:
+        data = json.loads(path.read_bytes())
+    except ValueError:
+        data = None
+    if not (
+        isinstance(data, dict)
+        and isinstance(data.get("version"), int)
+        and all(isinstance(v, dict) for k, v in data.items() if k != "version")
+    ):
+        raise UsageError(
+            f'{path}: is not an asv machine file (expected a JSON object with "version" and one object per '
+            "machine, as ~/.asv-machine.json); choose another --file"
+        )

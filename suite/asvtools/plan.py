@@ -33,9 +33,14 @@ def describe(suite: str | Path | None, device: str | None) -> dict[str, Any]:
     from ampsuite.host import environment, session
     from ampsuite.spec import suitefile
 
-    dev = device or environment.detect_device()
-    path = Path(suite) if suite is not None else suitefile.default_suite_path(dev)
-    p = session.plan(path, device=dev)
+    if suite is None:
+        device = device or environment.detect_device()
+        path = suitefile.default_suite_path(device)
+    else:
+        path = Path(suite)
+    # A suite's own device stands unless --device overrides it: a CUDA suite on a CPU machine is refused, not
+    # tracked under its name with CPU figures.
+    p = session.plan(path, device=device)
     return {
         "suite": str(path.resolve()),
         "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),

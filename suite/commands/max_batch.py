@@ -32,12 +32,15 @@ def _print_record(record: dict[str, Any]) -> None:
 
 
 def execute(args: argparse.Namespace) -> ExitCode:
+    from ampsuite.results.outputs import file_target
     from ampsuite.run import maxbatch
 
+    if args.output is not None:  # before the search: a directory there would be renamed aside
+        file_target(args.output, "-o", "the results file")
     p = plan_cells(args)
     if p is None:
         return ExitCode.NO_CELLS
-    output = Path(args.output) if args.output else Path("reports") / p.spec.dir_name / "max-batch.json"
+    output = Path(args.output) if args.output is not None else Path("reports") / p.spec.dir_name / "max-batch.json"
     try:
         config = maxbatch.SearchConfig(
             output=output,

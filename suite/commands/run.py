@@ -70,6 +70,7 @@ def execute(args: argparse.Namespace) -> ExitCode:
     from ampsuite import results
     from ampsuite.display import Display
     from ampsuite.host import executors, session
+    from ampsuite.results.outputs import file_target, folder_target, same_file
     from ampsuite.run import runner
     from ampsuite.run.signals import deferred
     from ampsuite.summary import print_summary
@@ -77,6 +78,13 @@ def execute(args: argparse.Namespace) -> ExitCode:
 
     if args.retry_failed and not args.resume:
         raise UsageError("run: --retry-failed goes with --resume (it names which finished records run again)")
+    # Before the suite is even read: a path of the wrong kind must cost nothing, not a whole run.
+    if args.output is not None:
+        file_target(args.output, "-o", "the results file")
+    if args.report_dir is not None:
+        folder_target(args.report_dir, "--report-dir", "the report's folder")
+        if args.output is not None and same_file(args.output, args.report_dir):
+            raise UsageError(f"{args.output}: -o and --report-dir name the same path; -o names the results file")
     executor_options = dict(executors.parse_option(o) for o in args.executor_option or [])
     preview = _preview(args)
     p = session.plan(

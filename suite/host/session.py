@@ -30,13 +30,22 @@ class Plan:
     """The device and GPU count the cells were expanded for instead of this machine's (``--as-device``)."""
 
 
+_NO_CUDA_HINT = "--device cpu runs it here; --dry-run --as-device cuda:N previews its cells as on N GPUs"
+
+
 def resolve_device(spec_device: str, override: str | None) -> str:
+    """The device a run is on: ``override`` (``--device``), else the suite's.
+
+    :raises UsageError: CUDA asked for where torch sees none, naming the flag, or ``suite.device`` where the
+        override only repeats it (the pytest plugin passes the suite's own device); :func:`plan` adds the file.
+    """
     detected = environment.detect_device()
     device = override or (detected if spec_device == "auto" else spec_device)
     if device == "cuda" and detected != "cuda":
+        if override not in (None, spec_device):
+            raise UsageError(f"--device cuda: torch sees no CUDA device ({_NO_CUDA_HINT})")
         raise UsageError(
-            "the suite asks for a CUDA device, and torch sees none "
-            "(use --device cpu; --dry-run --as-device cuda:N previews its cells as on N GPUs)"
+            f'suite.device = "cuda": the suite asks for a CUDA device, and torch sees none ({_NO_CUDA_HINT})'
         )
     return device
 
@@ -84,7 +93,12 @@ def plan(
     if preview is not None:
         dev, gpus = preview
     else:
-        dev = resolve_device(spec.device, device)
+        try:
+            dev = resolve_device(spec.device, device)
+        except UsageError as exc:
+            if device not in (None, spec.device):  # the --device flag: the message names it
+                raise
+            raise UsageError(f"{spec.path}: {exc}") from None
         gpus = environment.gpu_count() if dev == "cuda" else 0
     registry = load_registry(settings, objects)
     executors.resolve(spec, registry.executors)  # a bad [executor] table is refused before anything runs

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import uuid
@@ -10,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TooLarge", "write_json_atomic"]
+__all__ = ["TooLarge", "make_parent", "write_json_atomic"]
 
 FILE_MODE = 0o644
 """Readable by anyone the umask allows: results and caches are shared, unlike mkstemp's private 0600."""
@@ -23,6 +24,21 @@ class TooLarge(ValueError):
         super().__init__(f"{size:,} bytes is more than {limit:,}")
         self.size = size
         self.limit = limit
+
+
+def make_parent(path: Path) -> None:
+    """Create the folder of ``path`` when missing.
+
+    :raises NotADirectoryError: an ancestor is a file; its message names that file, where mkdir's EEXIST would
+        only say that something exists.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        for parent in path.parents:
+            if parent.exists() and not parent.is_dir():
+                raise NotADirectoryError(errno.ENOTDIR, f"{parent} is a file, not a directory", str(path)) from None
+        raise
 
 
 def write_json_atomic(
@@ -46,7 +62,7 @@ def write_json_atomic(
     text = json.dumps(value, indent=indent, default=default, allow_nan=allow_nan)
     if max_bytes is not None and len(text) > max_bytes:  # ensure_ascii: one byte a character
         raise TooLarge(len(text), max_bytes)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_parent(path)
     # Same folder: os.replace is only atomic within one file system. O_EXCL with a
     # unique name instead of mkstemp, so that the mode passes through the umask.
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")

@@ -7,11 +7,14 @@ Every file ampsuite writes where a user pointed it (a results file, a report fol
   line before anything is written: the input would be gone once the output is written;
 - an existing file there that holds a run (an ampsuite results file) is renamed aside to :func:`backup_path`
   and the new path named; an identical copy is left as it is;
-- anything else there (a page, a CSV, a summary ampsuite wrote before) is derived and simply replaced.
+- anything else there (a page, a CSV, a summary ampsuite wrote before) is derived and simply replaced;
+- a path of the wrong kind (a directory where a file goes, a file where a folder goes, an empty path) is refused in
+  one line (:func:`file_target`, :func:`folder_target`) before anything runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import filecmp
 import os
@@ -20,7 +23,7 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
-from ampsuite.contract.errors import UsageError
+from ampsuite.contract.errors import OutputError, UsageError
 
 __all__ = [
     "backup_path",
@@ -28,6 +31,8 @@ __all__ = [
     "claim",
     "copy_aside",
     "copy_into",
+    "file_target",
+    "folder_target",
     "holds_run",
     "refuse_inputs",
     "same_file",
@@ -63,10 +68,56 @@ def copy_aside(out: Path) -> Path:
 
 
 def set_aside(out: Path) -> Path:
-    """Rename the file ``out`` to :func:`backup_path`; its new path."""
+    """Rename the file ``out`` to :func:`backup_path`; its new path.
+
+    :raises UsageError: ``out`` is a directory: renaming it would hide everything in it under a name nobody chose.
+    """
+    if out.is_dir():
+        raise UsageError(f"{out}: is a directory; an output file cannot take its place")
     backup = backup_path(out)
     out.rename(backup)
     return backup
+
+
+def _not_a_folder(path: Path) -> Path | None:
+    """The nearest existing ancestor of ``path`` when it is not a directory (nothing can be created under it)."""
+    for parent in path.parents:
+        if parent.exists():
+            return None if parent.is_dir() else parent
+    return None
+
+
+def file_target(value: str, flag: str, names: str = "a file") -> Path:
+    """``value`` as the path of a file an option (``flag``) names, or :class:`UsageError` in one line.
+
+    Refused: an empty path (it would silently mean the default, or ``.``), a path that ends with a separator or is
+    a directory (a run would rename the directory aside and write a file in its place), and a path under a file.
+    """
+    if not value:
+        raise UsageError(f"{flag} '': an empty path; {flag} names {names}")
+    path = Path(value)
+    if path.is_dir():
+        raise UsageError(f"{value}: is a directory; {flag} names {names}")
+    if value.endswith(("/", os.sep)):  # Path() drops the separator, and the name it meant as a folder becomes a file
+        raise UsageError(f"{value}: ends with '/', as a directory does; {flag} names {names}")
+    blocker = _not_a_folder(path)
+    if blocker is not None:
+        raise UsageError(f"{value}: {blocker} is a file, not a directory; {flag} names {names}")
+    return path
+
+
+def folder_target(value: str, flag: str, names: str = "a directory") -> Path:
+    """``value`` as the path of a directory an option (``flag``) names (created later when missing), or
+    :class:`UsageError` in one line: an empty path, an existing file or a path under one is refused."""
+    if not value:
+        raise UsageError(f"{flag} '': an empty path; {flag} names {names}")
+    path = Path(value)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{value}: is a file, not a directory; {flag} names {names}")
+    blocker = _not_a_folder(path)
+    if blocker is not None:
+        raise UsageError(f"{value}: {blocker} is a file, not a directory; {flag} names {names}")
+    return path
 
 
 def same_file(a: PathLike, b: PathLike) -> bool:
@@ -104,6 +155,11 @@ def claim(target: Path, inputs: Iterable[PathLike | None] = (), what: str = "the
     """Make ``target`` free to be written: refused when it is one of ``inputs``; an earlier run there is renamed
     aside (its new path is returned, for the caller to name); any other file is left to be replaced."""
     refuse_inputs([target], inputs, what)
+    if target.is_dir():
+        raise UsageError(f"{target}: is a directory; {what} must be a file")
+    blocker = _not_a_folder(target)
+    if blocker is not None:
+        raise UsageError(f"{target}: {blocker} is a file, not a directory; {what} must be a file in a directory")
     if target.is_file() and holds_run(target):
         return set_aside(target)
     return None
@@ -124,11 +180,22 @@ def copy_into(
     """Copy ``source`` to ``target`` under :func:`claim`'s rules; the path an earlier run there was renamed to.
 
     Nothing is written when ``target`` is ``source`` itself or already holds the same bytes.
+
+    :raises OutputError: naming ``target`` when it cannot be written (shutil names the source in its error).
     """
     if not check_copy(source, target, inputs, what):
         return None
     if target.is_file() and filecmp.cmp(source, target, shallow=False):
         return None
     backup = claim(target, (), what)
-    shutil.copyfile(source, target)
+    try:
+        shutil.copyfile(source, target)
+    except OSError as exc:
+        if exc.filename2 is None and exc.filename is not None and same_file(exc.filename, source):
+            raise  # reading the input failed, not writing: the caller names the input
+        if exc.filename is None or not same_file(exc.filename, target):
+            # The copy was begun: a cut-off results file in the site would fail its checksum where linked.
+            with contextlib.suppress(OSError):
+                target.unlink()
+        raise OutputError(str(target), exc) from None
     return backup

@@ -12,6 +12,7 @@ __all__ = [
     "MAX_CELLS",
     "MAX_CPU_THREADS",
     "MAX_GPUS",
+    "MAX_NESTING",
     "MAX_PROCESSES",
     "MAX_SEED",
     "MAX_SPEC_STEPS",
@@ -34,3 +35,6 @@ MAX_SEED = 2**63 - 1
 """``suite.seed`` (torch takes a 64-bit seed)."""
 MAX_CELLS = 5_000
 """Cells one suite may expand to without ``--allow-large``; the default suites have under a hundred."""
+MAX_NESTING = 32
+"""Arrays and tables inside each other in a suite file; the deepest a suite needs (a list-of-lists axis of a
+table option) is under ten."""

@@ -23,10 +23,13 @@ from ampsuite.contract.cell import Cell
 from ampsuite.contract.errors import SuiteFileError
 from ampsuite.contract.plugin import CheckContext, Technique, Workload
 from ampsuite.spec import limits, parallel
+from ampsuite.spec.names import shown_id
 from ampsuite.spec.options import (
     OptionError,
     UnknownOption,
     build_options,
+    check_value,
+    describe,
     is_list_option,
     merge_values,
     options_as_dict,
@@ -266,6 +269,35 @@ def _check_rules(spec: SuiteSpec, registry: Catalog) -> None:
                     raise SuiteFileError(
                         spec.path, f"{key}.technique", f"no combination of this suite uses {rule.technique!r}"
                     )
+            _check_rule_options(spec, registry, key, rule)
+
+
+def _check_rule_options(spec: SuiteSpec, registry: Catalog, key: str, rule: Rule) -> None:
+    """Each option of a rule must be one that a workload the rule can match takes, with a value of its type."""
+    plugins = [
+        e.workload for e in spec.workloads if rule.workload in (None, e.id) and rule.plugin in (None, e.workload)
+    ]
+    records = [registry.workloads[p] for p in dict.fromkeys(plugins)]
+    for name, value in rule.options.items():
+        having = [r for r in records if any(o.name == name for o in describe(r.options))]
+        if records and not having:
+            known = list(dict.fromkeys(o.name for r in records for o in describe(r.options)))
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"options are: {', '.join(known) or 'none'}"
+            whose = ", ".join(repr(r.name) for r in records)
+            raise SuiteFileError(
+                spec.path, shown_id(f"{key}.options", name), f"no workload this rule can match ({whose}) has it; {hint}"
+            )
+        errors = []
+        for record in having:
+            try:
+                check_value(record.options, name, value)
+                break
+            except OptionError as exc:
+                errors.append(exc)
+        else:
+            if errors:  # a value no cell's option can hold: the rule would match nothing
+                raise SuiteFileError(spec.path, f"{key}.options.{errors[0].key}", errors[0].message)
 
 
 def _lookup_id(spec: SuiteSpec, key: str, names: Mapping[str, Any], kind: str, name: str) -> None:
@@ -276,18 +308,17 @@ def _lookup_id(spec: SuiteSpec, key: str, names: Mapping[str, Any], kind: str, n
         raise SuiteFileError(spec.path, key, f"unknown {kind} {name!r}; {hint}")
 
 
-def _matches(rule: Rule, cell: Cell, entry_plugin: str) -> bool:
-    if rule.workload is not None and rule.workload != cell.workload_id:
-        return False
-    if rule.plugin is not None and rule.plugin != entry_plugin:
-        return False
-    if rule.combination is not None and rule.combination != cell.combination:
-        return False
-    if rule.technique is not None and rule.technique not in [n for n, _ in cell.techniques]:
-        return False
-    if rule.batch_size is not None and rule.batch_size != cell.batch_size:
-        return False
-    return all(cell.options.get(k) == v for k, v in rule.options.items())
+def _refuse_repeat(spec: SuiteSpec, made_by: dict[str, str], cell_id: str, wid: str, axes: Mapping[str, Any]) -> None:
+    """Record which entry makes ``cell_id``, refusing one made twice: results, ``-k`` and ``--resume`` find a
+    cell by its id. Every cell counts, an excluded one too, so a rule cannot hide the clash."""
+    by = shown_id("workloads", wid) + (" (" + ", ".join(f"{k} = {v!r}" for k, v in axes.items()) + ")" if axes else "")
+    if cell_id in made_by:
+        raise SuiteFileError(
+            spec.path,
+            shown_id("workloads", wid),
+            f"cell id {cell_id!r} is made twice, by {made_by[cell_id]} and by {by}; give each cell its own id",
+        )
+    made_by[cell_id] = by
 
 
 def expand(
@@ -310,14 +341,15 @@ def expand(
     available as soon as possible).
 
     :raises SuiteFileError: for unknown plugins, options or bad option values, and for
-        include/exclude rules that name a workload, combination, plugin or technique
-        the suite does not have, and for a matrix over ``max_cells`` (None: no bound).
+        include/exclude rules that name a workload, combination, plugin, technique or option
+        the suite does not have, for two cells with one id, and for a matrix over ``max_cells`` (None: no bound).
     """
     check_size(spec, registry, max_cells)
     tech_options = _technique_options(spec, registry)
     _check_rules(spec, registry)
     combos = sorted(spec.combinations.items(), key=lambda kv: kv[0] != spec.baseline)
     cells: list[Cell] = []
+    made_by: dict[str, str] = {}
     for entry, record, options, axis_values in _workload_configs(spec, registry):
         opts_obj = build_options(record.options, options)
         suffix = "[" + ",".join(f"{k}={_fmt(v)}" for k, v in axis_values.items()) + "]" if axis_values else ""
@@ -340,9 +372,10 @@ def expand(
                     world_size=world,
                     nodes=nodes,
                 )
-                if spec.include and not any(_matches(r, cell, entry.workload) for r in spec.include):
+                _refuse_repeat(spec, made_by, cell.id, entry.id, axis_values)
+                if spec.include and not any(r.matches(cell, entry.workload) for r in spec.include):
                     continue
-                if any(_matches(r, cell, entry.workload) for r in spec.exclude):
+                if any(r.matches(cell, entry.workload) for r in spec.exclude):
                     continue
                 reason = _skip_reason(spec, registry, record, opts_obj, techs, device, bs, tech_options[cid], preview)
                 if reason is None and world > 1:

@@ -41,6 +41,7 @@ __all__ = [
     "UnknownOption",
     "build_options",
     "check_declaration",
+    "check_value",
     "declared_choices",
     "describe",
     "is_list_option",
@@ -270,29 +271,38 @@ def _nonfinite(value: Any) -> float | None:
     return None
 
 
+def check_value(options_type: type, key: str, value: Any) -> Any:
+    """``value`` as option ``key`` takes it: coerced to its type and held to its declared rules, alone (the
+    options' ``__post_init__``, which ties options together, is :func:`build_options`'s to run).
+
+    :raises OptionError: wrong type or a value outside the field's rules; :class:`UnknownOption` for a name the
+        options do not have (with "did you mean").
+    """
+    hints = _hints(options_type)
+    fields = {f.name: f for f in dataclasses.fields(options_type)}
+    names = list(fields)
+    if key not in hints or key not in names:
+        close = difflib.get_close_matches(key, names, n=1)
+        hint = (
+            f"; did you mean {close[0]!r}?"
+            if close
+            else (f"; options are: {', '.join(names)}" if names else "; it takes no options")
+        )
+        raise UnknownOption(key, f"unknown option{hint}")
+    checked = check_rules(fields[key].metadata, _coerce(hints[key], value, key), key)
+    entry_type = fields[key].metadata.get("entry_type")
+    if entry_type is not None and isinstance(checked, Mapping):
+        return _entries(entry_type, checked, key)
+    return checked
+
+
 def build_options(options_type: type, values: Mapping[str, Any]) -> Any:
     """Build an options instance from plain values, checking names and types.
 
     :raises OptionError: unknown name (with "did you mean"), wrong type, a value outside the field's declared
         rules (bounds, choices, length, pattern), or a ValueError from the dataclass's own ``__post_init__``.
     """
-    hints = _hints(options_type)
-    fields = {f.name: f for f in dataclasses.fields(options_type)}
-    names = list(fields)
-    kwargs: dict[str, Any] = {}
-    for key, value in values.items():
-        if key not in hints or key not in names:
-            close = difflib.get_close_matches(key, names, n=1)
-            hint = (
-                f"; did you mean {close[0]!r}?"
-                if close
-                else (f"; options are: {', '.join(names)}" if names else "; it takes no options")
-            )
-            raise UnknownOption(key, f"unknown option{hint}")
-        kwargs[key] = check_rules(fields[key].metadata, _coerce(hints[key], value, key), key)
-        entry_type = fields[key].metadata.get("entry_type")
-        if entry_type is not None and isinstance(kwargs[key], Mapping):
-            kwargs[key] = _entries(entry_type, kwargs[key], key)
+    kwargs = {key: check_value(options_type, key, value) for key, value in values.items()}
     try:
         return options_type(**kwargs)
     except (ValueError, TypeError) as exc:

@@ -13,14 +13,13 @@ import difflib
 import hashlib
 import math
 import tomllib
-from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from ampsuite.contract.errors import SuiteFileError
 from ampsuite.spec import limits, names
-from ampsuite.spec.combinations import parse_combinations
+from ampsuite.spec.combinations import parse_combination_options, parse_combinations
 from ampsuite.spec.combinations import show_value as _show
 from ampsuite.spec.quality import QUALITY_KEYS, read_quality
 from ampsuite.spec.suitespec import (
@@ -94,6 +93,25 @@ class _Reader:
             close = difflib.get_close_matches(name, self.known, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; expected one of: {', '.join(self.known)}"
         raise self.error(name, f"unknown key{hint}")
+
+
+_TOO_DEEP = f"arrays or tables nested deeper than {limits.MAX_NESTING} levels; no suite needs so many"
+
+
+def _too_deep(value: Any, key: str, depth: int) -> str | None:
+    """The key holding a value nested deeper than ``limits.MAX_NESTING``, or None: every later step (copies,
+    messages, JSON) recurses too, and would fail on a depth that parsed."""
+    if depth > limits.MAX_NESTING:
+        return key
+    if isinstance(value, dict):
+        children = [(f"{key}.{k}" if key else k, v) for k, v in value.items()]
+    else:  # an item of a list is named by the list's key: [0][0][0]... would say nothing more
+        children = [(key, v) for v in value] if isinstance(value, list) else []
+    for child_key, v in children:
+        found = _too_deep(v, child_key, depth + 1)
+        if found is not None:
+            return found
+    return None
 
 
 def _too_large(maximum: float, value: Any) -> str:
@@ -200,10 +218,17 @@ def _tune(path: str, table: dict[str, Any]) -> dict[str, dict[str, tuple[Any, ..
 
 def loads(text: str, path: str = "<suite>") -> SuiteSpec:
     """Parse and validate suite-file text; ``path`` is only used in messages."""
+    # Editors on Windows save UTF-8 with a byte-order mark, which TOML does not allow: it carries no meaning.
+    text = text.removeprefix("\ufeff")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SuiteFileError(path, "", f"not valid TOML: {exc}") from exc
+    except RecursionError:  # tomllib parses nested arrays and inline tables by recursion
+        raise SuiteFileError(path, "", _TOO_DEEP) from None
+    deep = _too_deep(data, "", 0)
+    if deep is not None:
+        raise SuiteFileError(path, deep, _TOO_DEEP)
     top = _Reader(path, "", data, TOP_KEYS)
     # A misspelled table ([workload.toy]) must be reported as such, not as the missing table it was meant to be.
     top.refuse_unknown()
@@ -258,6 +283,9 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
         raise SuiteFileError(path, "workloads", "no workloads: add at least one [workloads.ID] table")
     workloads = []
     for wid, body in w_table.items():
+        problem = names.unsafe_id(wid, "workload")
+        if problem:
+            raise SuiteFileError(path, names.shown_id("workloads", wid), problem)
         key = f"workloads.{wid}"
         r = _Reader(path, key, body)
         given = [k for k in ("workload", "plugin") if k in r.table]
@@ -293,7 +321,7 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
             raise SuiteFileError(path, f"techniques.{tname}", f"expected a table of options, got {_show(body)}")
         technique_options[tname] = dict(body)
 
-    combination_options = _combination_options(
+    combination_options = parse_combination_options(
         path,
         top.get("combination_options", dict, {}, "a table of [combination_options.ID.TECHNIQUE] tables"),
         combinations,
@@ -334,36 +362,11 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
     )
 
 
-def _combination_options(
-    path: str, table: dict[str, Any], combinations: Mapping[str, tuple[str, ...]]
-) -> dict[str, dict[str, dict[str, Any]]]:
-    """``[combination_options.ID.TECHNIQUE]``: each names a declared combination and one of its techniques."""
-    out: dict[str, dict[str, dict[str, Any]]] = {}
-    for cid, techniques in table.items():
-        key = f"combination_options.{cid}"
-        if cid not in combinations:
-            close = difflib.get_close_matches(cid, list(combinations), n=1)
-            hint = f"did you mean {close[0]!r}?" if close else f"combinations are: {', '.join(combinations)}"
-            raise SuiteFileError(path, key, f"{cid!r} is not a combination; {hint}")
-        if not isinstance(techniques, dict) or not techniques:
-            raise SuiteFileError(path, key, f"expected [{key}.TECHNIQUE] option tables, got {_show(techniques)}")
-        for tname, options in techniques.items():
-            if tname not in combinations[cid]:
-                listed = ", ".join(combinations[cid]) or "none"
-                raise SuiteFileError(
-                    path, f"{key}.{tname}", f"{tname!r} is not in combination {cid!r} (its techniques: {listed})"
-                )
-            if not isinstance(options, dict):
-                raise SuiteFileError(path, f"{key}.{tname}", f"expected a table of options, got {_show(options)}")
-            out.setdefault(cid, {})[tname] = dict(options)
-    return out
-
-
 def load(path: str | Path) -> SuiteSpec:
     """Read and validate a suite file."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise SuiteFileError(str(path), "", "no such file") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from ampsuite.contract.cell import Cell
 from ampsuite.spec import names
 from ampsuite.spec.quality import QUALITY_KEYS, QualitySpec
 
@@ -132,6 +133,16 @@ class Rule:
     technique: str | None = None
     batch_size: int | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+
+    def matches(self, cell: Cell, plugin: str) -> bool:
+        """Whether ``cell``, of a ``[workloads.ID]`` table running workload ``plugin``, matches every key given."""
+        if self.workload not in (None, cell.workload_id) or self.plugin not in (None, plugin):
+            return False
+        if self.combination not in (None, cell.combination) or self.batch_size not in (None, cell.batch_size):
+            return False
+        if self.technique is not None and self.technique not in [n for n, _ in cell.techniques]:
+            return False
+        return all(cell.options.get(k) == v for k, v in self.options.items())
 
 
 @dataclass(frozen=True)

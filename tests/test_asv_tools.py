@@ -493,7 +493,7 @@ def test_the_offline_check_sees_a_request_leave_and_a_console_error(tmp_path: Pa
     assert len(report.errors()) >= 2
 
 
-def test_the_noise_proofs_slowdown_still_applies_to_the_toy_workload() -> None:
+def test_the_noise_proof_still_fits_the_toy_workload_and_asvs_names() -> None:
     # benchmarks/noise_proof.py patches the toy workload's source: the line it patches must still be there,
     # and the patched module must still be Python that runs the network twice.
     import ast
@@ -508,6 +508,10 @@ def test_the_noise_proofs_slowdown_still_applies_to_the_toy_workload() -> None:
     assert "model = _Twice(" in patched and any(
         isinstance(node, ast.ClassDef) and node.name == "_Twice" for node in tree.body
     )
+    # ... and that it reads the flags of the benchmarks as asv compare names them now.
+    assert proof.is_toy_timing("cells.track_seconds_per_sample('toy/fp32/bs32')")
+    assert not proof.is_toy_timing("cells.track_seconds_per_sample('resnet-tiny/fp32/bs8')")
+    assert not proof.is_toy_timing("cells.track_peak_memory_bytes('toy/fp32/bs32')")
 
 
 def test_asv_never_tracks_a_cuda_suite_with_cpu_figures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

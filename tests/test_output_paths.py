@@ -208,3 +208,23 @@ def test_a_report_that_cannot_copy_the_results_names_the_copy_not_the_input(
     assert "r0.json" not in err
     assert not (workdir / "site" / "results.json").exists()  # no cut-off copy that fails its checksum
     results.load(r0)
+
+
+def test_a_report_whose_stylesheet_cannot_be_copied_names_the_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = shutil.copyfile
+
+    def full(source: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
+        if Path(target).parent.name != "static":
+            return real(source, target, *args, **kwargs)
+        raise OSError(errno.ENOSPC, "No space left on device", str(source), None, str(target))
+
+    monkeypatch.setattr(shutil, "copyfile", full)
+    example = Path(__file__).resolve().parent.parent / "reports" / "example" / "results.json"
+    assert cli.main(["report", str(example), "-o", str(tmp_path / "site")]) == ExitCode.OUTPUT_ERROR
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'site' / 'static'}" in err and "No space left on device (errno ENOSPC)" in err
+    import importlib.resources
+
+    assert str(importlib.resources.files("ampsuite.report") / "static") not in err  # the source did not fail

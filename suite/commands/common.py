@@ -169,4 +169,5 @@ def render(
                 )
             )
     except OSError as exc:  # read-only folder, full disk: one line, exit OUTPUT_ERROR
-        raise OutputError(exc.filename or str(out_dir), exc) from None
+        # A failed copy (the page's stylesheet, a trace) names its source first and the file it wrote second.
+        raise OutputError(exc.filename2 or exc.filename or str(out_dir), exc) from None

@@ -249,6 +249,12 @@ def read_results(path: Path) -> dict[str, Any]:
     return doc
 
 
+def _run_takes(flag: str, env: dict[str, str]) -> bool:
+    """Whether this environment's (the commit's) ``ampsuite run`` has ``flag``."""
+    command = [sys.executable, "-m", "ampsuite", "run", "--help"]
+    return flag in subprocess.run(command, env=env, capture_output=True, text=True, check=False).stdout
+
+
 def run_suite(suite: Path, device: str, out: Path, limit: float) -> subprocess.CompletedProcess[str]:
     """``python -m ampsuite run`` of this environment's (the commit's) ampsuite, in its own
     process group so that a timeout takes its workers down with it."""
@@ -257,6 +263,11 @@ def run_suite(suite: Path, device: str, out: Path, limit: float) -> subprocess.C
     cmd += ["--no-report", "--no-peaks", "--data-dir", data_dir, *shlex.split(os.environ.get(RUN_ARGS_ENV, ""))]
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
+    # Each round measures every cell alike: run's second pass would measure a noisy fastest cell again in more
+    # processes, so which cells get pooled samples would change with each commit's noise. A commit whose ampsuite
+    # predates the flag has no second pass.
+    if _run_takes("--no-again", env):
+        cmd.append("--no-again")
     proc = subprocess.Popen(
         cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )

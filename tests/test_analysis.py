@@ -363,3 +363,15 @@ def test_history_rejects_unknown_files(tmp_path: Path) -> None:
 
     with pytest.raises(ResultsFileError, match=r"x\.json: neither an ampsuite results file nor an asv results file"):
         analysis.history(_write(tmp_path / "x.json", {"hello": 1}))
+
+
+def test_history_takes_the_noise_of_asv_results_from_their_interval(tmp_path: Path) -> None:
+    # The benchmarks hand asv samples; asv keeps a 99% interval of the median, which is the noise the page shows.
+    params = [["'toy/fp32/bs32'", "'toy/amp/bs32'"]]
+    row = [[0.001, 0.002], params, "v1", 1_700_000_000_000, 1.0, [0.00099, None], [0.00103, None]]
+    path = _write(
+        tmp_path / "r.json", asv_result_file("1" * 40, 1_700_000_000_000, "m", {"cells.track_seconds_per_sample": row})
+    )
+    result = analysis.history(path)
+    (fp32,), (amp,) = result["toy/fp32/bs32"], result["toy/amp/bs32"]
+    assert fp32.noise == pytest.approx(0.00004 / 2 / 2.5758 / 0.001) and amp.noise is None

@@ -24,6 +24,16 @@ def _scale_collapsed(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
+def test_a_tune_screen_is_never_crowned() -> None:
+    # A report of a tune's results file holds the short screens beside the full records.
+    screen = cell("amp", median=0.004)
+    screen["id"] += "/screen"
+    result = analysis.best_per_workload(doc(cell("fp32", median=0.04), cell("amp", median=0.005), screen))
+    best = result["toy"]
+    assert best.record is not None and best.record["id"] == "toy/amp/bs32"
+    assert best.passed_over == [("toy/amp/bs32/screen", pytest.approx(8000), analysis.best.SCREEN)]
+
+
 def test_a_faster_cell_with_a_bad_figure_is_never_crowned_and_says_why() -> None:
     result = analysis.best_per_workload(
         doc(

@@ -526,3 +526,39 @@ def test_asv_never_tracks_a_cuda_suite_with_cpu_figures(tmp_path: Path, monkeypa
     with pytest.raises(UsageError, match="torch sees none"):
         plan.describe(suite, None)
     assert plan.describe(suite, "cpu")["device"] == "cpu"  # asked for, as `--device cpu` would
+
+
+def test_each_asv_round_measures_every_cell_alike(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # run's second pass (a noisy fastest cell measured again in 3 processes) would pool some cells' samples in
+    # some commits and not in others: the benchmarks turn it off.
+    import subprocess
+    import types
+
+    from benchmarks import cells
+
+    started: list[list[str]] = []
+
+    class Finished:
+        returncode = 0
+        pid = 0
+
+        def __init__(self, command: list[str], **kwargs: Any) -> None:
+            started.append(command)
+
+        def communicate(self, timeout: float | None = None) -> tuple[str, None]:
+            return "", None
+
+    # The probe of the commit's `ampsuite run --help` runs for real; the run itself is only recorded.
+    fake = types.SimpleNamespace(**{n: getattr(subprocess, n) for n in ("run", "PIPE", "STDOUT", "CompletedProcess")})
+    monkeypatch.setattr(cells, "subprocess", types.SimpleNamespace(**vars(fake), Popen=Finished))
+    cells.run_suite(Path("suite.toml"), "cpu", tmp_path / "r.json", 60)
+    assert "--no-again" in started[0] and started[0][1:4] == ["-m", "ampsuite", "run"]
+
+
+def test_the_asv_environment_asks_for_the_setuptools_the_build_requires() -> None:
+    import tomllib
+
+    from ampsuite.asvtools.environment import MIN_SETUPTOOLS
+
+    requires = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["build-system"]["requires"]
+    assert f"setuptools>={MIN_SETUPTOOLS}" in requires

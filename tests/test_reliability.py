@@ -321,3 +321,25 @@ def test_sys_exit_inside_a_command_is_one_line_not_a_traceback(
     err = capsys.readouterr().err.strip()
     assert err.startswith("ampsuite: error: sys.exit('a message, not an exit code') was called while the command ran")
     assert len(err.splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_a_run_beside_a_folder_named_ampsuite_measures(tmp_path: Path) -> None:
+    # Run from the folder that holds a checkout named `ampsuite`: the fork server's `python -c` must not import
+    # that folder as an empty namespace package in place of the installed ampsuite (every cell crashed).
+    (tmp_path / "ampsuite").mkdir()
+    (tmp_path / "s.toml").write_text(_suite("beside"))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONSAFEPATH"}
+    # As the `ampsuite` script starts: the working directory is not on its own sys.path (nor is -P set).
+    script = "import sys; sys.path.remove(''); from ampsuite.cli import main; sys.exit(main())"
+    proc = subprocess.run(
+        [sys.executable, "-c", script, "run", "s.toml", "-o", "r.json", "--no-report", "--no-peaks"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [r["status"] for r in results.load(tmp_path / "r.json")["cells"]] == ["passed"]

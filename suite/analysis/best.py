@@ -25,6 +25,7 @@ from ampsuite.analysis.access import AnyDocument, is_inference, throughput, work
 from ampsuite.analysis.derived import Derived, derive, output_check
 from ampsuite.analysis.quality import QualityVerdict, quality_reason, quality_verdicts
 from ampsuite.contract.wire import Record, Status
+from ampsuite.spec.screens import screened_cell
 
 __all__ = [
     "NO_GAIN",
@@ -73,7 +74,14 @@ def numerics_reason(record: Record, derived: Derived) -> str | None:
     return None
 
 
+SCREEN = "a tune screen: a short measurement that ranks candidates, not a figure to quote"
+"""Why a screen's record is never best: ``ampsuite tune`` takes its figure to pick finalists, each of which it then
+measures in full (a report of a tune's results file holds both)."""
+
+
 def _reason(record: Record, derived: Derived, quality: str | None = None) -> str | None:
+    if screened_cell(str(record["id"])) is not None:
+        return SCREEN
     reason = numerics_reason(record, derived) or quality
     if reason is not None:
         return reason

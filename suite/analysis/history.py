@@ -77,9 +77,9 @@ def _param_value(text: Any) -> str:
 
 
 def _cell_id(combo: tuple[Any, ...]) -> str:
-    """The cell id of one asv parameter combination: ampsuite's benchmarks take either
-    ``(workload, combination, batch)`` (``'toy'``, ``'fp32'``, ``32`` -> ``toy/fp32/bs32``)
-    or, before that, the cell id as their one parameter."""
+    """The cell id of one asv parameter combination: ampsuite's benchmarks take the cell id as their one
+    parameter; an earlier version's took ``(workload, combination, batch)`` (``'toy'``, ``'fp32'``, ``32`` ->
+    ``toy/fp32/bs32``)."""
     parts = [_param_value(p) for p in combo]
     if len(parts) == 3 and parts[2].isdigit():
         parts[2] = f"bs{parts[2]}"
@@ -111,12 +111,16 @@ def _asv_file_points(data: Mapping[str, Any], path: Path) -> Iterable[tuple[str,
         results, params = fields.get("result"), fields.get("params") or []
         if metric is None or not isinstance(results, list) or not params:
             continue
-        for combo, value in zip(itertools.product(*params), results, strict=False):
+        low, high = fields.get("stats_ci_99_a") or [], fields.get("stats_ci_99_b") or []
+        for i, (combo, value) in enumerate(zip(itertools.product(*params), results, strict=False)):
             number = finite(value)
             if number is None:
                 continue
             cell_id = _cell_id(combo)
             values.setdefault(cell_id, {})[metric] = number
+            spread = _ci_noise(number, low[i] if i < len(low) else None, high[i] if i < len(high) else None)
+            if spread is not None and metric != NOISE:
+                values[cell_id].setdefault(NOISE, spread)
     for cell_id, found in values.items():
         per_sample = found.get(SECONDS_PER_SAMPLE)
         rate = found.get("throughput")
@@ -124,6 +128,19 @@ def _asv_file_points(data: Mapping[str, Any], path: Path) -> Iterable[tuple[str,
             rate = 1.0 / per_sample
         if rate is not None:
             yield machine, cell_id, HistoryPoint(label, date, rate, found.get(NOISE))
+
+
+Z_99 = 2.5758
+"""The normal quantile of a two-sided 99% interval."""
+
+
+def _ci_noise(median: float, low: Any, high: Any) -> float | None:
+    """ampsuite's noise (the relative standard error of the median) from asv's 99% interval of the median: its
+    half-width over the normal quantile, relative to the median; None where asv kept no interval (one sample)."""
+    a, b = finite(low), finite(high)
+    if a is None or b is None or median <= 0 or b < a:
+        return None
+    return (b - a) / 2 / Z_99 / median
 
 
 def _read_json(path: Path) -> Any:
@@ -176,10 +193,12 @@ def history(sources: HistorySource | Iterable[HistorySource]) -> dict[str, list[
     epoch; ``params.machine``): benchmarks whose last dotted name part ends in
     ``seconds_per_sample`` give throughput ``1 / value``; ending in
     ``samples_per_second`` or ``throughput`` give it directly; containing
-    ``noise`` give the relative noise. The cell id comes from the parameters:
-    ampsuite's asv benchmarks take ``workload``, ``combination`` and ``batch``
-    (``'toy'``, ``'fp32'``, ``32`` give ``toy/fp32/bs32``); results written before
-    that take the cell id as their one parameter, and are read the same way.
+    ``noise`` give the relative noise, as does, otherwise, asv's 99% interval of
+    the median (``stats_ci_99_a``/``_b``: its half-width over 2.576, relative to
+    the median). The cell id comes from the parameters: ampsuite's asv benchmarks
+    take the cell id as their one parameter; results of an earlier version took
+    ``workload``, ``combination`` and ``batch`` (``'toy'``, ``'fp32'``, ``32``
+    give ``toy/fp32/bs32``) and are read the same way.
     When several values were measured, asv's ``result`` is their median.
     Failed entries (null, NaN) and parameter combinations that are no cell
     (n/a) are left out.

@@ -52,6 +52,8 @@ CHECKOUT_ENV = "AMPSUITE_ASV_CHECKOUT"
 
 PTH_FILE = "_ampsuite_base_site.pth"
 
+MIN_SETUPTOOLS = 77
+"""pyproject.toml's [build-system] requires this setuptools (the SPDX string form of project.license)."""
 BUILD_COMMAND = ["python -m pip wheel --no-deps --no-build-isolation --no-index -w {build_cache_dir} {build_dir}"]
 INSTALL_COMMAND = ["in-dir={env_dir} python -m pip install --no-deps --no-index --force-reinstall {wheel_file}"]
 UNINSTALL_COMMAND = ["return-code=any python -m pip uninstall -y {project}"]
@@ -180,16 +182,22 @@ class AmpsuiteVenv(environment.Environment):
         log.info(f"Creating {self.name}: a venv on {self._executable} that reuses its site-packages")
         util.check_call([self._executable, "-m", "venv", "--without-pip", self._path])
         (self._site_packages() / PTH_FILE).write_text(self._pth_line(), encoding="utf-8")
+        needed = "('pip', 'asv_runner', 'setuptools')"
         missing = self.run(
-            [
-                "-c",
-                "import importlib.util as u; print(' '.join(m for m in ('pip', 'asv_runner') if not u.find_spec(m)))",
-            ]
+            ["-c", f"import importlib.util as u; print(' '.join(m for m in {needed} if not u.find_spec(m)))"]
         ).strip()
         if missing:
             raise util.UserError(
                 f"{TOOL_NAME}: {missing} not importable from {self._executable}; install it there "
                 f"(`{self._executable} -m pip install {missing.replace('_', '-')}`)"
+            )
+        # The build has no isolation (offline): the interpreter's own setuptools builds each commit, and a venv of
+        # Python 3.11 starts with one too old for pyproject.toml's SPDX license, which fails deep in pip's output.
+        version = self.run(["-c", "import setuptools; print(setuptools.__version__)"]).strip()
+        if int(version.split(".")[0] or 0) < MIN_SETUPTOOLS:
+            raise util.UserError(
+                f"{TOOL_NAME}: setuptools {version} of {self._executable} cannot build ampsuite (it needs >= "
+                f"{MIN_SETUPTOOLS}); `{self._executable} -m pip install 'setuptools>={MIN_SETUPTOOLS}'`"
             )
 
     def check_presence(self) -> bool:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import multiprocessing.forkserver
 import multiprocessing.resource_tracker
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from multiprocessing.context import BaseContext
 
 from ampsuite.contract.errors import PluginError
@@ -36,11 +38,28 @@ def worker_context(registry: Registry) -> BaseContext:
         # The resource tracker first: starting it, CPython unblocks SIGINT and SIGTERM, which inside blocked() would
         # let a Ctrl-C of that moment meet the ignored disposition and be lost.
         multiprocessing.resource_tracker.ensure_running()
-        with blocked():
+        with blocked(), _without_working_directory():
             multiprocessing.forkserver.ensure_running()
         _check_fork_server(ctx, preload)
         return ctx
     return mp.get_context("spawn")
+
+
+@contextlib.contextmanager
+def _without_working_directory() -> Iterator[None]:
+    """Start the fork server with PYTHONSAFEPATH: its ``python -c`` would otherwise put the working directory
+    first on sys.path, where the folder of a checkout named ``ampsuite`` is imported as an empty namespace package
+    in place of the installed one, and every preload fails. Workers get the parent's sys.path from multiprocessing
+    either way, so a plugin module of the working directory (``python -m ampsuite -p mine``) still loads there."""
+    before = os.environ.get("PYTHONSAFEPATH")
+    os.environ["PYTHONSAFEPATH"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["PYTHONSAFEPATH"]
+        else:
+            os.environ["PYTHONSAFEPATH"] = before
 
 
 _fork_server_checked = False

@@ -259,6 +259,9 @@ def test_tf32_class_follows_the_cuda_flags() -> None:
         assert _tensorcores.dtype_class("mm", torch.float32, "cuda") == "tf32"
         assert _tensorcores.dtype_class("convolution", torch.float32, "cuda") == "float32"
         assert _tensorcores.dtype_class("mm", torch.float32, "cpu") == "float32"
+        # TF32 is a mode of products: a norm or a loss in float32 stays float32 whatever the flags.
+        for op in ("_fused_rms_norm", "_log_softmax", "nll_loss_forward", "native_layer_norm_backward"):
+            assert _tensorcores.dtype_class(op, torch.float32, "cuda") == "float32", op
     with legacy_tf32(matmul=False, conv=True):
         assert _tensorcores.dtype_class("mm", torch.float32, "cuda") == "float32"
         assert _tensorcores.dtype_class("convolution_backward", torch.float32, "cuda") == "tf32"

@@ -240,8 +240,9 @@ def test_report_compare_refuses_runs_of_another_torch(tmp_path: Path, healthy_ru
     assert code == ExitCode.USAGE_ERROR
     err = capsys.readouterr().err.strip()
     assert err.startswith(
-        f"ampsuite: error: {healthy_run[0]}: measured in another environment, refusing to compare: torch"
+        f"ampsuite: error: {healthy_run[0]}: measured in another environment than {other}, refusing to compare: torch"
     )
+    assert f"to set them side by side: ampsuite report {healthy_run[0]} {other} -o DIR" in err
     assert not (tmp_path / "site").exists()
 
 

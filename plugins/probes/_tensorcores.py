@@ -80,10 +80,12 @@ def dtype_class(op: str, dtype: torch.dtype, device_type: str) -> str:
 
     Fused attention kernels are reported as float32 for float32 inputs whatever
     the TF32 flags say: they do not consult them (the memory-efficient kernel
-    keeps float32 accuracy on its own).
+    keeps float32 accuracy on its own). Nor do norms, softmax and losses: TF32
+    is a mode of matmuls and convolutions only.
     """
     if dtype == torch.float32:
-        if device_type == "cuda" and "attention" not in op and tf32_enabled("conv" if _is_conv(op) else "matmul"):
+        products = "attention" not in op and op not in PRECISION_FAMILIES
+        if device_type == "cuda" and products and tf32_enabled("conv" if _is_conv(op) else "matmul"):
             return "tf32"
         return "float32"
     return str(dtype).removeprefix("torch.")

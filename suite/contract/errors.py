@@ -88,6 +88,7 @@ class ResultsFileError(AmpsuiteError):
 
     def __init__(self, path: str, message: str) -> None:
         self.path = path
+        self.message = message
         super().__init__(f"{path}: {message}")
 
 

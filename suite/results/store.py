@@ -145,15 +145,21 @@ def _short(value: Any) -> str:
     return repr(value) if not isinstance(value, str) or len(value) <= 60 else repr(value[:60] + "...")
 
 
-def check_comparable(path: str, old: dict[str, Any], new: dict[str, Any], action: str = "merge") -> None:
+def check_comparable(
+    path: str, old: dict[str, Any], new: dict[str, Any], action: str = "merge", other: str | None = None
+) -> None:
     """Refuse to merge (or ``action``) results measured on different software or hardware.
 
-    ``old`` and ``new`` are the documents' ``environment`` objects.
+    ``old`` is the ``environment`` of the file at ``path``, ``new`` the one it would be merged with (this machine's,
+    or the file ``other``); each difference reads ``path``'s value first.
     """
     a, b = _key(old), _key(new)
     diffs = [f"{k} {_short(a[k])} vs {_short(b[k])}" for k in COMPARABLE_KEYS if a[k] != b[k]]
     if diffs:
-        raise ResultsFileError(path, f"measured in another environment, refusing to {action}: " + "; ".join(diffs))
+        than = f" than {other}" if other else ""
+        raise ResultsFileError(
+            path, f"measured in another environment{than}, refusing to {action}: " + "; ".join(diffs)
+        )
 
 
 class ResultsWriter:

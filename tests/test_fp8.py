@@ -229,7 +229,7 @@ def test_bf16_comparisons_pair_each_fp8_cell_with_its_bf16_twin() -> None:
 
     sections = list(fp8.ampsuite_report_sections([doc]))
     assert len(sections) == 1 and sections[0].anchor == "fp8"
-    assert "1.25x" in sections[0].html and "not in this run" in sections[0].html
+    assert "1.25\u00d7" in sections[0].html and "not in this run" in sections[0].html
     assert sections[0].markdown is not None and "| big/bf16-fp8/bs8 | big/bf16/bs8 |" in sections[0].markdown
     assert list(fp8.ampsuite_report_sections([{"cells": [doc["cells"][0]]}])) == []
 

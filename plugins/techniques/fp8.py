@@ -268,7 +268,7 @@ def ampsuite_report_sections(results: Sequence[Mapping[str, Any]]) -> Iterable[R
             str(r["id"]),
             str(r["reference_id"] or "not in this run"),
             str(r["recipe"] or ""),
-            _fmt(r["speedup"], ".2f") + ("x" if r["speedup"] is not None else ""),
+            _fmt(r["speedup"], ".2f") + ("\u00d7" if r["speedup"] is not None else ""),
             _fmt(r["loss_diff"], "+.4g"),
             _fmt(r["loss_rel_diff"], ".2%"),
             _fmt(r["converted_linears"], "d"),

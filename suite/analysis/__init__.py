@@ -62,9 +62,11 @@ from ampsuite.analysis.machines import CellAcross as CellAcross
 from ampsuite.analysis.machines import Machine as Machine
 from ampsuite.analysis.machines import MachineCell as MachineCell
 from ampsuite.analysis.machines import across_machines as across_machines
+from ampsuite.analysis.machines import cudnn_version as cudnn_version
 from ampsuite.analysis.machines import group_machines as group_machines
 from ampsuite.analysis.machines import machine_key as machine_key
 from ampsuite.analysis.machines import machine_name as machine_name
+from ampsuite.analysis.machines import provenance_line as provenance_line
 from ampsuite.analysis.quality import QualityRule as QualityRule
 from ampsuite.analysis.quality import QualityVerdict as QualityVerdict
 from ampsuite.analysis.quality import quality_lines as quality_lines

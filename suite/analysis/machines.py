@@ -21,6 +21,8 @@ from ampsuite.contract.wire import Record
 __all__ = [
     "Across",
     "beside",
+    "cudnn_version",
+    "provenance_line",
     "record_machine",
     "CellAcross",
     "Machine",
@@ -30,6 +32,35 @@ __all__ = [
     "machine_key",
     "machine_name",
 ]
+
+
+def cudnn_version(value: object) -> str:
+    """``torch.backends.cudnn.version()`` as cuDNN writes it: 91900 -> ``9.19.0``, 8902 -> ``8.9.2`` (cuDNN 9
+    encodes major*10000 + minor*100 + patch, earlier releases major*1000 + ...); anything else as given."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        return str(value) if value not in (None, "") else "\u2014"
+    major, rest = divmod(value, 10000 if value >= 90000 else 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"
+
+
+def provenance_line(doc: AnyDocument) -> str:
+    """What measured a document's figures, in one line (every report page's, tune.md's): ``NVIDIA H200 · driver
+    580.159.04 · CUDA 13.0 (driver supports 13.0) · PyTorch 2.11.0+cu130 · cuDNN 9.19.0``."""
+    env = as_mapping(doc.get("environment"))
+    gpu, dash = env.get("gpu"), "\u2014"
+    if isinstance(gpu, Mapping) and gpu.get("name"):
+        count = gpu.get("count", 1)
+        parts = [
+            f"{gpu.get('name')}" + (f" \u00d7 {count}" if isinstance(count, int) and count > 1 else ""),
+            f"driver {env.get('driver') or dash}",
+            f"CUDA {env.get('torch_cuda') or dash} (driver supports {env.get('cuda_driver') or dash})",
+        ]
+    else:
+        parts = [f"{env.get('cpu') or 'CPU'} (no GPU)"]
+    parts.append(f"PyTorch {env.get('torch') or dash}")
+    if isinstance(gpu, Mapping):
+        parts.append(f"cuDNN {cudnn_version(env.get('cudnn'))}")
+    return " \u00b7 ".join(parts)
 
 
 def record_machine(record: Mapping[str, object]) -> tuple[str, ...] | None:

@@ -55,10 +55,11 @@ def execute(args: argparse.Namespace) -> ExitCode:
         with deferred():  # a signal now ends the command once the outputs are whole (ampsuite.run.signals)
             recipe = recipe_toml(summary)
             (out_dir / "recipe.toml").write_text(recipe, encoding="utf-8")
-            (out_dir / "tune.md").write_text(tune_markdown(summary), encoding="utf-8")
+            doc = results.load(config.output)  # the machine the page and tune.md name, the records they count
+            (out_dir / "tune.md").write_text(tune_markdown(summary, doc), encoding="utf-8")
             for line in recipe.splitlines():
                 echo(line)
-            return render_tune_page(summary, out_dir)
+            return render_tune_page(summary, out_dir, doc)
 
     with results.locked(config.output, wait=False):
         try:

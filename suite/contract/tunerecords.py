@@ -174,6 +174,37 @@ class TuneSummary(codec.JsonRecord):
         summary = codec.from_json(cls, {k: v for k, v in data.items() if k != "confirmations"})
         return dataclasses.replace(summary, confirmations=tuple(v for v in verdicts if v is not None))
 
+    def counts(self, records: Sequence[Mapping[str, Any]] | None = None) -> str:
+        """The candidates in words that add up (tune.md's and the page's): the results file's cells, measured in
+        this run or kept from an earlier one, of which those skipped (with ``records``, the file's) were pruned,
+        never run; then the candidates the budget did not start, which have no cell."""
+        measured = min(self.started_cells, self.cells)
+        rest = self.cells - measured
+        parts = [f"{measured:,} measured in this run"]
+        skipped = None if records is None else sum(1 for r in records if r.get("status") == Status.SKIPPED)
+        if skipped is None:
+            parts += [f"{rest:,} kept from an earlier run or pruned"] if rest else []
+        else:
+            pruned = min(skipped, rest)
+            parts += [f"{rest - pruned:,} kept from an earlier run"] if rest - pruned else []
+            parts += [f"{pruned:,} pruned (skipped, never run)"] if pruned else []
+        text = f"{self.cells:,} candidate cell{'' if self.cells == 1 else 's'} in the results file: {', '.join(parts)}"
+        return text + (
+            f"; besides them, {self.refused_cells:,} not started (budget spent)" if self.refused_cells else ""
+        )
+
+    @classmethod
+    def with_document(
+        cls, value: TuneSummary | Mapping[str, Any], doc: Mapping[str, Any] | None = None
+    ) -> tuple[TuneSummary, Mapping[str, Any] | None]:
+        """The summary that ``value`` is or holds (a record, its JSON, or a whole results document whose
+        ``run.tune`` it is), and the results document: ``doc``, else ``value`` when it is one."""
+        if isinstance(value, Mapping):
+            run = value.get("run")
+            if isinstance(run, Mapping) and "tune" in run:
+                return cls.of(run["tune"]), value if doc is None else doc
+        return cls.of(value), doc
+
     @classmethod
     def of(cls, summary: TuneSummary | Mapping[str, Any]) -> TuneSummary:
         """``summary`` as a record: itself, or the record its JSON (``run.tune``) holds."""

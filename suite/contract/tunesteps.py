@@ -168,6 +168,11 @@ class Step(codec.JsonRecord):
 
     def describe(self) -> str:
         """The decision in words, with its particulars."""
+        if self.status == NOT_STARTED and self.decision is Decision.REFERENCE:
+            # A batch size's FP32 reference the budget left unstarted: it references nothing, and the winner was
+            # not tried at that batch size without it.
+            why = f"without an FP32 reference the winner was not tried at batch {self.batch_size}"
+            return f"{Decision.NOT_MEASURED.label}; {why}"
         label = self.decision.label
         if not self.detail:
             return label

@@ -10,6 +10,7 @@ so that templates insert them as they are.
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
@@ -19,6 +20,7 @@ from markupsafe import Markup
 from ampsuite.report.fmt import exact, num
 
 __all__ = [
+    "DASHES",
     "PALETTE",
     "Bar",
     "Series",
@@ -26,18 +28,27 @@ __all__ = [
     "grouped_bar_chart",
     "line_chart",
     "nice_ticks",
+    "series_style",
     "sparkline",
     "tick",
 ]
 
 PALETTE = ("#0b6bcb", "#e08a00", "#1a9e6f", "#d1495b", "#8e5cc4", "#3fa7d6", "#8c564b", "#6b7280")
 """Distinguishable on white and for the common colour-vision deficiencies (after Okabe-Ito)."""
+DASHES = ("", "7 4", "2 3", "9 3 2 3")
+"""Line patterns. Each round of :data:`PALETTE`'s colours takes the next one, so a chart with more series
+than colours (ten combinations, twelve seeds) still draws each series its own way, the same every time."""
 LEGEND_ROW = 18
 """Height of a legend row (a colour key and its name) in SVG units."""
 
 TONES = {"normal": "#0b6bcb", "good": "#1a9e6f", "bad": "#d1495b", "muted": "#9ca3af", "warn": "#e08a00"}
 
 Formatter = Callable[[float], str]
+
+
+def series_style(k: int) -> tuple[str, str]:
+    """The colour and dash pattern (``""``: solid) of a chart's series number ``k``."""
+    return PALETTE[k % len(PALETTE)], DASHES[(k // len(PALETTE)) % len(DASHES)]
 
 
 def _e(text: object) -> str:
@@ -137,15 +148,18 @@ def line_chart(
         f"{_e(y_label)}</text></g>"
     )
     for index, s in enumerate(series):
-        color = PALETTE[index % len(PALETTE)]
+        color, dash = series_style(index)
+        pattern = f' stroke-dasharray="{dash}"' if dash else ""
+        # A patterned series' points are hollow, so a one-point series differs from its colour's first use too.
+        point = f'fill="#fff" stroke="{color}" stroke-width="2"' if dash else f'fill="{color}"'
         pts = [(xs[c], y(v), c, v) for c, v in s.points if c in xs and math.isfinite(v)]
         if len(pts) > 1:
             d = " ".join(f"{'M' if i == 0 else 'L'}{px:.1f},{py:.1f}" for i, (px, py, _, _) in enumerate(pts))
-            out.append(f'<path d="{d}" fill="none" stroke="{color}" stroke-width="2">{_title(s.name)}</path>')
+            out.append(f'<path d="{d}" fill="none" stroke="{color}" stroke-width="2"{pattern}>{_title(s.name)}</path>')
         for px, py, c, v in pts:
             tip = f"{s.name} \u00b7 {x_label} {c}: {exact(v)} {unit}".rstrip()
-            out.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="4" fill="{color}">{_title(tip)}</circle>')
-    out.append(_legend(series, left, top + plot_h + 48, plot_w, 3, 34))
+            out.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="4" {point}>{_title(tip)}</circle>')
+    out.append(_legend(series, left, top + plot_h + 48, plot_w, 3, 34, lines=True))
     out.append("</svg>")
     return Markup("".join(out))
 
@@ -172,17 +186,39 @@ def _shorten(label: str, chars: int = 32) -> str:
     return label if len(label) <= chars else label[: chars - 1] + "\u2026"
 
 
-def _legend(series: Sequence[Series], left: float, top: float, width: float, columns: int, chars: int) -> str:
-    """A colour key per series, ``columns`` to a row across ``width`` from ``left``, the first row's text at
-    ``top``; names cut to ``chars`` characters (the whole one is in the key's tooltip)."""
+def _bar_paint(k: int) -> str:
+    """The fill of series ``k``'s bars: its colour, and past the palette's first round a pale fill with a
+    patterned outline of that colour."""
+    color, dash = series_style(k)
+    if not dash:
+        return f'fill="{color}"'
+    return f'fill="{color}" fill-opacity="0.3" stroke="{color}" stroke-width="1.5" stroke-dasharray="{dash}"'
+
+
+def _legend(
+    series: Sequence[Series], left: float, top: float, width: float, columns: int, chars: int, *, lines: bool = False
+) -> str:
+    """A key per series (a stroke of its line when ``lines``, else a swatch of its bars), ``columns`` to a row
+    across ``width`` from ``left``, the first row's text at ``top``; names cut to ``chars`` characters (the
+    whole one is in the key's tooltip)."""
     out = []
     for k, s in enumerate(series):
         lx = left + (k % columns) * (width / columns)
         ly = top + (k // columns) * LEGEND_ROW
+        color, dash = series_style(k)
+        if lines:
+            pattern = f' stroke-dasharray="{dash}"' if dash else ""
+            key = (
+                f'<path d="M{lx:.1f},{ly - 3} L{lx + 22:.1f},{ly - 3}" stroke="{color}" stroke-width="3"{pattern}>'
+                f"{_title(s.name)}</path>"
+            )
+        else:
+            key = (
+                f'<rect x="{lx:.1f}" y="{ly - 9}" width="12" height="12" rx="2" {_bar_paint(k)}>{_title(s.name)}</rect>'
+            )
         out.append(
-            f'<g class="legend"><rect x="{lx:.1f}" y="{ly - 9}" width="12" height="12" rx="2" '
-            f'fill="{PALETTE[k % len(PALETTE)]}">{_title(s.name)}</rect>'
-            f'<text x="{lx + 18:.1f}" y="{ly + 1}" font-size="12">{_e(_shorten(s.name, chars))}</text></g>'
+            f'<g class="legend">{key}<text x="{lx + (28 if lines else 18):.1f}" y="{ly + 1}" font-size="12">'
+            f"{_e(_shorten(s.name, chars))}</text></g>"
         )
     return "".join(out)
 
@@ -217,41 +253,39 @@ def bar_chart(
     reference: float | None = None,
     reference_label: str = "",
 ) -> Markup:
-    """Horizontal bars with the value printed at the end; an optional reference line (1.0x, a tolerance)."""
+    """Horizontal bars with the value printed at the end; an optional reference line (1.0x, a tolerance). A label
+    is never cut: it wraps onto as many lines as it needs, and its row grows with it."""
     shown = [b for b in bars if math.isfinite(b.value)]
     if not shown:
         return _empty(title, "no data")
-    width, left, right, top, row = 720, 230, 90, 12, 24
+    width, left, right, top, line = 720, 230, 90, 12, 14
     plot_w = width - left - right
-    height = top + row * len(shown) + 34
-    extent = [b.value for b in shown] + [b.marker for b in shown if b.marker is not None]
-    if reference is not None:
-        extent.append(reference)
+    labels = [textwrap.wrap(b.label, 30, break_on_hyphens=False) or [b.label] for b in shown]
+    rows = [max(24, line * len(ls) + 10) for ls in labels]
+    bottom = top + sum(rows)
+    extent = [b.value for b in shown] + [v for v in (reference, *(b.marker for b in shown)) if v is not None]
     ticks = nice_ticks(min(0.0, *extent), max(0.0, *extent))
-    lo, hi = ticks[0], ticks[-1]
-    span = (hi - lo) or 1.0
+    lo, span = ticks[0], (ticks[-1] - ticks[0]) or 1.0
 
     def x(v: float) -> float:
         return left + plot_w * (v - lo) / span
 
-    out = [_svg_open(width, height, title)]
-    bottom = top + row * len(shown)
-    out.append(_value_axis(ticks, x, top, bottom, left + plot_w / 2, unit, tick_fmt))
-    for i, b in enumerate(shown):
-        y0 = top + i * row
+    out = [_svg_open(width, bottom + 34, title), _value_axis(ticks, x, top, bottom, left + plot_w / 2, unit, tick_fmt)]
+    y0 = top
+    for b, ls, row in zip(shown, labels, rows, strict=True):
         x0, x1 = sorted((x(0.0), x(b.value)))
-        color = TONES.get(b.tone, TONES["normal"])
-        label = _shorten(b.label)
+        middle = y0 + row / 2
+        first = middle + 4 - line * (len(ls) - 1) / 2
+        spans = "".join(f'<tspan x="{left - 8}" y="{first + i * line:.1f}">{_e(t)}</tspan>' for i, t in enumerate(ls))
         tip = f"{b.tooltip or b.label}: {exact(b.value)} {unit}".rstrip()
+        out.append(f'<text text-anchor="end" font-size="12">{spans}{_title(b.label)}</text>')
         out.append(
-            f'<text x="{left - 8}" y="{y0 + 16}" text-anchor="end" font-size="12">{_e(label)}{_title(b.label)}</text>'
+            f'<rect x="{x0:.1f}" y="{middle - row / 2 + 4:.1f}" width="{max(x1 - x0, 1.0):.1f}" height="{row - 8}" '
+            f'rx="2" fill="{TONES.get(b.tone, TONES["normal"])}">{_title(tip)}</rect>'
         )
         out.append(
-            f'<rect x="{x0:.1f}" y="{y0 + 4}" width="{max(x1 - x0, 1.0):.1f}" height="{row - 8}" rx="2" '
-            f'fill="{color}">{_title(tip)}</rect>'
-        )
-        out.append(
-            f'<text x="{max(x1, x(0.0)) + 6:.1f}" y="{y0 + 16}" font-size="11" fill="#374151">{_e(fmt(b.value))}</text>'
+            f'<text x="{max(x1, x(0.0)) + 6:.1f}" y="{middle + 4:.1f}" font-size="11" fill="#374151">'
+            f"{_e(fmt(b.value))}</text>"
         )
         if b.marker is not None and math.isfinite(b.marker):
             mx = x(b.marker)
@@ -260,6 +294,7 @@ def bar_chart(
                 f'<path d="M{mx:.1f},{y0 + 1} L{mx:.1f},{y0 + row - 1}" stroke="#111827" stroke-width="3" '
                 f'class="marker">{_title(mtip)}</path>'
             )
+        y0 += row
     if reference is not None:
         rx = x(reference)
         out.append(
@@ -311,11 +346,10 @@ def grouped_bar_chart(
             if value is None:
                 continue
             y = y0 + k * bar
-            color = PALETTE[k % len(PALETTE)]
             tip = f"{category} \u00b7 {s.name}: {exact(value)} {unit}".rstrip()
             out.append(
                 f'<rect x="{left}" y="{y + 1}" width="{max(x(value) - left, 1.0):.1f}" height="{bar - 2}" rx="2" '
-                f'fill="{color}">{_title(tip)}</rect>'
+                f"{_bar_paint(k)}>{_title(tip)}</rect>"
             )
             out.append(
                 f'<text x="{x(value) + 6:.1f}" y="{y + bar - 3}" font-size="10" fill="#374151">{_e(fmt(value))}</text>'

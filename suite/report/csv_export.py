@@ -96,11 +96,14 @@ MACHINE_COLUMNS = (
     "memory_kind",
     "mfu",
     "ratio_to_first",
+    "trusted",
+    "untrusted_reason",
     "evidence",
 )
 """machines.csv (written when the documents come from several machines): a row per cell and machine
 that ran it, for each cell on at least two machines; ``ratio_to_first`` is the throughput over the first
-machine's for the same cell."""
+machine's for the same cell; ``trusted`` and ``untrusted_reason`` are the cell's own run's judgement of its
+timing (``analysis.Derived.trusted``/``trust_note``), as results.csv and the pages mark it."""
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
@@ -214,6 +217,8 @@ def machine_csv_rows(across: Across, docs: Sequence[Doc], files: Sequence[str | 
                     "memory_kind": _text(metrics.get("memory_kind")),
                     "mfu": _number(entry.derived.mfu),
                     "ratio_to_first": _number(entry.ratio_to_first),
+                    "trusted": "true" if entry.derived.trusted else "false",
+                    "untrusted_reason": _text(entry.derived.trust_note),
                     "evidence": _text(_evidence(entry.record)),
                 }
             )

@@ -17,6 +17,7 @@ from ampsuite.analysis import Across, AnyDocument, CellAcross, Machine, MachineC
 from ampsuite.contract.wire import Status
 from ampsuite.report import charts
 from ampsuite.report.fmt import DASH, bytes_, num, pct, ratio
+from ampsuite.report.provenance import cudnn_version
 from ampsuite.report.views import cell_anchor, evidence_view, run_label, workload_page_name
 
 __all__ = ["MACHINES_NOTE", "machines_context", "reason"]
@@ -58,6 +59,10 @@ def _machine_rows(
                 "file": names[m.compared],
                 "json": json_names[m.compared] if m.compared < len(json_names) else "",
                 "torch": str(env.get("torch") or DASH),
+                "driver": str(env.get("driver") or DASH),
+                "cuda": str(env.get("torch_cuda") or DASH),
+                "cuda_driver": str(env.get("cuda_driver") or DASH),
+                "cudnn": cudnn_version(env.get("cudnn")) if env.get("gpu") else DASH,
                 "earlier": [names[i] for i in m.docs[:-1]],
             }
         )
@@ -81,6 +86,8 @@ def _row(machine: Machine, entry: MachineCell | None, cell: CellAcross) -> dict[
         "memory": bytes_(entry.peak_memory_bytes),
         "mfu": pct(d.mfu),
         "ratio": ratio(entry.ratio_to_first),
+        "trusted": d.trusted,
+        "trust_note": d.trust_note or "",
     }
 
 

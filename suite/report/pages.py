@@ -1,27 +1,26 @@
 """Page contexts of the overview and the workload pages.
 
-Each function returns the plain data one template lays out. Charts are built
-here (inline SVG from :mod:`ampsuite.report.charts`) because they need the raw
-numbers, not the formatted ones.
+Each function returns the plain data one template lays out; a workload page's
+charts come from :mod:`ampsuite.report.workload_charts`, its Numerics table
+from :mod:`ampsuite.report.numerics`.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
-
-from markupsafe import Markup
 
 from ampsuite import analysis
 from ampsuite.analysis import as_mapping
 from ampsuite.contract.wire import Record, Status
-from ampsuite.report import charts
 from ampsuite.report.fmt import DASH, bytes_, num, pct
-from ampsuite.report.views import CellView, Run, cell_view, setup_label, techniques_text, workload_page_name
+from ampsuite.report.numerics import DIFF_HEADER, numerics_rows
+from ampsuite.report.provenance import cudnn_version
+from ampsuite.report.views import CellView, Run, cell_view, techniques_text, workload_page_name
+from ampsuite.report.workload_charts import workload_charts
 
-__all__ = ["RATIO_NOTE", "Chart", "index_context", "speedup_summary", "workload_contexts"]
+__all__ = ["RATIO_NOTE", "index_context", "speedup_summary", "workload_contexts"]
 
 RATIO_NOTE = (
     "Two ratios are quoted on purpose. \u00d7FP32 holds a cell against the suite's baseline cell of the "
@@ -31,13 +30,6 @@ RATIO_NOTE = (
     "is N\u00d7 faster\u201d figures quote the first; the second is the gain over a well-configured FP32 "
     "baseline. Both are ratios of median step times at the same batch size on the same device."
 )
-
-
-@dataclass(frozen=True)
-class Chart:
-    title: str
-    caption: str
-    svg: Markup
 
 
 # ---------------------------------------------------------------------------
@@ -62,7 +54,7 @@ def _environment_rows(run: Run) -> list[tuple[str, str]]:
         ("NVIDIA driver", str(env.get("driver") or DASH)),
         ("CUDA (driver supports)", str(env.get("cuda_driver") or DASH)),
         ("CUDA (torch build)", str(env.get("torch_cuda") or DASH)),
-        ("cuDNN", str(env.get("cudnn") or DASH)),
+        ("cuDNN", cudnn_version(env.get("cudnn"))),
         ("PyTorch", str(env.get("torch") or DASH)),
         ("Python", str(env.get("python") or DASH)),
         ("Platform", str(env.get("platform") or DASH)),
@@ -192,125 +184,8 @@ def index_context(runs: Sequence[Run]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------
 
 
-def _label(record: Record) -> str:
-    return f"{setup_label(record)} \u00b7 bs {record.get('batch_size')}"
-
-
 def _batch_key(value: Any) -> tuple[int, float, str]:
     return (0, float(value), "") if isinstance(value, int | float) else (1, 0.0, str(value))
-
-
-def _charts(run: Run, records: list[Record], unit: str) -> list[Chart]:
-    timed = [r for r in records if analysis.throughput(r) is not None]
-    derived = [(r, run.derived[str(r.get("id"))]) for r in timed]
-    batches = sorted({r.get("batch_size") for r in records}, key=_batch_key)
-    categories = [str(b) for b in batches]
-    combos: dict[str, list[tuple[str, float]]] = {}
-    for record in timed:
-        value = analysis.throughput(record)
-        assert value is not None
-        combos.setdefault(setup_label(record), []).append((str(record.get("batch_size")), value))
-    out = [
-        Chart(
-            "Throughput against batch size",
-            f"{unit}/s per technique combination; each point is the median over the timed steps."
-            + (" A data-parallel cell's point is its total over every GPU." if run.data_parallel else ""),
-            charts.line_chart(
-                categories,
-                [charts.Series(name, pts) for name, pts in combos.items()],
-                title="Throughput against batch size",
-                x_label="batch size",
-                y_label=f"{unit}/s",
-                unit=f"{unit}/s",
-            ),
-        )
-    ]
-    for attr, title, ref in (
-        ("speedup_vs_fp32", "Speedup against FP32", "FP32 (no technique)"),
-        ("speedup_vs_tf32", "Speedup against TF32", "TF32 matmuls"),
-    ):
-        bars = [
-            charts.Bar(_label(r), v, tone="good" if v > 1 else "normal")
-            for r, d in derived
-            if (v := getattr(d, attr)) is not None
-        ]
-        if bars:
-            out.append(
-                Chart(
-                    title,
-                    f"Median step time of {ref} over the cell's, same batch size; the dashed line is 1\u00d7.",
-                    charts.bar_chart(
-                        bars,
-                        title=title,
-                        unit="\u00d7",
-                        fmt=lambda v: f"{v:.2f}",
-                        reference=1.0,
-                        reference_label=ref,
-                    ),
-                )
-            )
-    memory = []
-    for r, d in derived:
-        metrics = r["metrics"]
-        peak_bytes = metrics.get("peak_memory_bytes")
-        if peak_bytes is not None:
-            tone = "good" if (d.memory_saving or 0) > 0 else "normal"
-            tip = f"{_label(r)} ({peak_bytes} bytes, {metrics.get('memory_kind', '?')})"
-            memory.append(charts.Bar(_label(r), peak_bytes / (1 << 30), tooltip=tip, tone=tone))
-    if memory:
-        out.append(
-            Chart(
-                "Peak memory",
-                "Peak memory during the timed steps (its kind: CUDA reserved, allocated, or host RSS; see the table).",
-                charts.bar_chart(memory, title="Peak memory", unit="GiB", fmt=lambda v: f"{v:.2f}"),
-            )
-        )
-    flops = []
-    for r, d in derived:
-        if d.tflops is None:
-            continue
-        dtype = r["metrics"].get("matmul_dtype")
-        peak = analysis.peak_tflops(run.doc, dtype)
-        flops.append(
-            charts.Bar(
-                _label(r),
-                d.tflops,
-                tooltip=f"{_label(r)}, MFU {pct(d.mfu)}",
-                marker=peak,
-                marker_label=f"measured {dtype} matmul peak",
-            )
-        )
-    if flops:
-        out.append(
-            Chart(
-                "Achieved TFLOP/s against the measured peak",
-                "Bars: training FLOPs per step over the median step time. Black ticks: the matmul peak measured "
-                "on this device for the cell's matmul dtype (MFU = bar / tick).",
-                charts.bar_chart(flops, title="Achieved TFLOP/s", unit="TFLOP/s"),
-            )
-        )
-    tolerance = analysis.numerics_tolerance(run.doc)
-    losses = [
-        charts.Bar(_label(r), d.loss_rel_diff, tone="bad" if d.numerics_verdict == "drift" else "good")
-        for r, d in derived
-        if d.loss_rel_diff is not None and d.loss_rel_diff != float("inf")
-    ]
-    if losses:
-        out.append(
-            Chart(
-                "Loss difference from FP32",
-                "|loss - FP32 loss| / |FP32 loss| after the numerics steps; the dashed line is the tolerance.",
-                charts.bar_chart(
-                    losses,
-                    title="Relative loss difference from FP32",
-                    fmt=lambda v: f"{v * 100:.2f}%",
-                    tick_fmt=lambda v: f"{v * 100:g}%",
-                    reference=tolerance,
-                    reference_label="numerics tolerance",
-                ),
-            )
-        )
-    return out
 
 
 def _grid(views: list[CellView], records: list[Record]) -> dict[str, Any]:
@@ -356,10 +231,11 @@ def workload_contexts(runs: Sequence[Run]) -> dict[str, dict[str, Any]]:
                     "data_parallel": run.data_parallel,
                     "grid": _grid(views, records),
                     "cells": views,
-                    "charts": _charts(run, records, unit),
+                    "charts": workload_charts(run, records, unit),
                     "evidence": [v for v in views if v.evidence is not None],
                     "tensor": [v for v in views if v.tensor_ops],
-                    "numerics": [v for v in views if v.status == Status.PASSED],
+                    "numerics": numerics_rows(run, records, views),
+                    "diff_header": DIFF_HEADER,
                     "model_flops": [v for v in views if v.model_tflops != DASH],
                     "techniques": sorted({techniques_text(r) for r in records}),
                 }

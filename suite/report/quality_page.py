@@ -45,6 +45,9 @@ def _row(
         "target": target_text(verdict, target) or DASH,
         "throughput": f"{num(analysis.throughput(record))} {record['workload']['unit']}/s",
         "speedup": ratio(None if derived is None else derived.speedup_vs_fp32),
+        "status": str(record.get("status")),
+        "trusted": derived is not None and derived.trusted,
+        "trust_note": "" if derived is None else derived.trust_note or "",
     }
 
 

@@ -34,6 +34,7 @@ from ampsuite.report.history import history_context
 from ampsuite.report.machines import machines_context
 from ampsuite.report.markdown import markdown_summary
 from ampsuite.report.pages import index_context, speedup_summary, workload_contexts
+from ampsuite.report.provenance import provenance_lines
 from ampsuite.report.quality_page import quality_context
 from ampsuite.report.views import load_runs, run_label
 from ampsuite.results import outputs
@@ -190,7 +191,7 @@ def render_site(
         "markdown": MARKDOWN_NAME,
         "json": json_names,
     }
-    base = {"site_title": title or _default_title(items), "nav": nav}
+    base = {"site_title": title or _default_title(items), "nav": nav, "provenance": provenance_lines(items)}
 
     def write(name: str, template: str, **context: Any) -> Path:
         path = out / name

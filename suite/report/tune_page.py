@@ -2,7 +2,10 @@
 
 It renders the tune summary's records (:mod:`ampsuite.contract.tunerecords`), or their JSON (``run.tune`` of
 the tune results file, of this version or an earlier one), so the report layer needs nothing from
-:mod:`ampsuite.tune`, and no torch.
+:mod:`ampsuite.tune`, and no torch. Given the results document as well (or finding ``results.json`` beside the
+page), the header names the machine (:func:`ampsuite.analysis.provenance_line`, as every report page and tune.md
+do) and splits the file's records into those measured in this run, kept from an earlier one and pruned
+(:meth:`TuneSummary.counts`).
 """
 
 from __future__ import annotations
@@ -13,19 +16,32 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from markupsafe import Markup
+
+from ampsuite import results
+from ampsuite.analysis.estimate import duration_text
+from ampsuite.contract.errors import ResultsFileError
 from ampsuite.contract.tunerecords import AblationRow, RowKind, TuneSummary
 from ampsuite.report import fmt
 from ampsuite.report.charts import Bar, bar_chart
+from ampsuite.report.provenance import provenance_lines
 from ampsuite.report.render import STATIC_DIR, environment
 
-__all__ = ["PAGE", "render_tune_page", "tune_context"]
+__all__ = ["PAGE", "render_tune_page", "time_text", "tune_context"]
 
 PAGE = "tune.html"
+RESULTS = "results.json"
+"""The tune results file, which ``ampsuite tune`` writes beside the page."""
 
 _TONES = {RowKind.WINNER: "good", RowKind.FP32: "muted", RowKind.TF32: "muted"}
 
 
-def _chart(key: str, rows: Sequence[AblationRow]) -> Any:
+def time_text(summary: TuneSummary) -> str:
+    """``budget 19 min 0 s, used 18 min 1 s``: the budget and the wall time the run took."""
+    return f"budget {duration_text(summary.budget_seconds)}, used {duration_text(summary.elapsed_seconds)}"
+
+
+def _chart(key: str, rows: Sequence[AblationRow]) -> Markup:
     bars = []
     for row in rows:
         if row.speedup_vs_fp32 is None:
@@ -34,30 +50,58 @@ def _chart(key: str, rows: Sequence[AblationRow]) -> Any:
         tip += f" ({', '.join(row.options)})" if row.options else ""
         bars.append(Bar(label=row.label, value=row.speedup_vs_fp32, tooltip=tip, tone=_TONES.get(row.kind, "normal")))
     return bar_chart(
-        bars,
-        title=f"{key}: ablation",
-        unit="x FP32 throughput",
-        fmt=fmt.ratio,
-        reference=1.0,
-        reference_label="FP32",
+        bars, title=f"{key}: ablation", unit="x FP32 throughput", fmt=fmt.ratio, reference=1.0, reference_label="FP32"
     )
 
 
-def tune_context(summary: TuneSummary | Mapping[str, Any]) -> dict[str, Any]:
-    """What tune.html shows: the summary, and per workload its record, a chart and why TF32 has no figure."""
-    summary = TuneSummary.of(summary)
+def tune_context(summary: TuneSummary | Mapping[str, Any], doc: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What tune.html shows: the header's lines, the summary, and per workload its record, a chart, why TF32 has
+    no figure and each step's decision in words. ``summary`` is the record, its JSON or the whole results document;
+    ``doc``, the results document, names the machine and the pruned cells."""
+    record, doc = TuneSummary.with_document(summary, doc)
     workloads = []
-    for w in summary.workloads:
+    for w in record.workloads:
         tf32 = next((r for r in w.ablation if r.kind is RowKind.TF32 and r.throughput is None), None)
-        workloads.append({"w": w, "chart": _chart(w.key, w.ablation), "tf32_note": None if tf32 is None else tf32.note})
-    return {"summary": summary, "workloads": workloads}
+        workloads.append(
+            {
+                "w": w,
+                "chart": _chart(w.key, w.ablation),
+                "tf32_note": None if tf32 is None else tf32.note,
+            }
+        )
+    return {
+        "summary": record,
+        "time": time_text(record),
+        "counts": record.counts(None if doc is None else doc.get("cells") or []),
+        "provenance": [] if doc is None else provenance_lines([doc]),
+        "workloads": workloads,
+    }
 
 
-def render_tune_page(summary: TuneSummary | Mapping[str, Any], out_dir: str | Path) -> Path:
-    """Write tune.html (and the report's stylesheet) into ``out_dir``; returns the page's path."""
+def _beside(out: Path) -> Mapping[str, Any] | None:
+    """The results file ``ampsuite tune`` writes beside its page, or None when there is none it can read."""
+    if not (out / RESULTS).is_file():
+        return None
+    try:
+        return results.load(out / RESULTS)
+    except ResultsFileError:
+        return None
+
+
+def render_tune_page(
+    summary: TuneSummary | Mapping[str, Any], out_dir: str | Path, doc: Mapping[str, Any] | None = None
+) -> Path:
+    """Write tune.html (and the report's stylesheet) into ``out_dir``; returns the page's path.
+
+    ``summary`` is the record, its JSON or the whole results document; without a document (``doc``, or
+    ``summary`` itself) the page reads the results file beside it, as ``ampsuite tune`` writes it, for the
+    machine it names.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    html = environment().get_template(PAGE).render(**tune_context(summary))
+    if TuneSummary.with_document(summary, doc)[1] is None:
+        doc = _beside(out)
+    html = environment().get_template(PAGE).render(**tune_context(summary, doc))
     path = out / PAGE
     path.write_text(html, encoding="utf-8")
     target = out / STATIC_DIR

@@ -221,7 +221,8 @@ class CellView:
     tensor_ops: list[dict[str, Any]]
     misaligned: int
     precision_ops: Table | None
-    notes: str
+    notes: list[tuple[str, str]]
+    """The technique's facts (``notes``), one ``key: value`` line each; nested keys joined into one path."""
 
 
 def _get(mapping: Any, key: str) -> Any:
@@ -269,6 +270,20 @@ class Table:
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
+
+
+def note_lines(notes: Mapping[str, Any], prefix: str = "") -> list[tuple[str, str]]:
+    """``notes`` as readable ``key: value`` lines, nested mappings flattened into their path."""
+    lines: list[tuple[str, str]] = []
+    for key, value in sorted(notes.items(), key=lambda kv: str(kv[0])):
+        path = f"{prefix} \u203a {key}" if prefix else str(key)
+        if isinstance(value, Mapping) and value:
+            lines += note_lines(value, path)
+        elif isinstance(value, list) and all(isinstance(v, str | int | float) for v in value):
+            lines.append((path, ", ".join(_text(v) for v in value) or "none"))
+        else:
+            lines.append((path, _text(value)))
+    return lines
 
 
 def _precision_ops(diagnostics: Mapping[str, Any]) -> Table | None:
@@ -366,5 +381,5 @@ def cell_view(run: Run, record: Record) -> CellView:
         tensor_ops=ops,
         misaligned=misaligned,
         precision_ops=_precision_ops(diagnostics),
-        notes=json.dumps(notes, indent=1, sort_keys=True) if notes else "",
+        notes=note_lines(notes) if isinstance(notes, Mapping) else [],
     )

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ampsuite.analysis.best import NO_GAIN
+from ampsuite.analysis.estimate import duration_text
+from ampsuite.analysis.machines import provenance_line
 from ampsuite.contract.tunerecords import TuneSummary, Winner
 from ampsuite.spec.tomltext import toml_key, toml_value
 
@@ -88,17 +90,21 @@ def _pct(value: Any) -> str:
     return "" if value is None else f"{value:+.1%}"
 
 
-def tune_markdown(summary: Summary) -> str:
-    """The tune run in Markdown: budget, each workload's winner, its ablation and the search steps."""
-    summary = TuneSummary.of(summary)
+def tune_markdown(summary: Summary, doc: Mapping[str, Any] | None = None) -> str:
+    """The tune run in Markdown: budget, each workload's winner, its ablation and the search steps.
+
+    ``summary`` is the record, its JSON or the whole results document; the document (``doc``, or ``summary``
+    itself) adds the machine it names and splits the kept cells from the pruned ones.
+    """
+    summary, doc = TuneSummary.with_document(summary, doc)
+    machine = provenance_line(doc) if doc is not None else ""
     out = [
         "# ampsuite tune",
         "",
-        f"Device {summary.device}; budget {summary.budget_seconds:.0f} s, used "
-        f"{summary.elapsed_seconds:.1f} s; {summary.cells} candidate cells, "
-        f"{summary.started_cells} measured in this run"
-        + (f", {summary.refused_cells} not started (budget spent)" if summary.refused_cells else "")
-        + ".",
+        f"Device {summary.device}" + (f", measured on {machine}." if machine else "."),
+        "",
+        f"Budget {duration_text(summary.budget_seconds)}, used {duration_text(summary.elapsed_seconds)}; "
+        f"{summary.counts(None if doc is None else doc.get('cells') or [])}.",
     ]
     if summary.incomplete:
         out += ["", INTERRUPTED]

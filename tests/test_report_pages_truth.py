@@ -1,0 +1,224 @@
+"""The published runs rendered: each page tells the verdict's own evidence, marks untrusted figures,
+names the software stack, and draws every chart series its own way."""
+
+from __future__ import annotations
+
+import copy
+import csv
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ampsuite import analysis
+from ampsuite.report import charts, render_site
+from ampsuite.report.provenance import cudnn_version
+from ampsuite.report.views import workload_page_name
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "reports" / "example" / "results.json"
+H100 = ROOT / "reports" / "h100" / "default-cuda.json"
+QUALITY = ROOT / "reports" / "h100" / "quality.json"
+
+
+def load(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def text(html: str) -> str:
+    """The page's visible text, SVG left out, whitespace collapsed."""
+    html = re.sub(r"<svg.*?</svg>", " ", html, flags=re.S)
+    return " ".join(re.sub(r"<[^>]+>", " ", html).replace("&#39;", "'").split())
+
+
+def section(html: str, heading: str) -> str:
+    start = html.index(f"<h3>{heading}</h3>")
+    end = html.find("<h3>", start + 1)
+    return html[start : end if end > 0 else len(html)]
+
+
+def chart(html: str, title: str) -> str:
+    """The figure whose title is ``title`` (caption and SVG)."""
+    start = html.index(f"<strong>{title}</strong>")
+    return html[start : html.index("</figure>", start)]
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("example")
+    render_site([load(EXAMPLE)], out, results_files=[EXAMPLE])
+    return out
+
+
+@pytest.fixture(scope="module")
+def machines(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("machines")
+    render_site([load(EXAMPLE), load(H100)], out, results_files=[EXAMPLE, H100])
+    return out
+
+
+@pytest.fixture(scope="module")
+def quality(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("quality")
+    render_site([load(QUALITY)], out, results_files=[QUALITY])
+    return out
+
+
+def page(site: Path, workload: str) -> str:
+    return (site / workload_page_name(workload)).read_text(encoding="utf-8")
+
+
+# 1. GEMM numerics: the output check decides, and nothing on the page contradicts it
+
+
+def test_gemm_numerics_show_the_output_check_not_a_loss_difference(example: Path) -> None:
+    html = page(example, "gemm-8192")
+    numerics = text(section(html, "Numerics"))
+    row = numerics[numerics.index("gemm-8192[dtype=bfloat16]/fp32/bs1") :][:260]
+    # The check's own figures (rel_error 0.00166, tolerance 0.01) and the verdict named as the check's.
+    assert "0.166% (tolerance 1%), bfloat16 against float64" in row
+    assert "ok by its output check" in row
+    assert "not compared: judged by its output check" in row
+    # The loss difference (36.47%) that contradicted the verdict is gone from the table and the charts.
+    assert "36.47%" not in html
+    assert "Loss difference from FP32" not in html
+    # Tiny errors keep their digits rather than read as zero.
+    assert "0.000162% (tolerance 0.001%), float32 against float64" in numerics
+
+
+def test_loss_chart_leaves_out_output_checked_cells_and_says_so(tmp_path: Path) -> None:
+    doc = load(EXAMPLE)
+    # A GEMM-like cell beside a loss-judged one in one group: the first is left out of the chart, with a note.
+    resnet = [c for c in doc["cells"] if c["id"].startswith("resnet50/") and c["id"].endswith("/bs32")]
+    fused = copy.deepcopy(next(c for c in resnet if "fused" in c["id"]))
+    fused["numerics"]["output_check"] = {"rel_error": 0.5, "tolerance": 0.01}
+    doc["cells"] = [c for c in doc["cells"] if c not in resnet] + [
+        next(c for c in resnet if c["id"] == "resnet50/fp32/bs32"),
+        fused,
+    ]
+    render_site([doc], tmp_path)
+    html = page(tmp_path, "resnet50")
+    assert "1 cell judged by its own output check (see the Numerics table) left out." in text(
+        chart(html, "Loss difference from FP32")
+    )
+    assert "resnet50/bf16-cl-fused-graphs/bs32" not in chart(html, "Loss difference from FP32").split("</svg>")[0]
+    assert "50% (tolerance 1%) drift by its output check" in text(section(html, "Numerics"))
+
+
+# 2. Loss-scaled cells: compared after the same number of applied updates, and the page says which step
+
+
+def test_loss_scaled_cells_name_the_fp32_step_they_were_compared_with(example: Path) -> None:
+    html = page(example, "resnet50")
+    numerics = text(section(html, "Numerics"))
+    assert "same applied updates" in numerics
+    row = numerics[numerics.index("resnet50/amp-fp16/bs256") :][:300]
+    # Five steps, two updates skipped: FP32's loss at step 3 (two applied updates), 7.042, not its last.
+    assert "0.12% against FP32's loss at step 3 of 5 (7.04): 2 applied updates each" in row
+    assert "2 of this cell's skipped by its GradScaler" in row
+    # A cell without a scaler compares at FP32's own last step: no note.
+    bf16 = numerics[numerics.index("resnet50/amp-bf16/bs256") :][:120]
+    assert "against FP32's loss at step" not in bf16
+    caption = text(chart(html, "Loss difference from FP32"))
+    assert "both after the same number of applied updates" in caption
+    assert "after the numerics steps" not in html
+
+
+# 3. Untrusted figures marked on machines.html, quality.html and machines.csv
+
+
+def untrusted_ids(doc: dict[str, Any]) -> set[str]:
+    derived = analysis.derive(doc)
+    return {c["id"] for c in doc["cells"] if c["status"] == "passed" and not derived[c["id"]].trusted}
+
+
+def test_machines_page_and_csv_mark_untrusted_figures(machines: Path) -> None:
+    h100 = load(H100)
+    untrusted = untrusted_ids(h100) | untrusted_ids(load(EXAMPLE))
+    assert untrusted, "the published runs hold an untrusted cell"
+    html = (machines / "machines.html").read_text(encoding="utf-8")
+    rows = list(csv.DictReader((machines / "machines.csv").open(encoding="utf-8")))
+    flagged = {(r["cell_id"], r["file"]) for r in rows if r["trusted"] == "false" and r["status"] == "passed"}
+    assert flagged and {cell for cell, _ in flagged} <= untrusted
+    for row in rows:
+        if row["trusted"] == "false" and row["status"] == "passed":
+            assert row["untrusted_reason"].startswith("noise ")
+            assert f'<span class="badge untrusted" title="{row["untrusted_reason"]}">untrusted</span>' in html
+    assert html.count('class="badge untrusted" title=') == len(flagged)
+
+
+def test_quality_page_marks_untrusted_speed(quality: Path) -> None:
+    doc = load(QUALITY)
+    untrusted = untrusted_ids(doc)
+    html = (quality / "quality.html").read_text(encoding="utf-8")
+    assert untrusted
+    for cell in untrusted:
+        row = html[html.index(f"<tr><td><code>{cell}</code></td>") :]
+        row = row[: row.index("</tr>")]
+        assert 'class="badge untrusted"' in row, cell
+    assert html.count('class="badge untrusted"') == len(untrusted)
+
+
+# 7. Provenance on every page
+
+
+def test_every_page_names_gpu_driver_cuda_torch_and_cudnn(example: Path, quality: Path, machines: Path) -> None:
+    line = "NVIDIA H200 · driver 580.159.04 · CUDA 13.0 (driver supports 13.0) · PyTorch 2.11.0+cu130 · cuDNN 9.19.0"
+    for html_page in [*example.glob("*.html")]:
+        assert f"Measured on {line}" in text(html_page.read_text(encoding="utf-8")), html_page.name
+    assert "Measured on NVIDIA H100 80GB HBM3 · driver 580.159.04" in text(
+        (quality / "quality.html").read_text(encoding="utf-8")
+    )
+    machines_html = text((machines / "machines.html").read_text(encoding="utf-8"))
+    assert "NVIDIA driver CUDA (torch build) PyTorch cuDNN" in machines_html
+    assert "580.159.04 13.0 (driver supports 13.0) 2.11.0+cu130 9.19.0" in machines_html
+
+
+# 6. Wording: reference techniques, cuDNN version, readable technique notes
+
+
+@pytest.mark.parametrize(("value", "shown"), [(91900, "9.19.0"), (90100, "9.1.0"), (8902, "8.9.2"), (None, "—")])
+def test_cudnn_version_reads_as_cudnn_writes_it(value: int | None, shown: str) -> None:
+    assert cudnn_version(value) == shown
+
+
+def test_wording_names_the_fp32_techniques_and_notes_read_as_key_values(example: Path) -> None:
+    html = page(example, "resnet50")
+    assert "FP32 (no technique)" not in html
+    assert "Median step time of FP32 (fp32: cudnn-benchmark) over the cell's" in text(
+        chart(html, "Speedup against FP32")
+    )
+    notes = section(page(example, "gemm-8193"), "Technique notes")
+    assert "&#34;" not in notes and "{" not in notes
+    assert "<dt>cudnn_benchmark \u203a torch.backends.cudnn.benchmark</dt><dd>true</dd>" in notes
+    assert "<th>cuDNN</th><td>9.19.0</td>" in (example / "index.html").read_text(encoding="utf-8")
+
+
+# 4. Layout: the plugins table spans the page; the environment's rows keep their height
+
+
+def test_plugins_table_is_full_width_and_columns_align_to_the_top(example: Path) -> None:
+    html = (example / "index.html").read_text(encoding="utf-8")
+    two_col = html[html.index('<div class="two-col">') : html.index("<h4>Plugins</h4>")]
+    assert "plugins" not in two_col
+    assert '<div class="table-wrap"><table class="compact plugins">' in html
+    css = (example / "static" / "style.css").read_text(encoding="utf-8")
+    assert re.search(r"\.two-col \{[^}]*align-items: start", css)
+
+
+# 5. A chart's series each drawn their own way
+
+
+def test_series_beyond_the_palette_get_their_own_pattern(example: Path, quality: Path) -> None:
+    styles = [charts.series_style(k) for k in range(len(charts.PALETTE) * len(charts.DASHES))]
+    assert len(set(styles)) == len(styles)
+    throughput = chart(page(example, "resnet50"), "Throughput against batch size")
+    paths = re.findall(r'<path d="M[^"]*" (stroke="[^"]+" stroke-width="3"(?: stroke-dasharray="[^"]+")?)>', throughput)
+    assert len(paths) == 10 and len(set(paths)) == 10
+    curves = (quality / "quality.html").read_text(encoding="utf-8")
+    first = curves[curves.index('<figure class="chart-box">') : curves.index("</figure>")]
+    keys = re.findall(r'<g class="legend"><path d="M[^"]*" (stroke="[^"]+" stroke-width="3"[^>]*)>', first)
+    assert len(keys) >= 12 and len(set(keys)) == len(keys)

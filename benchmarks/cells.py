@@ -55,6 +55,7 @@ after the suite's numerics steps from the seeded start.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -249,10 +250,18 @@ def read_results(path: Path) -> dict[str, Any]:
     return doc
 
 
-def _run_takes(flag: str, env: dict[str, str]) -> bool:
-    """Whether this environment's (the commit's) ``ampsuite run`` has ``flag``."""
+def _environment() -> dict[str, str]:
+    """The environment the commit's ampsuite runs in: this one, less a PYTHONPATH that could shadow it."""
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+@functools.cache
+def _run_takes(flag: str) -> bool:
+    """Whether this environment's (the commit's) ``ampsuite run`` has ``flag``; asked once a process, not a round."""
     command = [sys.executable, "-m", "ampsuite", "run", "--help"]
-    return flag in subprocess.run(command, env=env, capture_output=True, text=True, check=False).stdout
+    return flag in subprocess.run(command, env=_environment(), capture_output=True, text=True, check=False).stdout
 
 
 def run_suite(suite: Path, device: str, out: Path, limit: float) -> subprocess.CompletedProcess[str]:
@@ -261,12 +270,11 @@ def run_suite(suite: Path, device: str, out: Path, limit: float) -> subprocess.C
     data_dir = os.environ.get(DATA_DIR_ENV) or str(repo_root() / "reports" / "data")
     cmd = [sys.executable, "-m", "ampsuite", "run", str(suite), "-o", str(out), "--device", device]
     cmd += ["--no-report", "--no-peaks", "--data-dir", data_dir, *shlex.split(os.environ.get(RUN_ARGS_ENV, ""))]
-    env = dict(os.environ)
-    env.pop("PYTHONPATH", None)
+    env = _environment()
     # Each round measures every cell alike: run's second pass would measure a noisy fastest cell again in more
     # processes, so which cells get pooled samples would change with each commit's noise. A commit whose ampsuite
     # predates the flag has no second pass.
-    if _run_takes("--no-again", env):
+    if _run_takes("--no-again"):
         cmd.append("--no-again")
     proc = subprocess.Popen(
         cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True

@@ -93,7 +93,7 @@ from ampsuite.analysis.access import (
 from ampsuite.analysis.datasheet import datasheet_bf16_tflops, environment_gpu_name
 from ampsuite.contract.wire import Record
 
-__all__ = ["Derived", "Verdict", "derive", "is_nonfinite", "output_check"]
+__all__ = ["Derived", "Verdict", "derive", "is_nonfinite", "output_check", "skipped_updates"]
 
 Verdict = Literal["ok", "drift", "non-finite", "n/a"]
 
@@ -220,7 +220,7 @@ def _loss_at_n(record: Record) -> float | None:
     return finite((record.get("numerics") or {}).get("loss_at_n"))
 
 
-def _skipped_updates(record: Record) -> int:
+def skipped_updates(record: Record) -> int:
     """Optimizer steps a GradScaler skipped before the last numerics loss was computed.
 
     ``scale_history`` starts with the scale before the first step, then one
@@ -242,7 +242,7 @@ def _loss_rel_diff(reference: Record | None, record: Record) -> float | None:
     ref, own = _loss_at_n(reference), _loss_at_n(record)
     # Loss scaling skips the first updates while it searches for a scale: hold
     # the cell against FP32 after the same number of applied updates.
-    skipped = _skipped_updates(record)
+    skipped = skipped_updates(record)
     ref_losses = (reference.get("numerics") or {}).get("losses") or []
     own_n = len((record.get("numerics") or {}).get("losses") or [])
     if skipped and own_n and len(ref_losses) >= own_n:

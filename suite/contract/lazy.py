@@ -44,28 +44,24 @@ class Lazy:
     def attribute(self) -> str:
         return self.target.partition(":")[2]
 
-    def exists(self) -> bool:
-        """Whether the module can be found, without importing it (its parent packages are imported)."""
-        try:
-            return importlib.util.find_spec(self.module) is not None
-        except (ImportError, ValueError):
-            return False
+    def missing(self) -> str | None:
+        """What is missing of the target, found without importing it (its parent packages are imported): no
+        module, or a module whose source binds no such name at its top level; None when nothing is.
 
-    def defined(self) -> bool:
-        """Whether the module's source binds the attribute at its top level, read without importing it.
-
-        True whenever the source cannot tell: no ``.py`` source, a syntax error (the import reports it), a star
-        import, a module ``__getattr__`` or a module that writes its own namespace (``globals()``, ``exec``).
+        The source gives the benefit of the doubt whenever it cannot tell: no ``.py`` source, a syntax error (the
+        import reports it), a star import, a module ``__getattr__`` or a module that writes its own namespace
+        (``globals()``, ``exec``).
         """
         try:
             spec = importlib.util.find_spec(self.module)
         except (ImportError, ValueError):
-            return False
-        origin = spec.origin if spec is not None else None
-        if not origin or not origin.endswith(".py"):
-            return True
-        names = _top_level_names(origin)
-        return names is None or self.attribute in names
+            spec = None
+        if spec is None:
+            return f"no module {self.module!r}"
+        if not spec.origin or not spec.origin.endswith(".py"):
+            return None
+        names = _top_level_names(spec.origin)
+        return None if names is None or self.attribute in names else f"{self.module!r} defines no {self.attribute!r}"
 
     def resolve(self) -> Callable[..., Any]:
         """The named callable; :class:`PluginError` naming the plugin when it cannot be had."""

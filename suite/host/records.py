@@ -51,12 +51,8 @@ def check_record(plugin: str, kind: str, record: _R) -> _R:
         ):  # a bare string would pass for the set of its letters
             raise PluginError(plugin, f"{kind} {record.name!r}: {f.name} must be a set of names, got {value!r}")
         if isinstance(value, Lazy):
-            if not value.exists():
-                raise PluginError(plugin, f"{kind} {record.name!r}: {f.name} = {value!r}: no module {value.module!r}")
-            if not value.defined():
-                raise PluginError(
-                    plugin,
-                    f"{kind} {record.name!r}: {f.name} = {value!r}: {value.module!r} defines no {value.attribute!r}",
-                )
+            missing = value.missing()
+            if missing is not None:
+                raise PluginError(plugin, f"{kind} {record.name!r}: {f.name} = {value!r}: {missing}")
             bound[f.name] = Lazy(value.target, plugin)
     return dataclasses.replace(record, **bound) if bound else record

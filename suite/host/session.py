@@ -33,6 +33,12 @@ class Plan:
 _NO_CUDA_HINT = "--device cpu runs it here; --dry-run --as-device cuda:N previews its cells as on N GPUs"
 
 
+def _flag_decides(spec_device: str, override: str | None) -> bool:
+    """Whether ``--device`` chose the device rather than ``suite.device`` (the pytest plugin passes the suite's own
+    device as the override, which repeats the suite)."""
+    return override not in (None, spec_device)
+
+
 def resolve_device(spec_device: str, override: str | None) -> str:
     """The device a run is on: ``override`` (``--device``), else the suite's.
 
@@ -42,7 +48,7 @@ def resolve_device(spec_device: str, override: str | None) -> str:
     detected = environment.detect_device()
     device = override or (detected if spec_device == "auto" else spec_device)
     if device == "cuda" and detected != "cuda":
-        if override not in (None, spec_device):
+        if _flag_decides(spec_device, override):
             raise UsageError(f"--device cuda: torch sees no CUDA device ({_NO_CUDA_HINT})")
         raise UsageError(
             f'suite.device = "cuda": the suite asks for a CUDA device, and torch sees none ({_NO_CUDA_HINT})'
@@ -96,7 +102,7 @@ def plan(
         try:
             dev = resolve_device(spec.device, device)
         except UsageError as exc:
-            if device not in (None, spec.device):  # the --device flag: the message names it
+            if _flag_decides(spec.device, device):  # the message names the flag, not the file
                 raise
             raise UsageError(f"{spec.path}: {exc}") from None
         gpus = environment.gpu_count() if dev == "cuda" else 0

@@ -17,8 +17,7 @@ from typing import Any
 
 from ampsuite.analysis import as_mapping
 from ampsuite.analysis.access import finite
-from ampsuite.analysis.derived import _skipped_updates as skipped_updates  # the count the difference used
-from ampsuite.analysis.derived import output_check
+from ampsuite.analysis.derived import output_check, skipped_updates
 from ampsuite.contract.wire import Record, Status
 from ampsuite.report.fmt import DASH, num
 from ampsuite.report.views import CellView, Run

@@ -87,36 +87,43 @@ def _not_a_folder(path: Path) -> Path | None:
     return None
 
 
+def _kind_problem(path: Path, directory: bool) -> str | None:
+    """Why ``path`` cannot be the directory (``directory``) or the file an output is: an existing path of the other
+    kind, or one under a file (nothing can be created there); None when it can."""
+    if path.exists() and path.is_dir() != directory:
+        return "is a file, not a directory" if directory else "is a directory"
+    blocker = _not_a_folder(path)
+    return None if blocker is None else f"{blocker} is a file, not a directory"
+
+
+def _given(value: str, flag: str, names: str) -> Path:
+    if not value:  # it would silently mean the default, or ``.``
+        raise UsageError(f"{flag} '': an empty path; {flag} names {names}")
+    return Path(value)
+
+
 def file_target(value: str, flag: str, names: str = "a file") -> Path:
     """``value`` as the path of a file an option (``flag``) names, or :class:`UsageError` in one line.
 
-    Refused: an empty path (it would silently mean the default, or ``.``), a path that ends with a separator or is
-    a directory (a run would rename the directory aside and write a file in its place), and a path under a file.
+    Refused: an empty path, a directory (a run would rename the directory aside and write a file in its place), a
+    path that ends with a separator, and a path under a file.
     """
-    if not value:
-        raise UsageError(f"{flag} '': an empty path; {flag} names {names}")
-    path = Path(value)
-    if path.is_dir():
-        raise UsageError(f"{value}: is a directory; {flag} names {names}")
-    if value.endswith(("/", os.sep)):  # Path() drops the separator, and the name it meant as a folder becomes a file
+    path = _given(value, flag, names)
+    if not path.is_dir() and value.endswith(("/", os.sep)):  # Path() drops it: the folder meant becomes a file
         raise UsageError(f"{value}: ends with '/', as a directory does; {flag} names {names}")
-    blocker = _not_a_folder(path)
-    if blocker is not None:
-        raise UsageError(f"{value}: {blocker} is a file, not a directory; {flag} names {names}")
+    why = _kind_problem(path, directory=False)
+    if why is not None:
+        raise UsageError(f"{value}: {why}; {flag} names {names}")
     return path
 
 
 def folder_target(value: str, flag: str, names: str = "a directory") -> Path:
     """``value`` as the path of a directory an option (``flag``) names (created later when missing), or
     :class:`UsageError` in one line: an empty path, an existing file or a path under one is refused."""
-    if not value:
-        raise UsageError(f"{flag} '': an empty path; {flag} names {names}")
-    path = Path(value)
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"{value}: is a file, not a directory; {flag} names {names}")
-    blocker = _not_a_folder(path)
-    if blocker is not None:
-        raise UsageError(f"{value}: {blocker} is a file, not a directory; {flag} names {names}")
+    path = _given(value, flag, names)
+    why = _kind_problem(path, directory=True)
+    if why is not None:
+        raise UsageError(f"{value}: {why}; {flag} names {names}")
     return path
 
 
@@ -155,11 +162,9 @@ def claim(target: Path, inputs: Iterable[PathLike | None] = (), what: str = "the
     """Make ``target`` free to be written: refused when it is one of ``inputs``; an earlier run there is renamed
     aside (its new path is returned, for the caller to name); any other file is left to be replaced."""
     refuse_inputs([target], inputs, what)
-    if target.is_dir():
-        raise UsageError(f"{target}: is a directory; {what} must be a file")
-    blocker = _not_a_folder(target)
-    if blocker is not None:
-        raise UsageError(f"{target}: {blocker} is a file, not a directory; {what} must be a file in a directory")
+    why = _kind_problem(target, directory=False)
+    if why is not None:
+        raise UsageError(f"{target}: {why}; {what} must be a file")
     if target.is_file() and holds_run(target):
         return set_aside(target)
     return None

@@ -156,10 +156,22 @@ def test_quality_page_marks_untrusted_speed(quality: Path) -> None:
     html = (quality / "quality.html").read_text(encoding="utf-8")
     assert untrusted
     for cell in untrusted:
-        row = html[html.index(f"<tr><td><code>{cell}</code></td>") :]
+        row = html[html.index(f'<tr><td><code title="{cell}">') :]
         row = row[: row.index("</tr>")]
         assert 'class="badge untrusted"' in row, cell
     assert html.count('class="badge untrusted"') == len(untrusted)
+
+
+def test_quality_rows_are_named_by_recipe_within_their_section(quality: Path) -> None:
+    """A section is one workload configuration: its rows read ``bf16``, the whole id in the tooltip, and the
+    ×FP32 column shows only in sections where some row has that figure."""
+    html = (quality / "quality.html").read_text(encoding="utf-8")
+    llm = html[html.index("<code>llm-125m/bs8</code>") : html.index("<code>digits/bs128</code> <span")]
+    assert '<code title="llm-125m/bf16/bs8">bf16</code>' in llm
+    assert '<code title="llm-125m/tf32/bs8">tf32</code>' in llm
+    assert "&times;FP32" not in llm
+    digits = html[html.index("<code>digits/bs128</code> <span") :]
+    assert "&times;FP32" in digits and '<code title="digits/fp32/bs128">fp32</code>' in digits
 
 
 # 7. Provenance on every page

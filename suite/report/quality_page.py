@@ -26,18 +26,23 @@ def _figure(value: float | None, digits: int = 4) -> str:
 
 
 def _row(
-    record: Record, verdict: QualityVerdict, rule: QualityRule, derived: analysis.Derived | None
+    record: Record,
+    verdict: QualityVerdict,
+    rule: QualityRule,
+    derived: analysis.Derived | None,
+    names: Mapping[str, str],
 ) -> dict[str, Any]:
     target = rule.targets.get(str(record["workload"]["id"]))
     return {
         "cell": record["id"],
-        "combination": record.get("combination"),
+        "recipe": names[record["id"]],
         "verdict": verdict.verdict,
         "reason": verdict.reason,
         "loss": _figure(verdict.mean) + ("" if verdict.std is None else f" \u00b1 {verdict.std:.4f}"),
         "seeds": verdict.seeds,
         "accuracy": DASH if verdict.accuracy is None else f"{verdict.accuracy:.2%}",
-        "reference": verdict.reference or DASH,
+        "reference": DASH if verdict.reference is None else names.get(verdict.reference, verdict.reference),
+        "reference_id": verdict.reference or "",
         "rel_diff": DASH if verdict.rel_diff is None else signed_pct(verdict.rel_diff, 2),
         "t": DASH if verdict.t is None else f"{verdict.t:.2f}",
         "df": DASH if verdict.df is None else f"{verdict.df:.1f}",
@@ -84,11 +89,16 @@ def quality_context(runs: Sequence[Run]) -> dict[str, Any] | None:
         if rule is None or not verdicts:
             continue
         for key, records in _groups(run, verdicts).items():
+            # A section is one workload configuration, so a row is named by its combination alone (the whole cell
+            # id is its tooltip); the table then fits the page without a scrollbar.
+            names = {str(r["id"]): str(r.get("combination") or r["id"]) for r in records}
+            rows = [_row(r, verdicts[r["id"]], rule, run.derived.get(r["id"]), names) for r in records]
             sections.append(
                 {
                     "run": run_label(run.doc),
                     "title": key,
-                    "rows": [_row(r, verdicts[r["id"]], rule, run.derived.get(r["id"])) for r in records],
+                    "rows": rows,
+                    "speedup": any(r["speedup"] != DASH for r in rows),
                     "chart": _chart(records, f"{key}: eval loss per recipe and seed"),
                     "rule": rule.describe(),
                 }

@@ -164,7 +164,7 @@ def test_quality_page_marks_untrusted_speed(quality: Path) -> None:
 
 def test_quality_rows_are_named_by_recipe_within_their_section(quality: Path) -> None:
     """A section is one workload configuration: its rows read ``bf16``, the whole id in the tooltip, and the
-    ×FP32 column shows only in sections where some row has that figure."""
+    speedup-against-FP32 column shows only in sections where some row has that figure."""
     html = (quality / "quality.html").read_text(encoding="utf-8")
     llm = html[html.index("<code>llm-125m/bs8</code>") : html.index("<code>digits/bs128</code> <span")]
     assert '<code title="llm-125m/bf16/bs8">bf16</code>' in llm

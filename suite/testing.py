@@ -190,7 +190,7 @@ def run_suite(
     :raises UsageError: ``isolated`` together with plugin objects.
     :raises SuiteFileError, PluginError: as ``ampsuite run`` would report them.
     """
-    from ampsuite.host import session
+    from ampsuite.host import environment, session
     from ampsuite.run import runner
     from ampsuite.spec import suitefile
     from ampsuite.spec.suitespec import SuiteSpec
@@ -208,6 +208,13 @@ def run_suite(
         spec = suitefile.loads(text, where)
     if device is None:
         device = "cpu" if spec.device == "auto" else spec.device
+    if device == "cuda" and environment.detect_device() != "cuda":
+        # The CLI's own message names CLI flags; a test is changed through this function's arguments.
+        what = 'suite.device = "cuda"' if spec.device == "cuda" else "device='cuda'"
+        raise UsageError(
+            f"{spec.path}: {what} asks for a CUDA device and torch sees none (pass device='cpu' to run it here, "
+            "or skip the test without a GPU: @pytest.mark.skipif(not torch.cuda.is_available(), reason=...))"
+        )
     plan = session.plan(
         spec, device=device, keyword=keyword, settings=_settings(plugins, blocked, autoload), objects=objects
     )

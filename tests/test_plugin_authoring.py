@@ -163,8 +163,14 @@ def test_a_run_is_on_the_device_the_suite_names_and_on_the_cpu_for_auto(ampsuite
     assert [r["device"] for r in ampsuite_run(suite).doc["cells"]] == ["cpu"]
     monkeypatch.setattr("ampsuite.host.environment.detect_device", lambda: "cpu")
     cuda_suite = {"suite": {"device": "cuda"}, **suite}
-    with pytest.raises(UsageError, match="the suite asks for a CUDA device, and torch sees none"):
+    # the fixture's caller changes arguments, not command-line flags: the message names those
+    with pytest.raises(UsageError) as refused:
         ampsuite_run(cuda_suite)
+    message = str(refused.value)
+    assert 'suite.device = "cuda" asks for a CUDA device and torch sees none' in message
+    assert "device='cpu'" in message and "skipif" in message and "--device" not in message
+    with pytest.raises(UsageError, match=r"device='cuda' asks for a CUDA device .*pass device='cpu'"):
+        ampsuite_run(suite, device="cuda")
     assert [r["device"] for r in ampsuite_run(cuda_suite, device="cpu").doc["cells"]] == ["cpu"]
 
 

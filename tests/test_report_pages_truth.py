@@ -148,6 +148,10 @@ def test_machines_page_and_csv_mark_untrusted_figures(machines: Path) -> None:
             assert row["untrusted_reason"].startswith("noise ")
             assert f'<span class="badge untrusted" title="{row["untrusted_reason"]}">untrusted</span>' in html
     assert html.count('class="badge untrusted" title=') == len(flagged)
+    # the charts too: each flagged bar says so beside its value and in its tooltip
+    assert html.count("> untrusted</tspan>") == len(flagged)
+    for cell, _ in flagged:
+        assert re.search(rf"<title>{re.escape(cell)} \u00b7 [^<]* \(untrusted: noise ", html), cell
 
 
 def test_quality_page_marks_untrusted_speed(quality: Path) -> None:

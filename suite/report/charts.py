@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from html import escape
 
 from markupsafe import Markup
 
-from ampsuite.report.fmt import exact, num
+from ampsuite.report.fmt import exact, num, tick
 
 __all__ = [
     "DASHES",
@@ -30,7 +30,6 @@ __all__ = [
     "nice_ticks",
     "series_style",
     "sparkline",
-    "tick",
 ]
 
 PALETTE = ("#0b6bcb", "#e08a00", "#1a9e6f", "#d1495b", "#8e5cc4", "#3fa7d6", "#8c564b", "#6b7280")
@@ -57,11 +56,6 @@ def _e(text: object) -> str:
 
 def _title(text: str) -> str:
     return f"<title>{_e(text)}</title>"
-
-
-def tick(value: float) -> str:
-    """An axis label: tick values are round, so the shortest form reads best (``2,000``, ``0.25``)."""
-    return f"{value:,.6g}"
 
 
 def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
@@ -98,10 +92,12 @@ def _empty(title: str, message: str) -> Markup:
 
 @dataclass(frozen=True)
 class Series:
-    """One line: points as (category, value); categories not in the chart are ignored."""
+    """One line: points as (category, value); categories not in the chart are ignored. A bar chart marks the
+    categories in ``untrusted`` (category: why) as the report's tables do."""
 
     name: str
     points: Sequence[tuple[str, float]]
+    untrusted: Mapping[str, str] = field(default_factory=dict)
 
 
 def line_chart(
@@ -321,7 +317,7 @@ def grouped_bar_chart(
     shown = [c for c in categories if any((s.name, c) in values for s in series)]
     if not shown or not series:
         return _empty(title, "no data")
-    width, left, right, top, bar, gap = 720, 230, 90, 12, 14, 10
+    width, left, right, top, bar, gap = 720, 230, 120, 12, 14, 10
     plot_w = width - left - right
     band = bar * len(series) + gap
     bottom = top + band * len(shown)
@@ -346,14 +342,16 @@ def grouped_bar_chart(
             if value is None:
                 continue
             y = y0 + k * bar
-            tip = f"{category} \u00b7 {s.name}: {exact(value)} {unit}".rstrip()
+            why = s.untrusted.get(category)
+            tip = f"{category} \u00b7 {s.name}: {exact(value)} {unit}".rstrip() + (
+                f" (untrusted: {why})" if why else ""
+            )
             out.append(
                 f'<rect x="{left}" y="{y + 1}" width="{max(x(value) - left, 1.0):.1f}" height="{bar - 2}" rx="2" '
                 f"{_bar_paint(k)}>{_title(tip)}</rect>"
             )
-            out.append(
-                f'<text x="{x(value) + 6:.1f}" y="{y + bar - 3}" font-size="10" fill="#374151">{_e(fmt(value))}</text>'
-            )
+            label = f'{_e(fmt(value))}<tspan fill="{TONES["warn"]}"> untrusted</tspan>' if why else _e(fmt(value))
+            out.append(f'<text x="{x(value) + 6:.1f}" y="{y + bar - 3}" font-size="10" fill="#374151">{label}</text>')
     out.append(_legend(series, 16, bottom + 48, width - 32, 2, 40))
     out.append("</svg>")
     return Markup("".join(out))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["DASH", "bytes_", "exact", "num", "pct", "ratio", "secs", "signed_pct"]
+__all__ = ["DASH", "bytes_", "exact", "num", "pct", "ratio", "secs", "signed_pct", "tick"]
 
 DASH = "\u2014"
 
@@ -93,3 +93,8 @@ def exact(value: Any) -> str:
     if isinstance(value, float):
         return repr(value)
     return str(value)
+
+
+def tick(value: float) -> str:
+    """An axis label: tick values are round, so the shortest form reads best (``2,000``, ``0.25``)."""
+    return f"{value:,.6g}"

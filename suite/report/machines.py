@@ -94,9 +94,9 @@ def _row(machine: Machine, entry: MachineCell | None, cell: CellAcross) -> dict[
 def _chart(workload: str, unit: str, cells: Sequence[CellAcross], machines: Sequence[Machine]) -> Any:
     series = []
     for k, m in enumerate(machines):
-        entries = [(c.id, e) for c in cells if (e := c.entries[k]) is not None and e.throughput is not None]
-        untrusted = {i: e.derived.trust_note or "untrusted" for i, e in entries if not e.derived.trusted}
-        series.append(charts.Series(m.label, [(i, e.throughput) for i, e in entries], untrusted))
+        entries = [(c.id, e, v) for c in cells if (e := c.entries[k]) is not None and (v := e.throughput) is not None]
+        untrusted = {i: e.derived.trust_note or "untrusted" for i, e, _ in entries if not e.derived.trusted}
+        series.append(charts.Series(m.label, [(i, v) for i, _, v in entries], untrusted))
     return charts.grouped_bar_chart(
         [c.id for c in cells], series, title=f"Throughput of {workload} per machine", unit=f"{unit}/s"
     )

@@ -238,3 +238,31 @@ def test_series_beyond_the_palette_get_their_own_pattern(example: Path, quality:
     first = curves[curves.index('<figure class="chart-box">') : curves.index("</figure>")]
     keys = re.findall(r'<g class="legend"><path d="M[^"]*" (stroke="[^"]+" stroke-width="3"[^>]*)>', first)
     assert len(keys) >= 12 and len(set(keys)) == len(keys)
+
+
+# 8. A tune file's screens: labelled apart from the full measurement of the same combination
+
+
+@pytest.mark.parametrize("name", ["tune-resnet50", "tune-vit-b16", "tune-bert-base", "tune-llm"])
+def test_no_two_cells_of_a_configuration_share_a_label(name: str) -> None:
+    doc = load(ROOT / "reports" / "h200" / f"{name}.json")
+    seen: dict[tuple[str, str, object], str] = {}
+    for record in doc["cells"]:
+        options = json.dumps(analysis.comparable_options(record), sort_keys=True)
+        key = (options, analysis.cell_label(record), record.get("batch_size"))
+        assert key not in seen, (record["id"], seen.get(key))
+        seen[key] = record["id"]
+
+
+def test_tune_screens_are_named_on_the_workload_page(tmp_path: Path) -> None:
+    tune = ROOT / "reports" / "h200" / "tune-resnet50.json"
+    doc = load(tune)
+    render_site([doc], tmp_path, results_files=[tune])
+    grid = section(page(tmp_path, "resnet50"), "Technique &times; batch size")
+    full = "amp-fp16+torch-compile+fused-optimizer+channels-last+maxpool-offsets"
+    measured = next(c for c in doc["cells"] if c["id"] == f"resnet50/{full}/bs256")
+    figure = f"{analysis.throughput(measured):,.0f}"
+    row = grid[grid.index(f'<th scope="row">{full}</th>') :]
+    assert figure in row[: row.index("</tr>")]
+    assert f'<th scope="row">{full} \u00b7 screen-3</th>' in grid
+    assert "a tune screen: a short measurement that ranks candidates, not a figure to quote" in grid

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ampsuite.contract.wire import FAILURES, ORDER, Document, Record, Status
+from ampsuite.spec.screens import screened_cell
 
 __all__ = [
     "DEFAULT_NOISE_TARGET",
@@ -295,8 +296,13 @@ def combination_label(record: Record) -> str:
 
 
 def cell_label(record: Record) -> str:
-    """The combination's label, with the precision option's value where the workload has one:
-    ``fp32 \u00b7 dtype=bfloat16``. Within a comparable configuration no two cells share it."""
+    """The combination's label, with the precision option's value where the workload has one, and a tune
+    screen's name: ``fp32 \u00b7 dtype=bfloat16``, ``amp-fp16 \u00b7 screen-2``. Within a comparable configuration no
+    two cells share it."""
     label = combination_label(record)
     name = precision_option(record)
-    return label if name is None else f"{label} \u00b7 {name}={precision_value(record)}"
+    if name is not None:
+        label = f"{label} \u00b7 {name}={precision_value(record)}"
+    record_id = str(record.get("id", ""))
+    screened = screened_cell(record_id)
+    return label if screened is None else f"{label} \u00b7 {record_id[len(screened) + 1 :]}"

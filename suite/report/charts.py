@@ -176,10 +176,16 @@ class Bar:
     tone: str = "normal"
 
 
-def _shorten(label: str, chars: int = 32) -> str:
-    """A label cut to ``chars`` characters (a bar's: the 32 its left margin holds; the whole one is in its
-    tooltip)."""
-    return label if len(label) <= chars else label[: chars - 1] + "\u2026"
+def _wrap(label: str) -> list[str]:
+    """A bar's label in lines of at most 30 characters: it is never cut, its row grows instead."""
+    return textwrap.wrap(label, 30, break_on_hyphens=False) or [label]
+
+
+def _row_label(lines: Sequence[str], label: str, right: float, middle: float, line: int = 14) -> str:
+    """``lines`` right-aligned at ``right``, centred on ``middle``, the whole label in the tooltip."""
+    first = middle + 4 - line * (len(lines) - 1) / 2
+    spans = "".join(f'<tspan x="{right}" y="{first + i * line:.1f}">{_e(t)}</tspan>' for i, t in enumerate(lines))
+    return f'<text text-anchor="end" font-size="12">{spans}{_title(label)}</text>'
 
 
 def _bar_paint(k: int) -> str:
@@ -214,7 +220,7 @@ def _legend(
             )
         out.append(
             f'<g class="legend">{key}<text x="{lx + (28 if lines else 18):.1f}" y="{ly + 1}" font-size="12">'
-            f"{_e(_shorten(s.name, chars))}</text></g>"
+            f"{_e(s.name if len(s.name) <= chars else s.name[: chars - 1] + chr(0x2026))}</text></g>"
         )
     return "".join(out)
 
@@ -256,7 +262,7 @@ def bar_chart(
         return _empty(title, "no data")
     width, left, right, top, line = 720, 230, 90, 12, 14
     plot_w = width - left - right
-    labels = [textwrap.wrap(b.label, 30, break_on_hyphens=False) or [b.label] for b in shown]
+    labels = [_wrap(b.label) for b in shown]
     rows = [max(24, line * len(ls) + 10) for ls in labels]
     bottom = top + sum(rows)
     extent = [b.value for b in shown] + [v for v in (reference, *(b.marker for b in shown)) if v is not None]
@@ -271,10 +277,8 @@ def bar_chart(
     for b, ls, row in zip(shown, labels, rows, strict=True):
         x0, x1 = sorted((x(0.0), x(b.value)))
         middle = y0 + row / 2
-        first = middle + 4 - line * (len(ls) - 1) / 2
-        spans = "".join(f'<tspan x="{left - 8}" y="{first + i * line:.1f}">{_e(t)}</tspan>' for i, t in enumerate(ls))
         tip = f"{b.tooltip or b.label}: {exact(b.value)} {unit}".rstrip()
-        out.append(f'<text text-anchor="end" font-size="12">{spans}{_title(b.label)}</text>')
+        out.append(_row_label(ls, b.label, left - 8, middle))
         out.append(
             f'<rect x="{x0:.1f}" y="{middle - row / 2 + 4:.1f}" width="{max(x1 - x0, 1.0):.1f}" height="{row - 8}" '
             f'rx="2" fill="{TONES.get(b.tone, TONES["normal"])}">{_title(tip)}</rect>'
@@ -319,8 +323,9 @@ def grouped_bar_chart(
         return _empty(title, "no data")
     width, left, right, top, bar, gap = 720, 230, 120, 12, 14, 10
     plot_w = width - left - right
-    band = bar * len(series) + gap
-    bottom = top + band * len(shown)
+    labels = [_wrap(c) for c in shown]
+    bands = [max(bar * len(series), 14 * len(ls)) + gap for ls in labels]
+    bottom = top + sum(bands)
     height = bottom + 34 + math.ceil(len(series) / 2) * LEGEND_ROW + 8
     ticks = nice_ticks(0.0, max(values.values()))
     span = ticks[-1] or 1.0
@@ -330,28 +335,24 @@ def grouped_bar_chart(
 
     out = [_svg_open(width, height, title)]
     out.append(_value_axis(ticks, x, top, bottom, left + plot_w / 2, unit, tick_fmt))
-    for i, category in enumerate(shown):
-        y0 = top + i * band
-        label = _shorten(category)
-        out.append(
-            f'<text x="{left - 8}" y="{y0 + (band - gap) / 2 + 4:.1f}" text-anchor="end" font-size="12">'
-            f"{_e(label)}{_title(category)}</text>"
-        )
+    y0 = top
+    for category, lines, band in zip(shown, labels, bands, strict=True):
+        out.append(_row_label(lines, category, left - 8, y0 + (band - gap) / 2))
         for k, s in enumerate(series):
             value = values.get((s.name, category))
             if value is None:
                 continue
-            y = y0 + k * bar
+            y = y0 + (band - gap - bar * len(series)) / 2 + k * bar
             why = s.untrusted.get(category)
-            tip = f"{category} \u00b7 {s.name}: {exact(value)} {unit}".rstrip() + (
-                f" (untrusted: {why})" if why else ""
-            )
+            mark = f" (untrusted: {why})" if why else ""
+            tip = f"{category} \u00b7 {s.name}: {exact(value)} {unit}".rstrip() + mark
             out.append(
-                f'<rect x="{left}" y="{y + 1}" width="{max(x(value) - left, 1.0):.1f}" height="{bar - 2}" rx="2" '
+                f'<rect x="{left}" y="{y + 1:.1f}" width="{max(x(value) - left, 1.0):.1f}" height="{bar - 2}" rx="2" '
                 f"{_bar_paint(k)}>{_title(tip)}</rect>"
             )
             label = f'{_e(fmt(value))}<tspan fill="{TONES["warn"]}"> untrusted</tspan>' if why else _e(fmt(value))
             out.append(f'<text x="{x(value) + 6:.1f}" y="{y + bar - 3}" font-size="10" fill="#374151">{label}</text>')
+        y0 += band
     out.append(_legend(series, 16, bottom + 48, width - 32, 2, 40))
     out.append("</svg>")
     return Markup("".join(out))

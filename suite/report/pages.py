@@ -13,12 +13,14 @@ from typing import Any
 
 from ampsuite import analysis
 from ampsuite.analysis import as_mapping
+from ampsuite.analysis.best import SCREEN
 from ampsuite.contract.wire import Record, Status
 from ampsuite.report.fmt import DASH, bytes_, num, pct
 from ampsuite.report.numerics import DIFF_HEADER, numerics_rows
 from ampsuite.report.provenance import cudnn_version
 from ampsuite.report.views import CellView, Run, cell_view, techniques_text, workload_page_name
 from ampsuite.report.workload_charts import workload_charts
+from ampsuite.spec.screens import screened_cell
 
 __all__ = ["RATIO_NOTE", "index_context", "speedup_summary", "workload_contexts"]
 
@@ -230,6 +232,7 @@ def workload_contexts(runs: Sequence[Run]) -> dict[str, dict[str, Any]]:
                     "unit": unit,
                     "data_parallel": run.data_parallel,
                     "grid": _grid(views, records),
+                    "screens": SCREEN if any(screened_cell(str(r["id"])) for r in records) else "",
                     "cells": views,
                     "charts": workload_charts(run, records, unit),
                     "evidence": [v for v in views if v.evidence is not None],

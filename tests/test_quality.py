@@ -62,6 +62,14 @@ def test_a_bad_quality_table_is_refused_naming_the_key(body: str, key: str, mess
     assert caught.value.key == key and message in str(caught.value)
 
 
+def test_a_default_reference_that_is_no_combination_says_it_was_not_given() -> None:
+    text = SUITE.replace("fp32 = []", "tf32 = []") + "\nsteps = 10\n"
+    with pytest.raises(SuiteFileError) as caught:
+        suitefile.loads(text)
+    assert caught.value.key == "quality.reference"
+    assert "not given, and its default 'fp32' is no combination: name one of tf32, bf16, fp8" in str(caught.value)
+
+
 # -- the statistic -----------------------------------------------------------------------------------------------
 
 # Welch's t-test, the first worked example of its Wikipedia article: t = -2.46, p = 0.021 (two-sided), df about 25.

@@ -107,7 +107,14 @@ def test_non_finite_plugin_options_are_refused(registry: Any, line: str) -> None
 def test_counts_that_multiply_work_are_bounded(table: str, line: str, key: str) -> None:
     text = f"[workloads.toy]\nbatch_size = 8\n[{table}]\n{line}\n" if table != "workloads.toy" else ""
     text = text or f"[workloads.toy]\nbatch_size = 8\n{line}\n"
-    with pytest.raises(SuiteFileError, match=rf"^s\.toml: {key}: expected at most \d+ \(ampsuite's bound"):
+    with pytest.raises(SuiteFileError, match=rf"^s\.toml: {key}: expected at most [\d,]+ \(ampsuite's bound"):
+        loads(text, "s.toml")
+
+
+@pytest.mark.parametrize(("table", "line"), [("measure", "noise_target = 1.5"), ("quality", "steps = 10\np_value = 2")])
+def test_a_fraction_above_one_is_refused_as_a_fraction(table: str, line: str) -> None:
+    text = f"[workloads.toy]\nbatch_size = 8\n[{table}]\n{line}\n"
+    with pytest.raises(SuiteFileError, match=r"expected at most 1 \(a fraction: 1 is 100%\), got"):
         loads(text, "s.toml")
 
 

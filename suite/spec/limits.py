@@ -38,3 +38,9 @@ MAX_CELLS = 5_000
 MAX_NESTING = 32
 """Arrays and tables inside each other in a suite file; the deepest a suite needs (a list-of-lists axis of a
 table option) is under ten."""
+
+WORK_BOUND = "ampsuite's bound on the work one suite asks for"
+"""Why most upper bounds exist, said in their errors: no suite needs more, and a typo's 10**9 steps would run
+for weeks."""
+FRACTION = "a fraction: 1 is 100%"
+"""Why a fraction's upper bound exists, said in its error."""

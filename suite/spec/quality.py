@@ -81,7 +81,15 @@ class _Reader(Protocol):
     def get(self, name: str, kind: type | tuple[type, ...], default: Any, what: str) -> Any: ...
 
     def number(
-        self, name: str, default: float, *, minimum: float, maximum: float, integer: bool = False, strict: bool = False
+        self,
+        name: str,
+        default: float,
+        *,
+        minimum: float,
+        maximum: float,
+        integer: bool = False,
+        strict: bool = False,
+        bound: str = ...,
     ) -> Any: ...
 
     def error(self, name: str, message: str) -> SuiteFileError: ...
@@ -107,7 +115,11 @@ def read_quality(r: _Reader, combinations: Mapping[str, Any], workloads: list[st
     samples = r.number("samples", 0, minimum=0, maximum=limits.MAX_SEED, integer=True)
     if (budget_steps > 0) == (samples > 0):
         raise r.error("steps", "give the training budget as steps > 0 or as samples > 0 (one of the two)")
+    given = "reference" in r.table
     reference = r.get("reference", str, default.reference, "a combination id")
+    if not given and reference not in combinations:
+        names = ", ".join(combinations)
+        raise r.error("reference", f"not given, and its default {reference!r} is no combination: name one of {names}")
     _known(r, "reference", reference, list(combinations), "combination")
     references = r.get("references", dict, {}, "a table of combination = reference combination")
     for name, ref in references.items():
@@ -129,7 +141,7 @@ def read_quality(r: _Reader, combinations: Mapping[str, Any], workloads: list[st
         reference=reference,
         references=dict(references),
         tolerance=r.number("tolerance", default.tolerance, minimum=0, maximum=1e6),
-        p_value=r.number("p_value", default.p_value, minimum=0, maximum=1, strict=True),
+        p_value=r.number("p_value", default.p_value, minimum=0, maximum=1, strict=True, bound=limits.FRACTION),
         targets={k: float(v) for k, v in targets.items()},
         require_same_quality=r.get("require_same_quality", bool, default.require_same_quality, "true or false"),
     )

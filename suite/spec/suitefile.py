@@ -63,7 +63,15 @@ class _Reader:
         return value
 
     def number(
-        self, name: str, default: float, *, minimum: float, maximum: float, integer: bool = False, strict: bool = False
+        self,
+        name: str,
+        default: float,
+        *,
+        minimum: float,
+        maximum: float,
+        integer: bool = False,
+        strict: bool = False,
+        bound: str = limits.WORK_BOUND,
     ) -> Any:
         what = ("an integer" if integer else "a number") + (f" > {minimum:g}" if strict else f" >= {minimum:g}")
         value = self.get(name, int if integer else (int, float), default, what)
@@ -72,7 +80,7 @@ class _Reader:
         if value < minimum or (strict and value == minimum):
             raise self.error(name, f"expected {what}, got {_show(value)}")
         if value > maximum:
-            raise self.error(name, _too_large(maximum, value))
+            raise self.error(name, _too_large(maximum, value, bound))
         return float(value) if not integer else value
 
     def finish(self) -> None:
@@ -114,8 +122,9 @@ def _too_deep(value: Any, key: str, depth: int) -> str | None:
     return None
 
 
-def _too_large(maximum: float, value: Any) -> str:
-    return f"expected at most {maximum:g} (ampsuite's bound on the work one suite asks for), got {str(value)[:40]}"
+def _too_large(maximum: float, value: Any, why: str = limits.WORK_BOUND) -> str:
+    shown = f"{maximum:,.0f}" if float(maximum).is_integer() else f"{maximum:g}"
+    return f"expected at most {shown} ({why}), got {str(value)[:40]}"
 
 
 def _counts(path: str, key: str, value: Any, minimum: int, maximum: int, what: str) -> tuple[int, ...]:
@@ -268,7 +277,9 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
         max_seconds=m.number(
             "max_seconds", MeasureSpec.max_seconds, minimum=0, maximum=limits.MAX_TIMEOUT, strict=True
         ),
-        noise_target=m.number("noise_target", MeasureSpec.noise_target, minimum=0, maximum=1.0, strict=True),
+        noise_target=m.number(
+            "noise_target", MeasureSpec.noise_target, minimum=0, maximum=1.0, strict=True, bound=limits.FRACTION
+        ),
         numerics_steps=m.number("numerics_steps", MeasureSpec.numerics_steps, minimum=1, maximum=steps, integer=True),
         processes=m.number("processes", MeasureSpec.processes, minimum=1, maximum=limits.MAX_PROCESSES, integer=True),
     )

@@ -515,6 +515,16 @@ BAD_RULES = [
     ("[[exclude]]\ntechnique = 'early'", "exclude[0].technique", "no combination of this suite uses 'early'"),
     ("[[include]]\nplugin = 'tyo'", "include[0].plugin", "unknown workload 'tyo'; did you mean 'toy'?"),
     ("[[include]]\nplugin = 'grid'", "include[0].plugin", "no [workloads.ID] table of this suite runs workload 'grid'"),
+    (
+        "[[exclude]]\nbatch_size = 999",
+        "exclude[0].batch_size",
+        "no workload this rule can match has batch size 999 (its batch sizes: 8, 16)",
+    ),
+    (
+        "[[exclude]]\nworkload = 'other'\nbatch_size = 16",
+        "exclude[0].batch_size",
+        "no workload this rule can match has batch size 16 (its batch sizes: 8)",
+    ),
 ]
 
 

@@ -85,9 +85,13 @@ def _lookup(spec: SuiteSpec, key: str, names: Mapping[str, Any], kind: str, name
 def _technique_options(spec: SuiteSpec, registry: Catalog) -> dict[str, dict[str, dict[str, Any]]]:
     """combination id -> technique -> its options as a dict: ``[techniques]``, then ``[combination_options]``."""
     used = {t for combo in spec.combinations.values() for t in combo}
+    for i, t in enumerate(spec.base_techniques):
+        _lookup(spec, f"suite.base_techniques[{i}]", registry.techniques, "technique", t)
     for cid, combo in spec.combinations.items():
         for i, t in enumerate(combo):
-            _lookup(spec, f"combinations.{cid}[{i}]", registry.techniques, "technique", t)
+            # With base techniques in front, the position in the file's list is not the one here: name the list.
+            key = f"combinations.{cid}" + ("" if spec.base_techniques else f"[{i}]")
+            _lookup(spec, key, registry.techniques, "technique", t)
     for name in spec.technique_options:
         _lookup(spec, f"techniques.{name}", registry.techniques, "technique", name)
         if name not in used:
@@ -268,6 +272,20 @@ def _check_rules(spec: SuiteSpec, registry: Catalog) -> None:
                 if rule.technique not in techniques_used:
                     raise SuiteFileError(
                         spec.path, f"{key}.technique", f"no combination of this suite uses {rule.technique!r}"
+                    )
+            if rule.batch_size is not None:
+                sizes = {
+                    b
+                    for e in spec.workloads
+                    if rule.workload in (None, e.id) and rule.plugin in (None, e.workload)
+                    for b in e.batch_sizes
+                }
+                if rule.batch_size not in sizes:
+                    listed = ", ".join(str(b) for b in sorted(sizes))
+                    raise SuiteFileError(
+                        spec.path,
+                        f"{key}.batch_size",
+                        f"no workload this rule can match has batch size {rule.batch_size} (its batch sizes: {listed})",
                     )
             _check_rule_options(spec, registry, key, rule)
 

@@ -87,6 +87,18 @@ def test_gemm_numerics_show_the_output_check_not_a_loss_difference(example: Path
     assert "Loss difference from FP32" not in html
     # Tiny errors keep their digits rather than read as zero.
     assert "0.000162% (tolerance 0.001%), float32 against float64" in numerics
+    # The CSV agrees: no loss difference for a cell its output check judges, and none anywhere in the analysis.
+    rows = {r["cell_id"]: r for r in csv.DictReader((example / "results.csv").open(encoding="utf-8"))}
+    assert rows["gemm-8192[dtype=bfloat16]/fp32/bs1"]["loss_rel_diff"] == ""
+    assert analysis.derive(load(EXAMPLE))["gemm-8192[dtype=bfloat16]/fp32/bs1"].loss_rel_diff is None
+    assert rows["resnet50/amp-bf16/bs256"]["loss_rel_diff"] != ""
+
+
+def test_the_numerics_table_says_how_many_steps_and_what_it_checks(example: Path) -> None:
+    numerics = text(section(page(example, "resnet50"), "Numerics"))
+    steps = load(EXAMPLE)["run"]["measure"]["numerics_steps"]
+    assert f"loss after {steps} steps" in numerics and "loss after N steps" not in numerics
+    assert f"over the first {steps} steps from the same weights and data" in numerics
 
 
 def test_loss_chart_leaves_out_output_checked_cells_and_says_so(tmp_path: Path) -> None:

@@ -114,7 +114,7 @@ class Derived:
         speedup_vs_tf32: TF32 cell's median / this cell's (TF32 = FP32 storage, TF32 matmuls).
         speedup_vs_baseline: the suite's baseline combination's median / this cell's.
         memory_saving: ``1 - peak / peak_fp32`` (same memory kind only).
-        loss_rel_diff: ``|loss_at_n - fp32| / |fp32|``.
+        loss_rel_diff: ``|loss_at_n - fp32| / |fp32|``; None for a cell judged by its own output check.
         numerics_verdict: "ok", "drift", "non-finite" or "n/a" (module docstring).
         trusted: passed, noise within the run's target, no instability warning.
         trust_note: why the figure is not trusted (None when it is).
@@ -369,7 +369,8 @@ def derive(doc: AnyDocument) -> dict[str, Derived]:
         for record in members:
             tflops = _tflops(record) if passed(record) else None
             peak = peak_tflops(doc, record.get("metrics", {}).get("matmul_dtype"))
-            diff = _loss_rel_diff(fp32, record)
+            # A cell judged by its own output check has a loss that is no training loss: no difference is taken.
+            diff = None if output_check(record) is not None else _loss_rel_diff(fp32, record)
             trusted, note = _trust(record, target)
             cell_id = record["id"]
             efficiency, single_id = _scaling(singles, record)

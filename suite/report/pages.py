@@ -238,6 +238,7 @@ def workload_contexts(runs: Sequence[Run]) -> dict[str, dict[str, Any]]:
                     "evidence": [v for v in views if v.evidence is not None],
                     "tensor": [v for v in views if v.tensor_ops],
                     "numerics": numerics_rows(run, records, views),
+                    "numerics_steps": as_mapping(as_mapping(run.doc.get("run")).get("measure")).get("numerics_steps"),
                     "diff_header": DIFF_HEADER,
                     "model_flops": [v for v in views if v.model_tflops != DASH],
                     "techniques": sorted({techniques_text(r) for r in records}),

@@ -278,3 +278,28 @@ def test_tune_screens_are_named_on_the_workload_page(tmp_path: Path) -> None:
     assert figure in row[: row.index("</tr>")]
     assert f'<th scope="row">{full} \u00b7 screen-3</th>' in grid
     assert "a tune screen: a short measurement that ranks candidates, not a figure to quote" in grid
+
+
+# 9. What the best cell is, and which figures are untrusted, in the overview and in summary.md
+
+
+def test_the_best_table_names_each_recipe_by_its_techniques(example: Path) -> None:
+    index = (example / "index.html").read_text(encoding="utf-8")
+    best = index[index.index("Best combination per workload") : index.index("Matrix by status")]
+    assert "cudnn-benchmark + channels-last + amp-fp16 + fused-optimizer + torch-compile" in text(best)
+    assert "first step 56.2 s" in text(best)
+    summary = (example / "summary.md").read_text(encoding="utf-8")
+    assert (
+        "| resnet50/tuned/bs256 (cudnn-benchmark + channels-last + amp-fp16 + fused-optimizer + torch-compile) |"
+        in (summary)
+    )
+
+
+def test_summary_md_marks_untrusted_figures(machines: Path) -> None:
+    summary = (machines / "summary.md").read_text(encoding="utf-8")
+    untrusted = untrusted_ids(load(EXAMPLE)) | untrusted_ids(load(H100))
+    assert summary.count("**Figures not trusted:**") == 2
+    for cell in untrusted:
+        assert f"{cell} (noise " in summary
+    marked = [line for line in summary.splitlines() if "(untrusted) |" in line]
+    assert len(marked) == len(untrusted) and all(line.split(" | ")[0].lstrip("| ") in untrusted for line in marked)

@@ -15,7 +15,7 @@ from ampsuite import ReportSection, analysis
 from ampsuite.analysis import AnyDocument as Doc
 from ampsuite.analysis.quality import statistic_text, target_text
 from ampsuite.report.fmt import DASH, num, pct, ratio, signed_pct
-from ampsuite.report.views import run_label
+from ampsuite.report.views import run_label, techniques_text
 
 __all__ = ["escape_md", "markdown_summary"]
 
@@ -59,8 +59,9 @@ def _run_part(doc: Doc, compare_with: Doc | None) -> list[str]:
                 continue
             d = b.derived
             headline = f"{escape_md(b.headline)}; fastest trustworthy: " if b.headline else ""
+            recipe = f" ({escape_md(techniques_text(b.record, options=False))})" if b.record.get("techniques") else ""
             lines.append(
-                f"| {escape_md(workload)} | {headline}{escape_md(b.record['id'])} "
+                f"| {escape_md(workload)} | {headline}{escape_md(b.record['id'])}{recipe} "
                 f"| {escape_md(b.record['batch_size'])} "
                 f"| {num(analysis.throughput(b.record))} {escape_md(b.record['workload']['unit'])}/s "
                 f"| {ratio(d.speedup_vs_fp32)} | {ratio(d.speedup_vs_tf32)} "
@@ -77,6 +78,11 @@ def _run_part(doc: Doc, compare_with: Doc | None) -> list[str]:
         lines.append("")
         if passed_over:
             lines += ["**Faster cells passed over (not trustworthy):**", "", *passed_over, ""]
+    derived = analysis.derive(doc)
+    untrusted = [r for r in doc["cells"] if r["status"] == "passed" and not derived[r["id"]].trusted]
+    if untrusted:
+        notes = (f"{escape_md(r['id'])} ({escape_md(derived[r['id']].trust_note)})" for r in untrusted)
+        lines += ["**Figures not trusted:** " + "; ".join(notes), ""]
     lines += _quality_part(doc)
     broken = [r for r in doc["cells"] if r["status"] in analysis.FAILURE_STATUSES]
     if broken:
@@ -117,6 +123,8 @@ def _machines_part(items: Sequence[Doc]) -> list[str]:
             if entry is None:
                 continue
             figure = f"{num(entry.throughput)} {escape_md(cell.unit)}/s" if entry.throughput is not None else DASH
+            if entry.throughput is not None and not entry.derived.trusted:
+                figure += " (untrusted)"  # why: under "Figures not trusted" of that machine's run
             lines.append(
                 f"| {escape_md(cell.id)} | {escape_md(machine.label)} | {escape_md(entry.status)} | {figure} "
                 f"| {ratio(entry.derived.speedup_vs_baseline)} | {ratio(entry.ratio_to_first)} |"

@@ -121,6 +121,11 @@ def _best_rows(run: Run) -> list[dict[str, Any]]:
                 "page": workload_page_name(analysis.workload_id(best.record or cells[best.passed_over[0][0]])),
                 "cell": view,
                 "headline": best.headline,
+                # What the recipe is, by technique name (the options are on the workload page), for a reader
+                # choosing what to adopt; a combination's id alone ("tuned") does not say.
+                "recipe": techniques_text(best.record, options=False)
+                if best.record and best.record.get("techniques")
+                else "",
                 "unit": unit,
                 "passed_over": passed_over,
             }

@@ -120,12 +120,12 @@ def scaling_title(record: Record, derived: Derived) -> str:
     return f"total throughput / ({n} \u00d7 throughput of {derived.single_id})"
 
 
-def techniques_text(record: Record) -> str:
-    """``amp(dtype=bfloat16) + channels-last``; "none (FP32)" for the plain cell."""
+def techniques_text(record: Record, *, options: bool = True) -> str:
+    """``amp(dtype=bfloat16) + channels-last``, without the options ``amp + channels-last``; "none (FP32)" for
+    the plain cell."""
     parts = []
     for technique in record.get("techniques") or []:
-        options = technique.get("options") or {}
-        args = ", ".join(f"{k}={v}" for k, v in options.items())
+        args = ", ".join(f"{k}={v}" for k, v in (technique.get("options") or {}).items()) if options else ""
         parts.append(f"{technique.get('name')}({args})" if args else str(technique.get("name")))
     return " + ".join(parts) if parts else "none (FP32)"
 

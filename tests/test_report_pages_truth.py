@@ -303,3 +303,17 @@ def test_summary_md_marks_untrusted_figures(machines: Path) -> None:
         assert f"{cell} (noise " in summary
     marked = [line for line in summary.splitlines() if "(untrusted) |" in line]
     assert len(marked) == len(untrusted) and all(line.split(" | ")[0].lstrip("| ") in untrusted for line in marked)
+
+
+def test_the_machines_page_names_each_run_s_suite_file_and_code(machines: Path, tmp_path: Path) -> None:
+    html = (machines / "machines.html").read_text(encoding="utf-8")
+    for doc in (load(EXAMPLE), load(H100)):
+        commit = doc["environment"]["ampsuite_commit"]
+        code = commit.removesuffix("+dirty")[:8] + ("+dirty" if commit.endswith("+dirty") else "")
+        assert f"suite file {doc['run']['suite']['sha256'][:8]} &middot; ampsuite {code}" in html
+    assert "The machines ran different suite files" in html
+    # one suite file on both: no such note
+    same = load(H100)
+    same["run"]["suite"]["sha256"] = load(EXAMPLE)["run"]["suite"]["sha256"]
+    render_site([load(EXAMPLE), same], tmp_path, results_files=[EXAMPLE, H100])
+    assert "The machines ran different suite files" not in (tmp_path / "machines.html").read_text(encoding="utf-8")

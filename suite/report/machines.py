@@ -50,6 +50,7 @@ def _machine_rows(
     for m in machines:
         doc = docs[m.compared]
         env = analysis.as_mapping(doc.get("environment"))
+        suite = analysis.as_mapping(analysis.as_mapping(doc.get("run")).get("suite"))
         rows.append(
             {
                 "label": m.label,
@@ -64,9 +65,18 @@ def _machine_rows(
                 "cuda_driver": str(env.get("cuda_driver") or DASH),
                 "cudnn": cudnn_version(env.get("cudnn")) if env.get("gpu") else DASH,
                 "earlier": [names[i] for i in m.docs[:-1]],
+                "suite": str(suite.get("sha256") or "")[:8],
+                "code": _short_commit(env.get("ampsuite_commit")),
             }
         )
     return rows
+
+
+def _short_commit(commit: object) -> str:
+    """``2f968aaf+dirty`` of a full commit id, as git abbreviates it."""
+    text = str(commit or "")
+    head, dirty = text.removesuffix("+dirty"), text.endswith("+dirty")
+    return head[:8] + ("+dirty" if dirty else "") if head else ""
 
 
 def _row(machine: Machine, entry: MachineCell | None, cell: CellAcross) -> dict[str, Any]:
@@ -135,8 +145,10 @@ def machines_context(
     only_one: dict[int, list[str]] = {}
     for cell_id, index in across.only_one:
         only_one.setdefault(index, []).append(cell_id)
+    machine_rows = _machine_rows(across.machines, docs, names, json_names)
     return {
-        "machines": _machine_rows(across.machines, docs, names, json_names),
+        "machines": machine_rows,
+        "suites_differ": len({r["suite"] for r in machine_rows}) > 1,
         "first": across.machines[0].label,
         "count": len(across.cells),
         "workloads": workloads,

@@ -671,3 +671,36 @@ def test_a_later_table_merges_into_an_earlier_one_entry_by_entry() -> None:
         "mode": "a",
     }
     assert base == {"weights": {"a": 1, "b": 2}, "mode": "a"}  # the earlier table is left as it was
+
+
+@pytest.mark.parametrize(
+    ("body", "key", "meant"),
+    [
+        ('worklaod = "toy"\nbatch_size = 8', "workloads.mytoy.worklaod", "workload"),
+        ('workload = "toy"\nbatchsize = 8', "workloads.mytoy.batchsize", "batch_size"),
+        ('workload = "toy"\nbatch_size = 8\ngpu = 2', "workloads.mytoy.gpu", "gpus"),
+        ('workload = "toy"\nbatch_size = 8\nnode = 2', "workloads.mytoy.node", "nodes"),
+    ],
+)
+def test_a_misspelled_entry_key_is_named_not_blamed_on_the_id(reg, body: str, key: str, meant: str) -> None:
+    with pytest.raises(SuiteFileError) as info:
+        cells_of(reg, f"[workloads.mytoy]\n{body}\n")
+    assert str(info.value) == f"m.toml: {key}: unknown key; did you mean {meant!r}?"
+
+
+@dataclass(frozen=True)
+class NodeOptions:
+    node: int = field(default=1, metadata={"help": "an option named like the entry key `nodes`"})
+
+
+class NodePlugin:
+    @hookimpl
+    def ampsuite_workloads(self) -> list[Workload]:
+        return [Workload(name="by-node", summary="an option named node", build=_never_built, options=NodeOptions)]
+
+
+def test_an_option_that_reads_like_an_entry_key_is_still_an_option() -> None:
+    """The typo check yields to the workload's own options: only a key that is no option is refused."""
+    registry = load_registry(PluginSettings(autoload=False), objects=[("node-test", NodePlugin())])
+    cells = cells_of(registry, '[workloads.g]\nworkload = "by-node"\nbatch_size = 8\nnode = [1, 2]\n')
+    assert [c.id for c in cells] == ["g[node=1]/fp32/bs8", "g[node=2]/fp32/bs8"]

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from ampsuite import ReportSection, analysis
 from ampsuite.analysis import AnyDocument as Doc
 from ampsuite.analysis.quality import statistic_text, target_text
+from ampsuite.contract.wire import Status
 from ampsuite.report.fmt import DASH, num, pct, ratio, signed_pct
 from ampsuite.report.views import run_label, techniques_text
 
@@ -79,7 +80,7 @@ def _run_part(doc: Doc, compare_with: Doc | None) -> list[str]:
         if passed_over:
             lines += ["**Faster cells passed over (not trustworthy):**", "", *passed_over, ""]
     derived = analysis.derive(doc)
-    untrusted = [r for r in doc["cells"] if r["status"] == "passed" and not derived[r["id"]].trusted]
+    untrusted = [r for r in doc["cells"] if r["status"] == Status.PASSED and not derived[r["id"]].trusted]
     if untrusted:
         notes = (f"{escape_md(r['id'])} ({escape_md(derived[r['id']].trust_note)})" for r in untrusted)
         lines += ["**Figures not trusted:** " + "; ".join(notes), ""]

@@ -13,39 +13,28 @@ size last.
 from __future__ import annotations
 
 import copy
-import difflib
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from ampsuite.contract.cell import Cell
 from ampsuite.contract.errors import SuiteFileError
 from ampsuite.contract.plugin import CheckContext, Technique, Workload
 from ampsuite.spec import limits, parallel
+from ampsuite.spec.lookups import Catalog, check_rules, entry_key_typo, lookup
 from ampsuite.spec.names import shown_id
 from ampsuite.spec.options import (
     OptionError,
     UnknownOption,
     build_options,
-    check_value,
-    describe,
     is_list_option,
     merge_values,
     options_as_dict,
 )
-from ampsuite.spec.suitespec import Rule, SuiteSpec, WorkloadEntry
+from ampsuite.spec.suitespec import SuiteSpec, WorkloadEntry
 
 __all__ = ["Catalog", "Cell", "CheckRaised", "check_size", "expand", "matrix_size"]
-
-
-class Catalog(Protocol):
-    """The plugins' records by name: what expansion needs of the registry (``ampsuite.host.manager.Registry``)."""
-
-    @property
-    def workloads(self) -> Mapping[str, Workload]: ...
-    @property
-    def techniques(self) -> Mapping[str, Technique]: ...
 
 
 class CheckRaised(Exception):
@@ -75,25 +64,18 @@ def _fmt(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _lookup(spec: SuiteSpec, key: str, names: Mapping[str, Any], kind: str, name: str) -> None:
-    if name not in names:
-        close = difflib.get_close_matches(name, list(names), n=1)
-        hint = f"did you mean {close[0]!r}?" if close else f"choose one of: {', '.join(sorted(names))}"
-        raise SuiteFileError(spec.path, key, f"unknown {kind} {name!r}; {hint} (see `ampsuite list`)")
-
-
 def _technique_options(spec: SuiteSpec, registry: Catalog) -> dict[str, dict[str, dict[str, Any]]]:
     """combination id -> technique -> its options as a dict: ``[techniques]``, then ``[combination_options]``."""
     used = {t for combo in spec.combinations.values() for t in combo}
     for i, t in enumerate(spec.base_techniques):
-        _lookup(spec, f"suite.base_techniques[{i}]", registry.techniques, "technique", t)
+        lookup(spec, f"suite.base_techniques[{i}]", registry.techniques, "technique", t)
     for cid, combo in spec.combinations.items():
         for i, t in enumerate(combo):
             # With base techniques in front, the position in the file's list is not the one here: name the list.
             key = f"combinations.{cid}" + ("" if spec.base_techniques else f"[{i}]")
-            _lookup(spec, key, registry.techniques, "technique", t)
+            lookup(spec, key, registry.techniques, "technique", t)
     for name in spec.technique_options:
-        _lookup(spec, f"techniques.{name}", registry.techniques, "technique", name)
+        lookup(spec, f"techniques.{name}", registry.techniques, "technique", name)
         if name not in used:
             raise SuiteFileError(spec.path, f"techniques.{name}", "options given for a technique no combination uses")
     suite_wide: dict[str, dict[str, Any]] = {}
@@ -121,7 +103,7 @@ def _build(spec: SuiteSpec, registry: Catalog, name: str, values: Mapping[str, A
 def _check_tune_choices(spec: SuiteSpec, registry: Catalog, used: set[str]) -> None:
     """Each ``[tune.TECHNIQUE]`` value must be one the technique accepts on top of the suite's own options."""
     for name, choices in spec.tune_choices.items():
-        _lookup(spec, f"tune.{name}", registry.techniques, "technique", name)
+        lookup(spec, f"tune.{name}", registry.techniques, "technique", name)
         if name not in used:
             raise SuiteFileError(spec.path, f"tune.{name}", "choices given for a technique no combination uses")
         record = registry.techniques[name]
@@ -157,7 +139,8 @@ def matrix_size(spec: SuiteSpec, registry: Catalog) -> int:
     """How many cells the suite expands to before include/exclude rules, computed without building one."""
     total = 0
     for entry in spec.workloads:
-        _lookup(spec, f"workloads.{entry.id}.{entry.key}", registry.workloads, "workload", entry.workload)
+        entry_key_typo(spec, entry, registry)
+        lookup(spec, f"workloads.{entry.id}.{entry.key}", registry.workloads, "workload", entry.workload)
         axes, _ = _split_axes(entry, registry.workloads[entry.workload])
         total += math.prod(len(v) for v in axes.values()) * len(entry.batch_sizes) * len(entry.gpus) * len(entry.nodes)
     return total * len(spec.combinations)
@@ -183,7 +166,8 @@ def _workload_configs(spec: SuiteSpec, registry: Catalog) -> list[tuple[Any, Wor
     configs = []
     for entry in spec.workloads:
         key = f"workloads.{entry.id}"
-        _lookup(spec, f"{key}.{entry.key}", registry.workloads, "workload", entry.workload)
+        entry_key_typo(spec, entry, registry)
+        lookup(spec, f"{key}.{entry.key}", registry.workloads, "workload", entry.workload)
         record = registry.workloads[entry.workload]
         axes, fixed = _split_axes(entry, record)
         for point in itertools.product(*axes.values()):
@@ -247,85 +231,6 @@ def _skip_reason(
     return None
 
 
-def _check_rules(spec: SuiteSpec, registry: Catalog) -> None:
-    """Refuse rule values that name nothing in the suite: such a rule would silently match no cell."""
-    workload_ids = {e.id: e for e in spec.workloads}
-    plugins_used = {e.workload for e in spec.workloads}
-    techniques_used = {t for combo in spec.combinations.values() for t in combo}
-    for kind, rules in (("include", spec.include), ("exclude", spec.exclude)):
-        for i, rule in enumerate(rules):
-            key = f"{kind}[{i}]"
-            if rule.workload is not None:
-                _lookup_id(spec, f"{key}.workload", workload_ids, "workload id", rule.workload)
-            if rule.combination is not None:
-                _lookup_id(spec, f"{key}.combination", spec.combinations, "combination", rule.combination)
-            if rule.plugin is not None:
-                _lookup(spec, f"{key}.plugin", registry.workloads, "workload", rule.plugin)
-                if rule.plugin not in plugins_used:
-                    raise SuiteFileError(
-                        spec.path,
-                        f"{key}.plugin",
-                        f"no [workloads.ID] table of this suite runs workload {rule.plugin!r}",
-                    )
-            if rule.technique is not None:
-                _lookup(spec, f"{key}.technique", registry.techniques, "technique", rule.technique)
-                if rule.technique not in techniques_used:
-                    raise SuiteFileError(
-                        spec.path, f"{key}.technique", f"no combination of this suite uses {rule.technique!r}"
-                    )
-            if rule.batch_size is not None:
-                sizes = {
-                    b
-                    for e in spec.workloads
-                    if rule.workload in (None, e.id) and rule.plugin in (None, e.workload)
-                    for b in e.batch_sizes
-                }
-                if rule.batch_size not in sizes:
-                    listed = ", ".join(str(b) for b in sorted(sizes))
-                    raise SuiteFileError(
-                        spec.path,
-                        f"{key}.batch_size",
-                        f"no workload this rule can match has batch size {rule.batch_size} (its batch sizes: {listed})",
-                    )
-            _check_rule_options(spec, registry, key, rule)
-
-
-def _check_rule_options(spec: SuiteSpec, registry: Catalog, key: str, rule: Rule) -> None:
-    """Each option of a rule must be one that a workload the rule can match takes, with a value of its type."""
-    plugins = [
-        e.workload for e in spec.workloads if rule.workload in (None, e.id) and rule.plugin in (None, e.workload)
-    ]
-    records = [registry.workloads[p] for p in dict.fromkeys(plugins)]
-    for name, value in rule.options.items():
-        having = [r for r in records if any(o.name == name for o in describe(r.options))]
-        if records and not having:
-            known = list(dict.fromkeys(o.name for r in records for o in describe(r.options)))
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f"did you mean {close[0]!r}?" if close else f"options are: {', '.join(known) or 'none'}"
-            whose = ", ".join(repr(r.name) for r in records)
-            raise SuiteFileError(
-                spec.path, shown_id(f"{key}.options", name), f"no workload this rule can match ({whose}) has it; {hint}"
-            )
-        errors = []
-        for record in having:
-            try:
-                check_value(record.options, name, value)
-                break
-            except OptionError as exc:
-                errors.append(exc)
-        else:
-            if errors:  # a value no cell's option can hold: the rule would match nothing
-                raise SuiteFileError(spec.path, f"{key}.options.{errors[0].key}", errors[0].message)
-
-
-def _lookup_id(spec: SuiteSpec, key: str, names: Mapping[str, Any], kind: str, name: str) -> None:
-    """Like :func:`_lookup`, for names the suite file itself declares."""
-    if name not in names:
-        close = difflib.get_close_matches(name, list(names), n=1)
-        hint = f"did you mean {close[0]!r}?" if close else f"the suite declares: {', '.join(names)}"
-        raise SuiteFileError(spec.path, key, f"unknown {kind} {name!r}; {hint}")
-
-
 def _refuse_repeat(spec: SuiteSpec, made_by: dict[str, str], cell_id: str, wid: str, axes: Mapping[str, Any]) -> None:
     """Record which entry makes ``cell_id``, refusing one made twice: results, ``-k`` and ``--resume`` find a
     cell by its id. Every cell counts, an excluded one too, so a rule cannot hide the clash."""
@@ -364,7 +269,7 @@ def expand(
     """
     check_size(spec, registry, max_cells)
     tech_options = _technique_options(spec, registry)
-    _check_rules(spec, registry)
+    check_rules(spec, registry)
     combos = sorted(spec.combinations.items(), key=lambda kv: kv[0] != spec.baseline)
     cells: list[Cell] = []
     made_by: dict[str, str] = {}

@@ -305,6 +305,9 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
         name_key = given[0] if given else "workload"
         workload = r.get(name_key, str, wid, "a workload name (see `ampsuite list`)")
         if "batch_size" not in r.table:
+            typo = difflib.get_close_matches("batch_size", list(r.table), n=1, cutoff=0.8)
+            if typo:
+                raise SuiteFileError(path, f"{key}.{typo[0]}", "unknown key; did you mean 'batch_size'?")
             raise SuiteFileError(path, f"{key}.batch_size", "missing; expected an integer > 0 or a list of them")
         batch_sizes = _batch_sizes(path, f"{key}.batch_size", r.table.pop("batch_size"))
         gpus = _gpus(path, f"{key}.gpus", r.table.pop("gpus")) if "gpus" in r.table else (1,)

@@ -14,10 +14,10 @@ import difflib
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from ampsuite.contract.errors import SuiteFileError
 from ampsuite.spec import limits
+from ampsuite.spec.tablereader import TableReader
 
 __all__ = ["QUALITY_KEYS", "QualitySpec", "read_quality"]
 
@@ -73,40 +73,14 @@ QUALITY_KEYS = tuple(QualitySpec.__dataclass_fields__)
 """The keys of ``[quality]``: the fields of :class:`QualitySpec`; any other is refused."""
 
 
-class _Reader(Protocol):
-    """The suite loader's table reader (``ampsuite.spec.suitefile``), as this module uses it."""
-
-    table: dict[str, Any]
-
-    def get(self, name: str, kind: type | tuple[type, ...], default: Any, what: str) -> Any: ...
-
-    def number(
-        self,
-        name: str,
-        default: float,
-        *,
-        minimum: float,
-        maximum: float,
-        integer: bool = False,
-        strict: bool = False,
-        bound: str = ...,
-    ) -> Any: ...
-
-    def error(self, name: str, message: str) -> SuiteFileError: ...
-
-    def finish(self) -> None: ...
-
-    def refuse_unknown(self) -> None: ...
-
-
-def _known(r: _Reader, key: str, name: str, known: list[str], what: str) -> None:
+def _known(r: TableReader, key: str, name: str, known: list[str], what: str) -> None:
     if name not in known:
         close = difflib.get_close_matches(name, known, n=1)
         hint = f"did you mean {close[0]!r}?" if close else f"{what}s are: {', '.join(known)}"
         raise r.error(key, f"{name!r} is not a {what}; {hint}")
 
 
-def read_quality(r: _Reader, combinations: Mapping[str, Any], workloads: list[str]) -> QualitySpec:
+def read_quality(r: TableReader, combinations: Mapping[str, Any], workloads: list[str]) -> QualitySpec:
     """The ``[quality]`` table read by ``r``, its combination and workload names checked against the suite's."""
     r.refuse_unknown()
     steps = limits.MAX_SPEC_STEPS

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import math
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -34,73 +33,9 @@ from ampsuite.spec.suitespec import (
     SuiteSpec,
     WorkloadEntry,
 )
+from ampsuite.spec.tablereader import TableReader, too_large
 
 __all__ = ["default_suite_path", "load", "loads"]
-
-
-class _Reader:
-    """Pops keys from one table so that leftovers can be reported as unknown."""
-
-    def __init__(self, path: str, key: str, table: Any, known: tuple[str, ...] | None = None) -> None:
-        if not isinstance(table, dict):
-            raise SuiteFileError(path, key, f"expected a table, got {_show(table)}")
-        self.path, self.key, self.table, self.known = path, key, dict(table), known
-
-    def _key(self, name: str) -> str:
-        return f"{self.key}.{name}" if self.key else name
-
-    def error(self, name: str, message: str) -> SuiteFileError:
-        return SuiteFileError(self.path, self._key(name), message)
-
-    def get(self, name: str, kind: type | tuple[type, ...], default: Any, what: str) -> Any:
-        if name not in self.table:
-            return default
-        value = self.table.pop(name)
-        if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
-            raise self.error(name, f"expected {what}, got {_show(value)}")
-        if not isinstance(value, kind):
-            raise self.error(name, f"expected {what}, got {_show(value)}")
-        return value
-
-    def number(
-        self,
-        name: str,
-        default: float,
-        *,
-        minimum: float,
-        maximum: float,
-        integer: bool = False,
-        strict: bool = False,
-        bound: str = limits.WORK_BOUND,
-    ) -> Any:
-        what = ("an integer" if integer else "a number") + (f" > {minimum:g}" if strict else f" >= {minimum:g}")
-        value = self.get(name, int if integer else (int, float), default, what)
-        if not math.isfinite(value):  # TOML has nan and inf; every number here must be finite
-            raise self.error(name, f"expected a finite number{what.removeprefix('a number')}, got {value!r}")
-        if value < minimum or (strict and value == minimum):
-            raise self.error(name, f"expected {what}, got {_show(value)}")
-        if value > maximum:
-            raise self.error(name, _too_large(maximum, value, bound))
-        return float(value) if not integer else value
-
-    def finish(self) -> None:
-        """Refuse whatever key is left (one that no ``get`` took)."""
-        if self.table:
-            self._unknown(sorted(self.table)[0])
-
-    def refuse_unknown(self) -> None:
-        """Refuse keys outside ``known`` now, before later checks could blame a misspelling on something else."""
-        if self.known is not None:
-            unknown = sorted(k for k in self.table if k not in self.known)
-            if unknown:
-                self._unknown(unknown[0])
-
-    def _unknown(self, name: str) -> None:
-        hint = ""
-        if self.known:
-            close = difflib.get_close_matches(name, self.known, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; expected one of: {', '.join(self.known)}"
-        raise self.error(name, f"unknown key{hint}")
 
 
 _TOO_DEEP = f"arrays or tables nested deeper than {limits.MAX_NESTING} levels; no suite needs so many"
@@ -122,11 +57,6 @@ def _too_deep(value: Any, key: str, depth: int) -> str | None:
     return None
 
 
-def _too_large(maximum: float, value: Any, why: str = limits.WORK_BOUND) -> str:
-    shown = f"{maximum:,.0f}" if float(maximum).is_integer() else f"{maximum:g}"
-    return f"expected at most {shown} ({why}), got {str(value)[:40]}"
-
-
 def _counts(path: str, key: str, value: Any, minimum: int, maximum: int, what: str) -> tuple[int, ...]:
     values = value if isinstance(value, list) else [value]
     if not values:
@@ -135,7 +65,7 @@ def _counts(path: str, key: str, value: Any, minimum: int, maximum: int, what: s
         if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
             raise SuiteFileError(path, key, f"expected an integer {what} or a list of them, got {_show(v)}")
         if v > maximum:
-            raise SuiteFileError(path, key, _too_large(maximum, v))
+            raise SuiteFileError(path, key, too_large(maximum, v))
     return tuple(values)
 
 
@@ -172,7 +102,7 @@ def _rules(path: str, key: str, value: Any) -> tuple[Rule, ...]:
         raise SuiteFileError(path, key, f"expected an array of tables ([[{key}]]), got {_show(value)}")
     rules = []
     for i, item in enumerate(value):
-        r = _Reader(path, f"{key}[{i}]", item, RULE_KEYS)
+        r = TableReader(path, f"{key}[{i}]", item, RULE_KEYS)
         rule = Rule(
             workload=r.get("workload", str, None, "a workload id"),
             plugin=r.get("plugin", str, None, "a workload plugin name"),
@@ -189,7 +119,7 @@ def _rules(path: str, key: str, value: Any) -> tuple[Rule, ...]:
 
 
 def _executor(path: str, table: dict[str, Any]) -> ExecutorSpec:
-    r = _Reader(path, "executor", table)
+    r = TableReader(path, "executor", table)
     name = r.get("name", str, None, "an executor name (see `ampsuite list`)")
     if name is not None and (not name or any(c.isspace() for c in name)):
         raise r.error("name", f"expected an executor name (see `ampsuite list`), got {_show(name)}")
@@ -238,11 +168,11 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
     deep = _too_deep(data, "", 0)
     if deep is not None:
         raise SuiteFileError(path, deep, _TOO_DEEP)
-    top = _Reader(path, "", data, TOP_KEYS)
+    top = TableReader(path, "", data, TOP_KEYS)
     # A misspelled table ([workload.toy]) must be reported as such, not as the missing table it was meant to be.
     top.refuse_unknown()
 
-    s = _Reader(
+    s = TableReader(
         path,
         "suite",
         top.get("suite", dict, {}, "a table"),
@@ -268,7 +198,7 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
         raise s.error("base_techniques", f"expected a list of distinct technique names, got {_show(base)}")
     s.finish()
 
-    m = _Reader(path, "measure", top.get("measure", dict, {}, "a table"), MEASURE_KEYS)
+    m = TableReader(path, "measure", top.get("measure", dict, {}, "a table"), MEASURE_KEYS)
     steps = limits.MAX_SPEC_STEPS
     measure = MeasureSpec(
         warmup_steps=m.number("warmup_steps", MeasureSpec.warmup_steps, minimum=0, maximum=steps, integer=True),
@@ -298,7 +228,7 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
         if problem:
             raise SuiteFileError(path, names.shown_id("workloads", wid), problem)
         key = f"workloads.{wid}"
-        r = _Reader(path, key, body)
+        r = TableReader(path, key, body)
         given = [k for k in ("workload", "plugin") if k in r.table]
         if len(given) > 1:
             raise r.error("plugin", "give the workload once, as `workload` (`plugin` is its older spelling)")
@@ -347,7 +277,9 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
     q_table = top.get("quality", dict, None, "a table")
     quality = None
     if q_table is not None:
-        quality = read_quality(_Reader(path, "quality", q_table, QUALITY_KEYS), combinations, [w.id for w in workloads])
+        quality = read_quality(
+            TableReader(path, "quality", q_table, QUALITY_KEYS), combinations, [w.id for w in workloads]
+        )
     top.finish()
 
     return SuiteSpec(

@@ -208,6 +208,15 @@ def _grid(views: list[CellView], records: list[Record]) -> dict[str, Any]:
     }
 
 
+def _numerics_steps(run: Run, records: list[Record]) -> int | None:
+    """The numerics phase's step count: the run's ``[measure]``, else (files that predate the key there) the
+    longest loss history its cells recorded."""
+    steps = as_mapping(as_mapping(run.doc.get("run")).get("measure")).get("numerics_steps")
+    if isinstance(steps, int):
+        return steps
+    return max((len(as_mapping(r.get("numerics")).get("losses") or []) for r in records), default=0) or None
+
+
 def workload_contexts(runs: Sequence[Run]) -> dict[str, dict[str, Any]]:
     """Per workload id: the context of its page (sections per run and workload options)."""
     pages: dict[str, dict[str, Any]] = {}
@@ -243,7 +252,7 @@ def workload_contexts(runs: Sequence[Run]) -> dict[str, dict[str, Any]]:
                     "evidence": [v for v in views if v.evidence is not None],
                     "tensor": [v for v in views if v.tensor_ops],
                     "numerics": numerics_rows(run, records, views),
-                    "numerics_steps": as_mapping(as_mapping(run.doc.get("run")).get("measure")).get("numerics_steps"),
+                    "numerics_steps": _numerics_steps(run, records),
                     "diff_header": DIFF_HEADER,
                     "model_flops": [v for v in views if v.model_tflops != DASH],
                     "techniques": sorted({techniques_text(r) for r in records}),

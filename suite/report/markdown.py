@@ -16,7 +16,7 @@ from ampsuite.analysis import AnyDocument as Doc
 from ampsuite.analysis.quality import statistic_text, target_text
 from ampsuite.contract.wire import Status
 from ampsuite.report.fmt import DASH, num, pct, ratio, signed_pct
-from ampsuite.report.views import run_label, techniques_text
+from ampsuite.report.views import recipe_text, run_label
 
 __all__ = ["escape_md", "markdown_summary"]
 
@@ -60,7 +60,8 @@ def _run_part(doc: Doc, compare_with: Doc | None) -> list[str]:
                 continue
             d = b.derived
             headline = f"{escape_md(b.headline)}; fastest trustworthy: " if b.headline else ""
-            recipe = f" ({escape_md(techniques_text(b.record, options=False))})" if b.record.get("techniques") else ""
+            recipe = recipe_text(b.record)
+            recipe = f" ({escape_md(recipe)})" if recipe else ""
             lines.append(
                 f"| {escape_md(workload)} | {headline}{escape_md(b.record['id'])}{recipe} "
                 f"| {escape_md(b.record['batch_size'])} "

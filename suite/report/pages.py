@@ -18,7 +18,7 @@ from ampsuite.contract.wire import Record, Status
 from ampsuite.report.fmt import DASH, bytes_, num, pct
 from ampsuite.report.numerics import DIFF_HEADER, numerics_rows
 from ampsuite.report.provenance import cudnn_version
-from ampsuite.report.views import CellView, Run, cell_view, techniques_text, workload_page_name
+from ampsuite.report.views import CellView, Run, cell_view, recipe_text, techniques_text, workload_page_name
 from ampsuite.report.workload_charts import workload_charts
 from ampsuite.spec.screens import screened_cell
 
@@ -123,9 +123,7 @@ def _best_rows(run: Run) -> list[dict[str, Any]]:
                 "headline": best.headline,
                 # What the recipe is, by technique name (the options are on the workload page), for a reader
                 # choosing what to adopt; a combination's id alone ("tuned") does not say.
-                "recipe": techniques_text(best.record, options=False)
-                if best.record and best.record.get("techniques")
-                else "",
+                "recipe": "" if best.record is None else recipe_text(best.record),
                 "unit": unit,
                 "passed_over": passed_over,
             }

@@ -130,6 +130,12 @@ def techniques_text(record: Record, *, options: bool = True) -> str:
     return " + ".join(parts) if parts else "none (FP32)"
 
 
+def recipe_text(record: Record) -> str:
+    """A cell's techniques by name (``amp-bf16 + torch-compile``), for a reader choosing what to adopt; "" for
+    the plain cell, whose id already says FP32."""
+    return techniques_text(record, options=False) if record.get("techniques") else ""
+
+
 @dataclass(frozen=True)
 class EvidenceView:
     """Why a cell did not pass: a one-line summary, facts, and long texts for <details>."""

@@ -75,12 +75,7 @@ def check_rules(spec: SuiteSpec, registry: Catalog) -> None:
                         spec.path, f"{key}.technique", f"no combination of this suite uses {rule.technique!r}"
                     )
             if rule.batch_size is not None:
-                sizes = {
-                    b
-                    for e in spec.workloads
-                    if rule.workload in (None, e.id) and rule.plugin in (None, e.workload)
-                    for b in e.batch_sizes
-                }
+                sizes = {b for e in _matchable(spec, rule) for b in e.batch_sizes}
                 if rule.batch_size not in sizes:
                     listed = ", ".join(str(b) for b in sorted(sizes))
                     raise SuiteFileError(
@@ -91,11 +86,14 @@ def check_rules(spec: SuiteSpec, registry: Catalog) -> None:
             _check_rule_options(spec, registry, key, rule)
 
 
+def _matchable(spec: SuiteSpec, rule: Rule) -> list[WorkloadEntry]:
+    """The workload entries whose cells ``rule`` can match, by its workload id and plugin keys."""
+    return [e for e in spec.workloads if rule.workload in (None, e.id) and rule.plugin in (None, e.workload)]
+
+
 def _check_rule_options(spec: SuiteSpec, registry: Catalog, key: str, rule: Rule) -> None:
     """Each option of a rule must be one that a workload the rule can match takes, with a value of its type."""
-    plugins = [
-        e.workload for e in spec.workloads if rule.workload in (None, e.id) and rule.plugin in (None, e.workload)
-    ]
+    plugins = [e.workload for e in _matchable(spec, rule)]
     records = [registry.workloads[p] for p in dict.fromkeys(plugins)]
     for name, value in rule.options.items():
         having = [r for r in records if any(o.name == name for o in describe(r.options))]

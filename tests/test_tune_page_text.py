@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from ampsuite import results
+from ampsuite.report import render_site
 from ampsuite.report.provenance import provenance_line
-from ampsuite.report.tune_page import render_tune_page
+from ampsuite.report.render import render_tune_page
 from ampsuite.tune.outputs import tune_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,3 +107,21 @@ def test_the_page_of_a_summary_alone_reads_the_results_file_beside_it(tmp_path: 
     (tmp_path / "beside").mkdir()
     (tmp_path / "beside" / "results.json").write_bytes(LLM.read_bytes())
     assert "Measured on NVIDIA H200 \u00b7 driver 580.159.04" in _text(_page(tmp_path / "beside", summary=tune))
+
+
+def test_a_report_of_tune_files_gives_each_its_tune_page_in_the_site(tmp_path: Path) -> None:
+    render_site([results.load(RESNET), results.load(LLM)], tmp_path, results_files=[RESNET, LLM])
+    index = (tmp_path / "index.html").read_text("utf-8")
+    assert 'href="tune.html">Tune 1</a>' in index and 'href="tune-2.html">Tune 2</a>' in index
+    first, second = (_text(html.unescape((tmp_path / p).read_text("utf-8"))) for p in ("tune.html", "tune-2.html"))
+    assert "Winner: amp-fp16+torch-compile+fused-optimizer+channels-last at batch 256, 7,651 images/s" in first
+    # A site holds no recipe.toml: each page links the run's own copy of its results file.
+    assert "recipe.toml" not in first + second
+    assert 'results: <a href="results-2.json">' in (tmp_path / "tune-2.html").read_text("utf-8")
+    assert "llm" in second and "resnet50" not in second.split("Overview / Tune", 1)[1]
+
+
+def test_a_report_of_a_run_without_a_tune_search_has_no_tune_page(tmp_path: Path) -> None:
+    render_site(results.load(ROOT / "reports" / "example" / "results.json"), tmp_path)
+    assert not (tmp_path / "tune.html").exists()
+    assert "tune.html" not in (tmp_path / "index.html").read_text("utf-8")

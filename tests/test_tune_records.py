@@ -15,7 +15,7 @@ import pytest
 
 from ampsuite import results
 from ampsuite.contract.validate import WireError
-from ampsuite.report.tune_page import render_tune_page
+from ampsuite.report.render import render_tune_page
 from ampsuite.run import selfcheck
 from ampsuite.tune import (
     AblationRow,

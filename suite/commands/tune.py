@@ -36,7 +36,7 @@ def add_arguments(tn: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> ExitCode:
     from ampsuite import results
-    from ampsuite.report.tune_page import render_tune_page
+    from ampsuite.report.render import render_tune_page
     from ampsuite.run.signals import deferred
     from ampsuite.tune import TuneConfig, recipe_toml, tune, tune_markdown
 

@@ -22,10 +22,12 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from ampsuite import ReportSection, __version__, analysis
+from ampsuite import ReportSection, __version__, analysis, results
 from ampsuite.analysis import AnyDocument as Doc
 from ampsuite.analysis import HistoryPoint
-from ampsuite.report import fmt
+from ampsuite.contract.errors import ResultsFileError
+from ampsuite.contract.tunerecords import TuneSummary
+from ampsuite.report import fmt, tune_page
 from ampsuite.report.artifacts import copy_artifacts
 from ampsuite.report.compare import compare_context
 from ampsuite.report.compare import summary as compare_summary
@@ -41,7 +43,15 @@ from ampsuite.results import outputs
 
 Note = Callable[[str], None] | None
 
-__all__ = ["CSV_NAME", "JSON_NAME", "MACHINES_CSV_NAME", "MARKDOWN_NAME", "environment", "render_site"]
+__all__ = [
+    "CSV_NAME",
+    "JSON_NAME",
+    "MACHINES_CSV_NAME",
+    "MARKDOWN_NAME",
+    "environment",
+    "render_site",
+    "render_tune_page",
+]
 
 CSV_NAME = "results.csv"
 MACHINES_CSV_NAME = "machines.csv"
@@ -151,7 +161,8 @@ def render_site(
     :return: the path of index.html.
 
     Files written: index.html, one workload-*.html per workload id, quality.html when a run holds quality
-    runs (:mod:`ampsuite.report.quality_page`), history.html
+    runs (:mod:`ampsuite.report.quality_page`), tune.html (tune-2.html, ...) per tune search's file
+    (:mod:`ampsuite.report.tune_page`), history.html
     and compare.html when asked, machines.html and machines.csv when ``docs`` come from
     more than one machine (:func:`ampsuite.analysis.group_machines`: GPU, else CPU, and
     host), results.json (one per run), results.csv, summary.md and static/style.css.
@@ -178,11 +189,14 @@ def render_site(
     ]
     pages += ["history.html"] * (history is not None) + ["compare.html"] * (compare_with is not None)
     pages += ["machines.html", MACHINES_CSV_NAME] * several
+    tunes = tune_page.site_pages(items)
+    pages += [name for _, name in tunes]
     outputs.refuse_inputs([out / p for p in pages], every_input, "the report")
     json_names = _results_json(out, items, results_files, every_input, note)
     quality = quality_context(runs)
     nav = {
         "quality": quality is not None,
+        "tune": [name for _, name in tunes],
         "workloads": [{"name": w, "file": page["file"]} for w, page in workloads.items()],
         "history": history is not None,
         "compare": compare_with is not None,
@@ -217,6 +231,9 @@ def render_site(
         write(page["file"], "workload.html", **page)
     if quality is not None:
         write("quality.html", "quality.html", **quality)
+    for i, name in tunes:
+        tune = tune_page.tune_context(items[i], links=[("results", json_names[i])])
+        write(name, "tune_site.html", **{k: v for k, v in tune.items() if k != "provenance"})  # the site's own
     if history is not None:
         write("history.html", "history.html", **history_context(history))
     if compare_with is not None:
@@ -228,3 +245,35 @@ def render_site(
     (out / MARKDOWN_NAME).write_text(markdown_summary(items, compare_with, extra_sections=sections), encoding="utf-8")
     _copy_static(out)
     return index
+
+
+def render_tune_page(
+    summary: TuneSummary | Mapping[str, Any], out_dir: str | Path, doc: Mapping[str, Any] | None = None
+) -> Path:
+    """Write tune.html (and the report's stylesheet) into ``out_dir``, as ``ampsuite tune`` does beside its
+    results file and recipe; returns the page's path. (A report site renders a tune file's page as one of its
+    own, :func:`render_site`.)
+
+    ``summary`` is the record, its JSON or the whole results document; without a document (``doc``, or
+    ``summary`` itself) the page reads the results file beside it, as ``ampsuite tune`` writes it, for the
+    machine it names.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if TuneSummary.with_document(summary, doc)[1] is None:
+        doc = _beside(out / tune_page.RESULTS)
+    html = environment().get_template(tune_page.PAGE).render(**tune_page.tune_context(summary, doc))
+    path = out / tune_page.PAGE
+    path.write_text(html, encoding="utf-8")
+    _copy_static(out)
+    return path
+
+
+def _beside(path: Path) -> Mapping[str, Any] | None:
+    """The results file ``ampsuite tune`` writes beside its page, or None when there is none it can read."""
+    if not path.is_file():
+        return None
+    try:
+        return results.load(path)
+    except ResultsFileError:
+        return None

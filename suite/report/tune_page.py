@@ -10,28 +10,24 @@ do) and splits the file's records into those measured in this run, kept from an 
 
 from __future__ import annotations
 
-import importlib.resources
-import shutil
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from markupsafe import Markup
 
-from ampsuite import results
 from ampsuite.analysis.estimate import duration_text
-from ampsuite.contract.errors import ResultsFileError
 from ampsuite.contract.tunerecords import AblationRow, RowKind, TuneSummary
 from ampsuite.report import fmt
 from ampsuite.report.charts import Bar, bar_chart
 from ampsuite.report.provenance import provenance_lines
-from ampsuite.report.render import STATIC_DIR, environment
 
-__all__ = ["PAGE", "render_tune_page", "time_text", "tune_context"]
+__all__ = ["PAGE", "RESULTS", "has_tune", "site_pages", "time_text", "tune_context"]
 
 PAGE = "tune.html"
 RESULTS = "results.json"
 """The tune results file, which ``ampsuite tune`` writes beside the page."""
+BESIDE = (("recipe", "recipe.toml"), ("results", RESULTS))
+"""What the standalone page links to: the files ``ampsuite tune`` writes beside it."""
 
 _TONES = {RowKind.WINNER: "good", RowKind.FP32: "muted", RowKind.TF32: "muted"}
 
@@ -54,10 +50,15 @@ def _chart(key: str, rows: Sequence[AblationRow]) -> Markup:
     )
 
 
-def tune_context(summary: TuneSummary | Mapping[str, Any], doc: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def tune_context(
+    summary: TuneSummary | Mapping[str, Any],
+    doc: Mapping[str, Any] | None = None,
+    links: Sequence[tuple[str, str]] = BESIDE,
+) -> dict[str, Any]:
     """What tune.html shows: the header's lines, the summary, and per workload its record, a chart, why TF32 has
     no figure and each step's decision in words. ``summary`` is the record, its JSON or the whole results document;
-    ``doc``, the results document, names the machine and the pruned cells."""
+    ``doc``, the results document, names the machine and the pruned cells; ``links``, the files the page links
+    to as (what, file name): those ``ampsuite tune`` writes beside it, by default."""
     record, doc = TuneSummary.with_document(summary, doc)
     workloads = []
     for w in record.workloads:
@@ -75,40 +76,18 @@ def tune_context(summary: TuneSummary | Mapping[str, Any], doc: Mapping[str, Any
         "counts": record.counts(None if doc is None else doc.get("cells") or []),
         "provenance": [] if doc is None else provenance_lines([doc]),
         "workloads": workloads,
+        "links": list(links),
     }
 
 
-def _beside(out: Path) -> Mapping[str, Any] | None:
-    """The results file ``ampsuite tune`` writes beside its page, or None when there is none it can read."""
-    if not (out / RESULTS).is_file():
-        return None
-    try:
-        return results.load(out / RESULTS)
-    except ResultsFileError:
-        return None
+def has_tune(doc: Mapping[str, Any]) -> bool:
+    """Whether the results document is a tune search's (its ``run.tune`` holds the summary)."""
+    run = doc.get("run")
+    return isinstance(run, Mapping) and isinstance(run.get("tune"), Mapping)
 
 
-def render_tune_page(
-    summary: TuneSummary | Mapping[str, Any], out_dir: str | Path, doc: Mapping[str, Any] | None = None
-) -> Path:
-    """Write tune.html (and the report's stylesheet) into ``out_dir``; returns the page's path.
-
-    ``summary`` is the record, its JSON or the whole results document; without a document (``doc``, or
-    ``summary`` itself) the page reads the results file beside it, as ``ampsuite tune`` writes it, for the
-    machine it names.
-    """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    if TuneSummary.with_document(summary, doc)[1] is None:
-        doc = _beside(out)
-    html = environment().get_template(PAGE).render(**tune_context(summary, doc))
-    path = out / PAGE
-    path.write_text(html, encoding="utf-8")
-    target = out / STATIC_DIR
-    target.mkdir(exist_ok=True)
-    source = importlib.resources.files("ampsuite.report") / STATIC_DIR
-    for item in source.iterdir():
-        if item.is_file():
-            with importlib.resources.as_file(item) as file:
-                shutil.copyfile(file, target / item.name)
-    return path
+def site_pages(docs: Sequence[Mapping[str, Any]]) -> list[tuple[int, str]]:
+    """The tune pages of a report site: (the document's index, page name) per tune search among ``docs``,
+    ``tune.html`` for the first and ``tune-2.html``, ... for the others."""
+    indices = [i for i, doc in enumerate(docs) if has_tune(doc)]
+    return [(i, PAGE if n == 0 else f"tune-{n + 1}.html") for n, i in enumerate(indices)]

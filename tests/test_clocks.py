@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from ampsuite import ProbeContext, analysis
-from ampsuite.analysis import instability_warnings
+from ampsuite.analysis import instability_warnings, power_cap_note
 from ampsuite.plugins.probes import clocks
 
 
@@ -143,10 +143,24 @@ def test_clocks_lowered_by_the_power_cap_are_noted_not_flagged(use_nvml) -> None
     use_nvml(FakeNVML(sm=[1830, 1830, 1545, 1830], reasons=0x4))
     ctx = _measure(_ctx(), 0.2)
     assert ctx.warnings == [
-        "power-capped: the SM clock fell to 1545 MHz, 16% below 1830 MHz at up to 500 W (sw_power_cap) "
-        "during the timed steps"
+        "power-capped: the SM clock fell to 1545 MHz, 16% below 1830 MHz (median 1830 MHz) at up to 500 W "
+        "(sw_power_cap) during the timed steps"
     ]
     assert instability_warnings({"warnings": ctx.warnings}) == []  # the analysis keeps trusting the cell
+    assert power_cap_note({"warnings": ctx.warnings, "metrics": ctx.metrics}) == (
+        "SM clock lowered with NVML's software power cap (sw_power_cap) as the reason: median 1,830 MHz, "
+        "lowest 1,545 MHz, up to 500 W over the timed steps; trusted, as the speed the GPU sustains at its power limit"
+    )
+
+
+def test_a_cell_without_the_power_cap_note_has_no_power_cap_mark(use_nvml) -> None:
+    use_nvml(FakeNVML(sm=[1830, 1830, 1830], reasons=0x4))
+    ctx = _measure(_ctx(), 0.2)
+    assert power_cap_note({"warnings": ctx.warnings, "metrics": ctx.metrics}) is None
+    # A record without the clocks summary (an older probe's) still shows the probe's own words.
+    assert power_cap_note({"warnings": ["power-capped: the SM clock fell"], "metrics": {}}) == (
+        "power-capped: the SM clock fell"
+    )
 
 
 def test_a_drop_with_a_flagged_reason_beside_the_power_cap_is_throttling(use_nvml) -> None:

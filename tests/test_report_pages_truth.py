@@ -317,3 +317,24 @@ def test_the_machines_page_names_each_run_s_suite_file_and_code(machines: Path, 
     same["run"]["suite"]["sha256"] = load(EXAMPLE)["run"]["suite"]["sha256"]
     render_site([load(EXAMPLE), same], tmp_path, results_files=[EXAMPLE, H100])
     assert "The machines ran different suite files" not in (tmp_path / "machines.html").read_text(encoding="utf-8")
+
+
+def test_cells_at_the_power_cap_are_marked_beside_their_figure(example: Path, machines: Path) -> None:
+    # The published H200 run's `tuned` ResNet-50 cell reached the 700 W cap in its last samples only.
+    capped = {c["id"] for c in load(EXAMPLE)["cells"] if analysis.power_cap_note(c)}
+    assert "resnet50/tuned/bs256" in capped
+    html = page(example, "resnet50")
+    title = (
+        "SM clock lowered with NVML&#39;s software power cap (sw_power_cap) as the reason: median 1,898 MHz, "
+        "lowest 1,500 MHz, up to 679 W over the timed steps; trusted, as the speed the GPU sustains at its power limit"
+    )
+    assert f'<span class="badge power-cap" title="{title}">power cap</span>' in html
+    # On its workload page each capped cell is marked in the grid and in the table of cells; the overview marks
+    # the three that are their workload's best.
+    for workload in ("resnet50", "vit-b16", "llm-125m", "gemm-8192"):
+        assert page(example, workload).count('class="badge power-cap"') == 2, workload
+    assert (example / "index.html").read_text(encoding="utf-8").count('class="badge power-cap"') == 3
+    machines_html = (machines / "machines.html").read_text(encoding="utf-8")
+    h100 = {c["id"] for c in load(H100)["cells"] if analysis.power_cap_note(c)}
+    assert h100 == {"vit-b16/fp32/bs256"}
+    assert machines_html.count('class="badge power-cap"') == len(capped) + len(h100)

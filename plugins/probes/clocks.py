@@ -178,7 +178,8 @@ def summarize(samples: list[Sample]) -> tuple[dict[str, Any], list[str]]:
                 # The sustained speed at the power limit (module docstring): noted in words the analysis's
                 # instability rule does not match.
                 watts = f" at up to {max(power):.0f} W" if power else ""
-                warnings.append(f"power-capped: {fell}{watts} (sw_power_cap) during the timed steps")
+                median = f" (median {statistics.median(sm):.0f} MHz)"
+                warnings.append(f"power-capped: {fell}{median}{watts} (sw_power_cap) during the timed steps")
             else:
                 warnings.append(f"clocks throttled: {fell}, during the timed steps")
     if flagged:

@@ -30,6 +30,7 @@ from ampsuite.analysis.access import noise_target as noise_target
 from ampsuite.analysis.access import numerics_tolerance as numerics_tolerance
 from ampsuite.analysis.access import passed as passed
 from ampsuite.analysis.access import peak_tflops as peak_tflops
+from ampsuite.analysis.access import power_cap_note as power_cap_note
 from ampsuite.analysis.access import precision_option as precision_option
 from ampsuite.analysis.access import precision_value as precision_value
 from ampsuite.analysis.access import status_counts as status_counts

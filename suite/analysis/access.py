@@ -49,6 +49,7 @@ __all__ = [
     "noise_target",
     "numerics_tolerance",
     "peak_tflops",
+    "power_cap_note",
     "precision_option",
     "precision_value",
     "reference_names",
@@ -276,6 +277,29 @@ def gpu_name(doc: AnyDocument) -> str | None:
 def instability_warnings(record: Mapping[str, Any]) -> list[str]:
     """The record's warnings that say its timing cannot be trusted (throttling, noise)."""
     return [str(w) for w in record.get("warnings") or [] if _INSTABILITY.search(str(w))]
+
+
+def power_cap_note(record: Mapping[str, Any]) -> str | None:
+    """What the clocks probe saw of a cell whose SMs slowed at the GPU's power cap, or None.
+
+    The probe counts such a cell as trusted (the speed the GPU sustains at its power limit), but the figure is
+    power-bound, which a reader comparing GPUs or power limits needs beside it. The note quotes the median SM
+    clock, not only the lowest sample: a cap reached in the last steps leaves the median at full clock.
+    """
+    warning = next((str(w) for w in record.get("warnings") or [] if str(w).startswith("power-capped")), None)
+    if warning is None:
+        return None
+    clocks = as_mapping(as_mapping(record.get("metrics")).get("clocks"))
+    sm, power = as_mapping(clocks.get("sm_mhz")), as_mapping(clocks.get("power_w"))
+    median, low = finite(sm.get("median")), finite(sm.get("min"))
+    if median is None or low is None:
+        return warning
+    watts = finite(power.get("max"))
+    return (
+        f"SM clock lowered with NVML's software power cap (sw_power_cap) as the reason: median {median:,.0f} MHz, "
+        f"lowest {low:,.0f} MHz" + ("" if watts is None else f", up to {watts:,.0f} W") + " over the timed steps; "
+        "trusted, as the speed the GPU sustains at its power limit"
+    )
 
 
 def status_counts(doc: AnyDocument) -> dict[str, int]:

@@ -98,6 +98,7 @@ def _row(machine: Machine, entry: MachineCell | None, cell: CellAcross) -> dict[
         "ratio": ratio(entry.ratio_to_first),
         "trusted": d.trusted,
         "trust_note": d.trust_note or "",
+        "power_cap": analysis.power_cap_note(entry.record) or "",
     }
 
 

@@ -53,6 +53,7 @@ def _row(
         "status": str(record.get("status")),
         "trusted": derived is not None and derived.trusted,
         "trust_note": "" if derived is None else derived.trust_note or "",
+        "power_cap": analysis.power_cap_note(record) or "",
     }
 
 

@@ -220,6 +220,7 @@ class CellView:
     first_step: str
     trusted: bool
     trust_note: str
+    power_cap: str
     warnings: list[str]
     evidence: EvidenceView | None
     scale_spark: Markup
@@ -376,6 +377,7 @@ def cell_view(run: Run, record: Record) -> CellView:
         first_step=secs(metrics.get("first_step_seconds")),
         trusted=d.trusted,
         trust_note=d.trust_note or "",
+        power_cap=analysis.power_cap_note(record) or "",
         warnings=[str(w) for w in record.get("warnings") or []],
         evidence=evidence_view(record),
         scale_spark=charts.sparkline(scale, title=f"GradScaler scale, {cell_id}", log2=True)

@@ -109,6 +109,12 @@ def test_the_page_of_a_summary_alone_reads_the_results_file_beside_it(tmp_path: 
     assert "Measured on NVIDIA H200 \u00b7 driver 580.159.04" in _text(_page(tmp_path / "beside", summary=tune))
 
 
+def test_the_page_ampsuite_tune_writes_links_the_recipe_and_results_beside_it(tmp_path: Path) -> None:
+    page = _page(tmp_path, RESNET)
+    assert 'recipe: <a href="recipe.toml">recipe.toml</a>' in page
+    assert 'results: <a href="results.json">results.json</a>' in page
+
+
 def test_a_report_of_tune_files_gives_each_its_tune_page_in_the_site(tmp_path: Path) -> None:
     render_site([results.load(RESNET), results.load(LLM)], tmp_path, results_files=[RESNET, LLM])
     index = (tmp_path / "index.html").read_text("utf-8")

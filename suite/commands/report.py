@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ampsuite.commands.common import Command, registry, render, report_sections
-from ampsuite.contract.errors import ExitCode, OutputError, ResultsFileError, UsageError
+from ampsuite.contract.errors import ExitCode, OutputError, UsageError
 from ampsuite.terminal import echo
 
 
@@ -69,15 +69,15 @@ def execute(args: argparse.Namespace) -> ExitCode:
     docs = [results.load(p) for p in args.results]
     compare_with = results.load(args.compare) if args.compare else None
     for path, doc in zip(args.results, docs, strict=True):  # docs/architecture.md: such reports are refused
-        if compare_with is not None:
-            try:
-                results.check_comparable(
-                    path, doc["environment"], compare_with["environment"], action="compare", other=args.compare
-                )
-            except ResultsFileError as exc:  # two machines are compared side by side, not cell by cell
-                raise ResultsFileError(
-                    path, f"{exc.message}; to set them side by side: ampsuite report {path} {args.compare} -o DIR"
-                ) from None
+        if compare_with is not None:  # two machines are compared side by side, not cell by cell
+            results.check_comparable(
+                path,
+                doc["environment"],
+                compare_with["environment"],
+                action="compare",
+                other=args.compare,
+                instead=f"to set them side by side: ampsuite report {path} {args.compare} -o DIR",
+            )
             if args.fail_on_regression is not None:
                 _check_gate(path, doc, args.compare, compare_with)
     if args.markdown:  # an input, an earlier run or a file of the site there is never replaced

@@ -146,20 +146,25 @@ def _short(value: Any) -> str:
 
 
 def check_comparable(
-    path: str, old: dict[str, Any], new: dict[str, Any], action: str = "merge", other: str | None = None
+    path: str,
+    old: dict[str, Any],
+    new: dict[str, Any],
+    action: str = "merge",
+    other: str | None = None,
+    instead: str | None = None,
 ) -> None:
     """Refuse to merge (or ``action``) results measured on different software or hardware.
 
     ``old`` is the ``environment`` of the file at ``path``, ``new`` the one it would be merged with (this machine's,
-    or the file ``other``); each difference reads ``path``'s value first.
+    or the file ``other``); each difference reads ``path``'s value first. ``instead`` ends the message: what to
+    do with two such files.
     """
     a, b = _key(old), _key(new)
     diffs = [f"{k} {_short(a[k])} vs {_short(b[k])}" for k in COMPARABLE_KEYS if a[k] != b[k]]
     if diffs:
         than = f" than {other}" if other else ""
-        raise ResultsFileError(
-            path, f"measured in another environment{than}, refusing to {action}: " + "; ".join(diffs)
-        )
+        message = f"measured in another environment{than}, refusing to {action}: " + "; ".join(diffs)
+        raise ResultsFileError(path, message + (f"; {instead}" if instead else ""))
 
 
 class ResultsWriter:

@@ -297,8 +297,10 @@ def test_the_best_table_names_each_recipe_by_its_techniques(example: Path) -> No
 
 def test_summary_md_marks_untrusted_figures(machines: Path) -> None:
     summary = (machines / "summary.md").read_text(encoding="utf-8")
-    untrusted = untrusted_ids(load(EXAMPLE)) | untrusted_ids(load(H100))
-    assert summary.count("**Figures not trusted:**") == 2
+    runs = [untrusted_ids(load(EXAMPLE)), untrusted_ids(load(H100))]
+    untrusted = set().union(*runs)
+    assert untrusted, "the published runs hold an untrusted cell"
+    assert summary.count("**Figures not trusted:**") == sum(1 for ids in runs if ids)
     for cell in untrusted:
         assert f"{cell} (noise " in summary
     marked = [line for line in summary.splitlines() if "(untrusted) |" in line]
@@ -336,5 +338,4 @@ def test_cells_at_the_power_cap_are_marked_beside_their_figure(example: Path, ma
     assert (example / "index.html").read_text(encoding="utf-8").count('class="badge power-cap"') == 3
     machines_html = (machines / "machines.html").read_text(encoding="utf-8")
     h100 = {c["id"] for c in load(H100)["cells"] if analysis.power_cap_note(c)}
-    assert h100 == {"vit-b16/fp32/bs256"}
     assert machines_html.count('class="badge power-cap"') == len(capped) + len(h100)

@@ -328,7 +328,8 @@ def test_cells_at_the_power_cap_are_marked_beside_their_figure(example: Path, ma
     html = page(example, "resnet50")
     title = (
         "SM clock lowered with NVML&#39;s software power cap (sw_power_cap) as the reason: median 1,898 MHz, "
-        "lowest 1,500 MHz, up to 679 W over the timed steps; trusted, as the speed the GPU sustains at its power limit"
+        "lowest 1,500 MHz, up to 679 W over the timed steps; trusted: the clocks probe counts a slowdown at the power "
+        "cap as the speed the GPU sustains"
     )
     assert f'<span class="badge power-cap" title="{title}">power cap</span>' in html
     # On its workload page each capped cell is marked in the grid and in the table of cells; the overview marks
@@ -338,4 +339,5 @@ def test_cells_at_the_power_cap_are_marked_beside_their_figure(example: Path, ma
     assert (example / "index.html").read_text(encoding="utf-8").count('class="badge power-cap"') == 3
     machines_html = (machines / "machines.html").read_text(encoding="utf-8")
     h100 = {c["id"] for c in load(H100)["cells"] if analysis.power_cap_note(c)}
-    assert machines_html.count('class="badge power-cap"') == len(capped) + len(h100)
+    assert machines_html.count('class="badge power-cap" title=') == len(capped) + len(h100)
+    assert 'One marked <span class="badge power-cap">power cap</span> is trusted' in machines_html

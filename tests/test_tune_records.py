@@ -46,7 +46,9 @@ def test_an_earlier_versions_summary_reads_as_records_and_renders(name: str, tmp
         # Every decision written as text is one of this version's, with its particulars as the detail; the words
         # of the cross-run rules an earlier version had are kept as they read.
         assert step.decision is not Decision.PENDING
-        assert step.describe() == text.replace("kept: confirmed, ", "kept, confirmed: ")
+        assert step.describe() == text.replace("kept: confirmed, ", "kept, confirmed: ").replace(
+            "not faster", "not taken"
+        )
         assert (step.decision is Decision.LEGACY) == text.startswith("not measured again")
     assert workload.ablation[0].kind is RowKind.FP32
     assert [r.label for r in workload.ablation if r.kind is RowKind.WINNER] == ["winner"]

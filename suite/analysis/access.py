@@ -298,7 +298,7 @@ def power_cap_note(record: Mapping[str, Any]) -> str | None:
     return (
         f"SM clock lowered with NVML's software power cap (sw_power_cap) as the reason: median {median:,.0f} MHz, "
         f"lowest {low:,.0f} MHz" + ("" if watts is None else f", up to {watts:,.0f} W") + " over the timed steps; "
-        "trusted, as the speed the GPU sustains at its power limit"
+        "trusted: the clocks probe counts a slowdown at the power cap as the speed the GPU sustains"
     )
 
 

@@ -103,7 +103,7 @@ _LABELS = {
     Decision.REFERENCE: "reference",
     Decision.HEALTHY: "healthy",
     Decision.REJECTED: "rejected",
-    Decision.NOT_FASTER: "not faster",
+    Decision.NOT_FASTER: "not taken",
     Decision.KEPT: "kept",
     Decision.KEPT_TOGETHER: "kept: the round's near misses together",
     Decision.HEAD_START: "kept: the leading recipe's companions",
@@ -121,6 +121,7 @@ _LABELS = {
 
 _VALUES = frozenset(d.value for d in Decision)
 _BY_LABEL = {label: decision for decision, label in _LABELS.items() if label}
+_BY_LABEL["not faster"] = Decision.NOT_FASTER  # earlier versions' label, wrong for a screen beaten only in its round
 _OLD_PREFIXES = (
     ("kept: confirmed, ", Decision.CONFIRMED),
     ("not confirmed: ", Decision.NOT_CONFIRMED),

@@ -190,13 +190,13 @@ def render_site(
     pages += ["history.html"] * (history is not None) + ["compare.html"] * (compare_with is not None)
     pages += ["machines.html", MACHINES_CSV_NAME] * several
     tunes = tune_page.site_pages(items)
-    pages += [name for _, name in tunes]
+    pages += [t.file for t in tunes]
     outputs.refuse_inputs([out / p for p in pages], every_input, "the report")
     json_names = _results_json(out, items, results_files, every_input, note)
     quality = quality_context(runs)
     nav = {
         "quality": quality is not None,
-        "tune": [name for _, name in tunes],
+        "tune": [{"file": t.file, "label": t.label} for t in tunes],
         "workloads": [{"name": w, "file": page["file"]} for w, page in workloads.items()],
         "history": history is not None,
         "compare": compare_with is not None,
@@ -231,9 +231,10 @@ def render_site(
         write(page["file"], "workload.html", **page)
     if quality is not None:
         write("quality.html", "quality.html", **quality)
-    for i, name in tunes:
-        tune = tune_page.tune_context(items[i], links=[("results", json_names[i])])
-        write(name, "tune_site.html", **{k: v for k, v in tune.items() if k != "provenance"})  # the site's own
+    for t in tunes:
+        tune = tune_page.tune_context(items[t.index], links=[("results", json_names[t.index])])
+        tune.update(label=t.label, searched=t.searched)
+        write(t.file, "tune_site.html", **{k: v for k, v in tune.items() if k != "provenance"})  # the site's own
     if history is not None:
         write("history.html", "history.html", **history_context(history))
     if compare_with is not None:

@@ -11,6 +11,7 @@ do) and splits the file's records into those measured in this run, kept from an 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from markupsafe import Markup
@@ -21,7 +22,7 @@ from ampsuite.report import fmt
 from ampsuite.report.charts import Bar, bar_chart
 from ampsuite.report.provenance import provenance_lines
 
-__all__ = ["PAGE", "RESULTS", "has_tune", "site_pages", "time_text", "tune_context"]
+__all__ = ["PAGE", "RESULTS", "SitePage", "has_tune", "site_pages", "time_text", "tune_context"]
 
 PAGE = "tune.html"
 RESULTS = "results.json"
@@ -86,8 +87,29 @@ def has_tune(doc: Mapping[str, Any]) -> bool:
     return isinstance(run, Mapping) and isinstance(run.get("tune"), Mapping)
 
 
-def site_pages(docs: Sequence[Mapping[str, Any]]) -> list[tuple[int, str]]:
-    """The tune pages of a report site: (the document's index, page name) per tune search among ``docs``,
-    ``tune.html`` for the first and ``tune-2.html``, ... for the others."""
-    indices = [i for i, doc in enumerate(docs) if has_tune(doc)]
-    return [(i, PAGE if n == 0 else f"tune-{n + 1}.html") for n, i in enumerate(indices)]
+@dataclass(frozen=True)
+class SitePage:
+    """A tune search's page in a report site."""
+
+    index: int
+    """The document's position among the site's."""
+    file: str
+    """``tune.html`` for the first tune search, ``tune-2.html``, ... for the others."""
+    searched: str
+    """The workloads searched, ``resnet50`` or ``bert-base, vit-b16``."""
+
+    @property
+    def label(self) -> str:
+        """What the navigation and the page's title call it: ``Tune: resnet50``."""
+        return f"Tune: {self.searched}" if self.searched else "Tune"
+
+
+def site_pages(docs: Sequence[Mapping[str, Any]]) -> list[SitePage]:
+    """The tune pages of a report site, one per tune search among ``docs``."""
+    pages = []
+    for i, doc in enumerate(docs):
+        if has_tune(doc):
+            keys = ", ".join(w.key for w in TuneSummary.with_document(doc)[0].workloads)
+            name = PAGE if not pages else f"tune-{len(pages) + 1}.html"
+            pages.append(SitePage(i, name, keys))
+    return pages

@@ -42,7 +42,7 @@ def _ok(tuner: Tuner, record: dict[str, Any] | None, phase: str) -> bool:
 
 class StepLog:
     """One workload configuration's steps, in the order measured. A step is logged when measured and decided
-    when its phase knows (a greedy screen reads "not faster" until the round keeps it): :meth:`Logged.decide`
+    when its phase knows (a greedy screen reads "not taken" until the round keeps it): :meth:`Logged.decide`
     replaces the frozen :class:`Step` in place."""
 
     def __init__(self) -> None:

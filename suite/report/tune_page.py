@@ -106,7 +106,7 @@ class SitePage:
 
 def site_pages(docs: Sequence[Mapping[str, Any]]) -> list[SitePage]:
     """The tune pages of a report site, one per tune search among ``docs``."""
-    pages = []
+    pages: list[SitePage] = []
     for i, doc in enumerate(docs):
         if has_tune(doc):
             keys = ", ".join(w.key for w in TuneSummary.with_document(doc)[0].workloads)

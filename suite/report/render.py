@@ -233,8 +233,7 @@ def render_site(
         write("quality.html", "quality.html", **quality)
     for t in tunes:
         tune = tune_page.tune_context(items[t.index], links=[("results", json_names[t.index])])
-        tune.update(label=t.label, searched=t.searched)
-        write(t.file, "tune_site.html", **{k: v for k, v in tune.items() if k != "provenance"})  # the site's own
+        write(t.file, "tune_site.html", label=t.label, searched=t.searched, **tune)
     if history is not None:
         write("history.html", "history.html", **history_context(history))
     if compare_with is not None:
@@ -261,9 +260,13 @@ def render_tune_page(
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    if TuneSummary.with_document(summary, doc)[1] is None:
+    doc = TuneSummary.with_document(summary, doc)[1]
+    if doc is None:
         doc = _beside(out / tune_page.RESULTS)
-    html = environment().get_template(tune_page.PAGE).render(**tune_page.tune_context(summary, doc))
+    provenance = [] if doc is None else provenance_lines([doc])  # a site's pages get theirs from base.html
+    html = (
+        environment().get_template(tune_page.PAGE).render(provenance=provenance, **tune_page.tune_context(summary, doc))
+    )
     path = out / tune_page.PAGE
     path.write_text(html, encoding="utf-8")
     _copy_static(out)

@@ -20,7 +20,6 @@ from ampsuite.analysis.estimate import duration_text
 from ampsuite.contract.tunerecords import AblationRow, RowKind, TuneSummary
 from ampsuite.report import fmt
 from ampsuite.report.charts import Bar, bar_chart
-from ampsuite.report.provenance import provenance_lines
 
 __all__ = ["PAGE", "RESULTS", "SitePage", "has_tune", "site_pages", "time_text", "tune_context"]
 
@@ -75,7 +74,6 @@ def tune_context(
         "summary": record,
         "time": time_text(record),
         "counts": record.counts(None if doc is None else doc.get("cells") or []),
-        "provenance": [] if doc is None else provenance_lines([doc]),
         "workloads": workloads,
         "links": list(links),
     }

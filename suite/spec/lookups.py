@@ -30,11 +30,22 @@ class Catalog(Protocol):
     def techniques(self) -> Mapping[str, Technique]: ...
 
 
-def lookup(spec: SuiteSpec, key: str, names: Mapping[str, Any], kind: str, name: str) -> None:
-    if name not in names:
-        close = difflib.get_close_matches(name, list(names), n=1)
-        hint = f"did you mean {close[0]!r}?" if close else f"choose one of: {', '.join(sorted(names))}"
-        raise SuiteFileError(spec.path, key, f"unknown {kind} {name!r}; {hint} (see `ampsuite list`)")
+def lookup(
+    spec: SuiteSpec, key: str, names: Mapping[str, Any], kind: str, name: str, *, declared: bool = False
+) -> None:
+    """Refuse ``name`` unless it is one of ``names``, with the closest one as a "did you mean". ``declared``:
+    names the suite file itself declares (its workload ids, combinations), listed as the file gives them; else
+    the plugins' names, sorted, which `ampsuite list` shows."""
+    if name in names:
+        return
+    close = difflib.get_close_matches(name, list(names), n=1)
+    if close:
+        hint = f"did you mean {close[0]!r}?"
+    else:
+        hint = f"the suite declares: {', '.join(names)}" if declared else f"choose one of: {', '.join(sorted(names))}"
+    raise SuiteFileError(
+        spec.path, key, f"unknown {kind} {name!r}; {hint}" + ("" if declared else " (see `ampsuite list`)")
+    )
 
 
 def entry_key_typo(spec: SuiteSpec, entry: WorkloadEntry, registry: Catalog) -> None:
@@ -57,9 +68,9 @@ def check_rules(spec: SuiteSpec, registry: Catalog) -> None:
         for i, rule in enumerate(rules):
             key = f"{kind}[{i}]"
             if rule.workload is not None:
-                _lookup_id(spec, f"{key}.workload", workload_ids, "workload id", rule.workload)
+                lookup(spec, f"{key}.workload", workload_ids, "workload id", rule.workload, declared=True)
             if rule.combination is not None:
-                _lookup_id(spec, f"{key}.combination", spec.combinations, "combination", rule.combination)
+                lookup(spec, f"{key}.combination", spec.combinations, "combination", rule.combination, declared=True)
             if rule.plugin is not None:
                 lookup(spec, f"{key}.plugin", registry.workloads, "workload", rule.plugin)
                 if rule.plugin not in plugins_used:
@@ -115,11 +126,3 @@ def _check_rule_options(spec: SuiteSpec, registry: Catalog, key: str, rule: Rule
         else:
             if errors:  # a value no cell's option can hold: the rule would match nothing
                 raise SuiteFileError(spec.path, f"{key}.options.{errors[0].key}", errors[0].message)
-
-
-def _lookup_id(spec: SuiteSpec, key: str, names: Mapping[str, Any], kind: str, name: str) -> None:
-    """Like :func:`lookup`, for names the suite file itself declares."""
-    if name not in names:
-        close = difflib.get_close_matches(name, list(names), n=1)
-        hint = f"did you mean {close[0]!r}?" if close else f"the suite declares: {', '.join(names)}"
-        raise SuiteFileError(spec.path, key, f"unknown {kind} {name!r}; {hint}")

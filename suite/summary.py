@@ -61,7 +61,7 @@ def _row_cells(doc: Mapping[str, Any]) -> tuple[list[str], list[list[str]], list
                 Status.PASSED.value,
                 time_text(st["median"]),
                 f"{noise}{UNTRUSTED_MARK}" if why else noise,
-                f"{m['throughput']:,.1f} {rec['workload']['unit']}/s",
+                "-" if m.get("throughput") is None else f"{m['throughput']:,.1f} {rec['workload']['unit']}/s",
                 f"{d.speedup_vs_fp32:.2f}x" if d and d.speedup_vs_fp32 else "-",
                 format_bytes(m.get("peak_memory_bytes")),
                 d.numerics_verdict if d else "-",

@@ -11,10 +11,12 @@ those tests start one.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import re
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -442,6 +444,47 @@ def test_memory_limit_is_room_above_what_the_worker_already_maps(tmp_path: Path,
     assert run_cli(str(write_suite(skipping_suite(memory_limit_gb=0.25))), "-o", str(out)) == 0
     statuses = [(r["combination"], r["status"]) for r in results.load(out)["cells"]]
     assert statuses == [("fp32", "passed"), ("graphs", "skipped")]
+
+
+LOCKING_PLUGIN = """
+import multiprocessing
+
+from ampsuite import Technique, hookimpl
+
+LOCKS = []
+
+
+def apply(step, options):
+    # What tqdm does for each progress bar, and torch.fx's interpreter makes one while torch.compile traces.
+    LOCKS.append(multiprocessing.RLock())
+    step.notes["start_method"] = multiprocessing.get_start_method()
+    return step
+
+
+@hookimpl
+def ampsuite_techniques():
+    return [Technique(name="mp-lock", summary="a multiprocessing lock of the default context", apply=apply)]
+"""
+
+
+@pytest.mark.slow
+def test_a_cell_runs_with_the_platforms_start_method_and_leaks_no_semaphore(tmp_path: Path) -> None:
+    """A cell's own processes start as a plain script's would (fork on Linux before Python 3.14), and there a library
+    lock the cell makes is not reported leaked when its worker leaves without the interpreter's teardown."""
+    (tmp_path / "locking.py").write_text(LOCKING_PLUGIN, encoding="utf-8")
+    (tmp_path / "suite.toml").write_text(
+        toy_suite("locks", combinations={"locked": ["mp-lock"]}, measure=FAST_MEASURE), encoding="utf-8"
+    )
+    args = ["run", "suite.toml", "-p", "locking", "-o", "r.json", "--no-report", "--no-peaks", "--no-again"]
+    run = subprocess.run(
+        [sys.executable, "-m", "ampsuite", *args], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr
+    (record,) = results.load(tmp_path / "r.json")["cells"]
+    platform = multiprocessing.get_all_start_methods()[0]
+    assert record["notes"]["start_method"] == platform
+    if platform == "fork":  # a lock of a fork context is unlinked as it is made; forkserver's (Python 3.14) is not
+        assert "leaked semaphore" not in run.stderr
 
 
 def test_limit_memory_adds_to_the_mapped_size(tmp_path: Path) -> None:

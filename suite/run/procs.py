@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import multiprocessing
 import os
 import signal
 import sys
@@ -147,6 +148,12 @@ def start_child(log_path: str | Path | None, *, new_session: bool = True, parent
         become_subreaper()
     die_with_parent(parent_pid)
     restore_defaults()
+    # A child of the fork server inherits "forkserver" as its default start method; with the platform's, a cell's
+    # own processes (a DataLoader's workers) start as a plain script's do. Where that is fork (Linux before Python
+    # 3.14), a library's lock (tqdm makes one for every progress bar, torch.fx's interpreter one while compiling)
+    # is also unlinked at once: a forkserver lock stays registered with the run's resource tracker after the
+    # worker's os._exit, and the run ends with a "leaked semaphore objects" warning.
+    multiprocessing.set_start_method(None, force=True)
     if log_path is not None:
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(fd, 1)

@@ -176,6 +176,10 @@ class Bar:
     tone: str = "normal"
 
 
+VALUE_CHAR_PX = 6.5
+"""The width a character of a bar's value (11 px) takes, at most, for keeping a marker off it."""
+
+
 def _wrap(label: str) -> list[str]:
     """A bar's label in lines of at most 30 characters: it is never cut, its row grows instead."""
     return textwrap.wrap(label, 30, break_on_hyphens=False) or [label]
@@ -283,13 +287,15 @@ def bar_chart(
             f'<rect x="{x0:.1f}" y="{middle - row / 2 + 4:.1f}" width="{max(x1 - x0, 1.0):.1f}" height="{row - 8}" '
             f'rx="2" fill="{TONES.get(b.tone, TONES["normal"])}">{_title(tip)}</rect>'
         )
-        out.append(
-            f'<text x="{max(x1, x(0.0)) + 6:.1f}" y="{middle + 4:.1f}" font-size="11" fill="#374151">'
-            f"{_e(fmt(b.value))}</text>"
-        )
-        if b.marker is not None and math.isfinite(b.marker):
-            mx = x(b.marker)
-            mtip = f"{b.marker_label or 'marker'}: {exact(b.marker)} {unit}".rstrip()
+        text = fmt(b.value)
+        text_x = max(x1, x(0.0)) + 6
+        marker = b.marker if b.marker is not None and math.isfinite(b.marker) else None
+        if marker is not None and text_x - 6 < x(marker) < text_x + VALUE_CHAR_PX * len(text):
+            text_x = x(marker) + 6  # a peak just past the bar's end: the value goes after its tick, not under it
+        out.append(f'<text x="{text_x:.1f}" y="{middle + 4:.1f}" font-size="11" fill="#374151">{_e(text)}</text>')
+        if marker is not None:
+            mx = x(marker)
+            mtip = f"{b.marker_label or 'marker'}: {exact(marker)} {unit}".rstrip()
             out.append(
                 f'<path d="M{mx:.1f},{y0 + 1} L{mx:.1f},{y0 + row - 1}" stroke="#111827" stroke-width="3" '
                 f'class="marker">{_title(mtip)}</path>'

@@ -12,15 +12,17 @@ import ast
 import dataclasses
 import inspect
 import re
+import subprocess
 import sys
 import types
 from pathlib import Path
 
 import pytest
-from conftest import shipped_plugin_autoloads
+from conftest import shipped_plugin_autoloads, toy_suite
 
 import ampsuite
 import ampsuite.contract.errors
+from ampsuite import results
 from ampsuite.host import hookspecs, manager
 
 # pytest refuses to register one module twice under two names, so the shipped
@@ -192,3 +194,20 @@ def test_the_testing_example_passes(pytester, tmp_path):
         pytester.runpytest_inprocess(*args, "-p", "no:cacheprovider").assert_outcomes(passed=3)
     finally:
         _forget_tutorial_modules()
+
+
+@pytest.mark.slow
+def test_the_pool_executor_example_runs_its_cells(tmp_path):
+    """The executor example calls each task in a process of a fork-based pool: a fork of the runner, which inherits
+    the runner's fork server but may not use it (it is not the pool process's child)."""
+    example = next(b for b in _code_blocks("python") if "class PoolOptions" in b)
+    (tmp_path / "docpool.py").write_text(example, encoding="utf-8")
+    suite = toy_suite("pool", combinations={"fp32": [], "noop": ["noop"]}, tables={"executor": {"name": "pool"}})
+    (tmp_path / "suite.toml").write_text(suite, encoding="utf-8")
+    args = ["-p", "docpool", "run", "suite.toml", "-o", "r.json", "--no-report", "--no-peaks", "--no-again"]
+    run = subprocess.run(
+        [sys.executable, "-m", "ampsuite", *args], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    records = results.load(tmp_path / "r.json")["cells"]
+    assert sorted((r["combination"], r["status"]) for r in records) == [("fp32", "passed"), ("noop", "passed")]

@@ -24,7 +24,13 @@ def worker_context(registry: Registry) -> BaseContext:
     :raises PluginError: when a built-in module the fork server preloads cannot be imported (the fork server
         would die, and with it every cell).
     """
+    global _server_owner
     if sys.platform.startswith("linux"):
+        if _server_owner not in (None, os.getpid()):
+            # A fork of the process that started the fork server (a fork-based process pool of an executor, calling
+            # a task there) inherits the server but may not use it: it is not the server's parent, and CPython's
+            # check of the server fails ("No child processes"). Its cells start by spawn, as off Linux.
+            return mp.get_context("spawn")
         ctx = mp.get_context("forkserver")
         # The fork server imports torch and the built-ins' implementations once; each worker is a fork of it
         # (a cell's memory limit is room above them), and no CUDA context exists before the fork. The first
@@ -40,6 +46,7 @@ def worker_context(registry: Registry) -> BaseContext:
         multiprocessing.resource_tracker.ensure_running()
         with blocked(), _without_working_directory():
             multiprocessing.forkserver.ensure_running()
+        _server_owner = os.getpid()
         _check_fork_server(ctx, preload)
         return ctx
     return mp.get_context("spawn")
@@ -63,6 +70,8 @@ def _without_working_directory() -> Iterator[None]:
 
 
 _fork_server_checked = False
+_server_owner: int | None = None
+"""The process that started the fork server; a fork of it inherits the server and this value."""
 
 
 def _nothing() -> None:

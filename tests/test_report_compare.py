@@ -28,6 +28,8 @@ SLOWER, FASTER, FAILING, UNCHANGED = (
 
 
 RUN_ID = json.loads(EXAMPLE.read_text(encoding="utf-8"))["run"]["id"]
+LATER_ID = "20261206T090000Z"
+DOC = EXAMPLE.parents[2] / "docs" / "report.md"
 
 
 def _scale(record: dict[str, Any], factor: float) -> None:
@@ -53,7 +55,7 @@ def _on(record: dict[str, Any], gpu_uuid: str) -> None:
 def _later(tmp_path: Path, slower: float = 1.2, failing: bool = True) -> Path:
     """A later run of the example suite: SLOWER ``slower`` times slower, FASTER 0.8x, FAILING failed."""
     doc = copy.deepcopy(results.load(EXAMPLE))
-    doc["run"]["id"] = "20261204T090000Z"
+    doc["run"].update(id=LATER_ID, started="2026-12-06T09:00:00+00:00")
     cells = {r["id"]: r for r in doc["cells"]}
     _scale(cells[SLOWER], slower)
     _scale(cells[FASTER], 0.8)
@@ -84,7 +86,7 @@ def test_compare_prints_the_changed_cells_as_asv_compare_does(tmp_path: Path, ca
     assert rows[FAILING][:4] == ["!", "651 ms ±0.01%", "failed", "n/a"]
     n = len(results.load(EXAMPLE)["cells"])
     assert f"{n} cells: 2 regressed, 1 improved, {n - 3} unchanged; {n - 3} unmarked or ~ rows left out" in out
-    assert f"before: {EXAMPLE} (run {RUN_ID}" in out and f"after: {later} (run 20261204T090000Z" in out
+    assert f"before: {EXAMPLE} (run {RUN_ID}" in out and f"after: {later} (run {LATER_ID}" in out
 
     assert main(["report", str(later), "--compare", str(EXAMPLE), "--compare-all"]) == ExitCode.OK
     every = _rows(capsys.readouterr().out)
@@ -163,7 +165,7 @@ def test_a_change_between_two_machines_says_so(tmp_path: Path, capsys) -> None:
 
 def test_a_gate_over_runs_with_no_cell_in_common_is_refused(tmp_path: Path, capsys) -> None:
     doc = copy.deepcopy(results.load(EXAMPLE))
-    doc["run"]["id"] = "20261204T090000Z"
+    doc["run"]["id"] = LATER_ID
     for record in doc["cells"]:
         record["id"] = "other-" + record["id"]
     other = write_sealed(tmp_path / "other.json", doc)
@@ -216,3 +218,17 @@ def test_a_signal_while_the_site_is_written_is_said_once_it_is_whole(
     assert (tmp_path / "site" / "index.html").is_file()
     err = capsys.readouterr().err
     assert err == "ampsuite: interrupted (SIGTERM) after its output was written whole\n"
+
+
+def test_the_documented_comparison_is_the_commands_output(tmp_path: Path, capsys, monkeypatch) -> None:
+    """docs/report.md's example of ``--compare --fail-on-regression`` is what the command prints for this later run."""
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.chdir(EXAMPLE.parents[2])
+    later = _later(tmp_path)
+    before = "reports/example/results.json"
+    main(["report", str(later), "--compare", before, "--fail-on-regression"])
+    printed = capsys.readouterr().out.replace(str(later), "later.json").splitlines()
+    text = DOC.read_text(encoding="utf-8")
+    command = f"    $ ampsuite report later.json --compare {before} --fail-on-regression\n"
+    block = text[text.index(command) + len(command) :].split("\n\n", 1)[0]
+    assert [line.removeprefix("    ") for line in block.splitlines()] == printed

@@ -39,6 +39,15 @@ def test_the_header_states_the_budget_in_minutes_not_scientific_notation(tmp_pat
     assert not re.search(r"\de\+\d", page + md)
 
 
+def test_a_file_resumed_across_runs_gives_the_last_runs_budget_as_the_last_runs(tmp_path: Path) -> None:
+    """tune-resnet50.json holds 17 runs (16 resumes): the budget and time stated are the last run's, and say so."""
+    doc = results.load(RESNET)
+    assert len(doc["run"]["resumed"]) == 16
+    page, md = _text(_page(tmp_path, RESNET)), tune_markdown(doc)
+    assert "the last of 17 runs: budget 25 min 0 s, used 20 min 55 s" in page
+    assert "The last of 17 runs: budget 25 min 0 s, used 20 min 55 s;" in md
+
+
 @pytest.mark.parametrize(
     ("path", "words"),
     [

@@ -22,7 +22,7 @@ from typing import Any
 from ampsuite.contract.cell import Cell
 from ampsuite.contract.wire import Status
 
-__all__ = ["COMPILING", "Estimate", "duration_text", "earlier_walls", "is_compiled"]
+__all__ = ["COMPILING", "Estimate", "budget_text", "duration_text", "earlier_walls", "is_compiled"]
 
 COMPILING = frozenset({"torch-compile"})
 """Techniques whose cells spend their first step compiling: a kind of their own for the estimate."""
@@ -39,6 +39,16 @@ def duration_text(seconds: float) -> str:
     if hours:
         return f"{hours} h {minutes} min"
     return f"{minutes} min {rest} s" if minutes else f"{rest} s"
+
+
+def budget_text(budget_seconds: float, elapsed_seconds: float, doc: Mapping[str, Any] | None = None) -> str:
+    """``budget 19 min 0 s, used 18 min 1 s``: a tune run's budget and wall time. A results file that ``--resume``
+    added to holds the last run's, said so: ``the last of 17 runs: budget 25 min 0 s, used 24 min 3 s``."""
+    text = f"budget {duration_text(budget_seconds)}, used {duration_text(elapsed_seconds)}"
+    run = (doc or {}).get("run")
+    resumed = run.get("resumed") if isinstance(run, Mapping) else None
+    runs = 1 + len(resumed) if isinstance(resumed, list) else 1
+    return text if runs == 1 else f"the last of {runs} runs: {text}"
 
 
 def earlier_walls(doc: Mapping[str, Any] | None) -> dict[str, tuple[bool, float]]:

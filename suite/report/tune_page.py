@@ -16,12 +16,12 @@ from typing import Any
 
 from markupsafe import Markup
 
-from ampsuite.analysis.estimate import duration_text
+from ampsuite.analysis.estimate import budget_text
 from ampsuite.contract.tunerecords import AblationRow, RowKind, TuneSummary
 from ampsuite.report import fmt
 from ampsuite.report.charts import Bar, bar_chart
 
-__all__ = ["PAGE", "RESULTS", "SitePage", "has_tune", "site_pages", "time_text", "tune_context"]
+__all__ = ["PAGE", "RESULTS", "SitePage", "has_tune", "site_pages", "tune_context"]
 
 PAGE = "tune.html"
 RESULTS = "results.json"
@@ -30,11 +30,6 @@ BESIDE = (("recipe", "recipe.toml"), ("results", RESULTS))
 """What the standalone page links to: the files ``ampsuite tune`` writes beside it."""
 
 _TONES = {RowKind.WINNER: "good", RowKind.FP32: "muted", RowKind.TF32: "muted"}
-
-
-def time_text(summary: TuneSummary) -> str:
-    """``budget 19 min 0 s, used 18 min 1 s``: the budget and the wall time the run took."""
-    return f"budget {duration_text(summary.budget_seconds)}, used {duration_text(summary.elapsed_seconds)}"
 
 
 def _chart(key: str, rows: Sequence[AblationRow]) -> Markup:
@@ -72,7 +67,7 @@ def tune_context(
         )
     return {
         "summary": record,
-        "time": time_text(record),
+        "time": budget_text(record.budget_seconds, record.elapsed_seconds, doc),
         "counts": record.counts(None if doc is None else doc.get("cells") or []),
         "workloads": workloads,
         "links": list(links),

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ampsuite.analysis.best import NO_GAIN
-from ampsuite.analysis.estimate import duration_text
+from ampsuite.analysis.estimate import budget_text
 from ampsuite.analysis.machines import provenance_line
 from ampsuite.contract.tunerecords import TuneSummary, Winner
 from ampsuite.spec.tomltext import toml_key, toml_value
@@ -90,6 +90,10 @@ def _pct(value: Any) -> str:
     return "" if value is None else f"{value:+.1%}"
 
 
+def _first_up(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 def tune_markdown(summary: Summary, doc: Mapping[str, Any] | None = None) -> str:
     """The tune run in Markdown: budget, each workload's winner, its ablation and the search steps.
 
@@ -103,7 +107,7 @@ def tune_markdown(summary: Summary, doc: Mapping[str, Any] | None = None) -> str
         "",
         f"Device {summary.device}" + (f", measured on {machine}." if machine else "."),
         "",
-        f"Budget {duration_text(summary.budget_seconds)}, used {duration_text(summary.elapsed_seconds)}; "
+        f"{_first_up(budget_text(summary.budget_seconds, summary.elapsed_seconds, doc))}; "
         f"{summary.counts(None if doc is None else doc.get('cells') or [])}.",
     ]
     if summary.incomplete:
@@ -115,7 +119,7 @@ def tune_markdown(summary: Summary, doc: Mapping[str, Any] | None = None) -> str
             out.append(f"No recipe: {w.reason}.")
         else:
             out.append(
-                ("Winner: " if winner.beats_fp32 else f"**{NO_GAIN[0].upper()}{NO_GAIN[1:]}.** Fastest trustworthy: ")
+                ("Winner: " if winner.beats_fp32 else f"**{_first_up(NO_GAIN)}.** Fastest trustworthy: ")
                 + f"`{winner.combination}` at batch {winner.batch_size}, {_num(winner.throughput)} {w.unit}/s "
                 f"({_x(winner.speedup_vs_fp32)} FP32)."
             )

@@ -39,6 +39,8 @@ DASHES = ("", "7 4", "2 3", "9 3 2 3")
 than colours (ten combinations, twelve seeds) still draws each series its own way, the same every time."""
 LEGEND_ROW = 18
 """Height of a legend row (a colour key and its name) in SVG units."""
+VALUE_CHAR_PX = 6.5
+"""The most a character of a bar's printed value (11 px) is wide: a marker is kept off the value's span."""
 
 TONES = {"normal": "#0b6bcb", "good": "#1a9e6f", "bad": "#d1495b", "muted": "#9ca3af", "warn": "#e08a00"}
 
@@ -176,10 +178,6 @@ class Bar:
     tone: str = "normal"
 
 
-VALUE_CHAR_PX = 6.5
-"""The width a character of a bar's value (11 px) takes, at most, for keeping a marker off it."""
-
-
 def _wrap(label: str) -> list[str]:
     """A bar's label in lines of at most 30 characters: it is never cut, its row grows instead."""
     return textwrap.wrap(label, 30, break_on_hyphens=False) or [label]
@@ -287,8 +285,7 @@ def bar_chart(
             f'<rect x="{x0:.1f}" y="{middle - row / 2 + 4:.1f}" width="{max(x1 - x0, 1.0):.1f}" height="{row - 8}" '
             f'rx="2" fill="{TONES.get(b.tone, TONES["normal"])}">{_title(tip)}</rect>'
         )
-        text = fmt(b.value)
-        text_x = max(x1, x(0.0)) + 6
+        text, text_x = fmt(b.value), max(x1, x(0.0)) + 6
         marker = b.marker if b.marker is not None and math.isfinite(b.marker) else None
         if marker is not None and text_x - 6 < x(marker) < text_x + VALUE_CHAR_PX * len(text):
             text_x = x(marker) + 6  # a peak just past the bar's end: the value goes after its tick, not under it

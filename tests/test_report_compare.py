@@ -226,7 +226,7 @@ def test_the_documented_comparison_is_the_commands_output(tmp_path: Path, capsys
     monkeypatch.chdir(EXAMPLE.parents[2])
     later = _later(tmp_path)
     before = "reports/example/results.json"
-    main(["report", str(later), "--compare", before, "--fail-on-regression"])
+    assert main(["report", str(later), "--compare", before, "--fail-on-regression"]) == ExitCode.CELLS_FAILED
     printed = capsys.readouterr().out.replace(str(later), "later.json").splitlines()
     text = DOC.read_text(encoding="utf-8")
     command = f"    $ ampsuite report later.json --compare {before} --fail-on-regression\n"

@@ -455,7 +455,8 @@ LOCKS = []
 
 
 def apply(step, options):
-    # What tqdm does for each progress bar, and torch.fx's interpreter makes one while torch.compile traces.
+    # Kept alive as tqdm keeps its one lock a process on a class attribute (made for the bar torch.fx's
+    # interpreter shows while torch.compile traces).
     LOCKS.append(multiprocessing.RLock())
     step.notes["start_method"] = multiprocessing.get_start_method()
     return step

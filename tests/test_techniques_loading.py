@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 from typing import Any
 
 import pytest
@@ -49,7 +50,7 @@ def test_pageable_loading_feeds_exactly_the_pool_batches_across_epochs(tmp_path:
         "non_blocking": False,
         "num_workers": 0,
         "prefetch_factor": None,
-        "start_method": "default",
+        "start_method": multiprocessing.get_start_method(),
         "batches_per_epoch": 4,
         "sampler": "endless",
     }

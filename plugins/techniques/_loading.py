@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -90,7 +91,7 @@ def _replace_data(step: TrainStep, name: str, options: LoadingOptions | Pageable
         "non_blocking": pinned,
         "num_workers": workers,
         "prefetch_factor": options.prefetch_factor if workers else None,
-        "start_method": options.start_method or "default",
+        "start_method": options.start_method or multiprocessing.get_start_method(),
         "batches_per_epoch": batches_per_epoch,
         "sampler": "endless",
     }

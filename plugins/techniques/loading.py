@@ -22,9 +22,10 @@ there, and with a few batches an epoch the timed steps would measure those
 restarts instead of the loader's steady state. Worker processes start at apply
 time, so their start-up lands in the cell's build time, not in step time.
 
-Workers use the platform's default start method (fork on Linux): they only
-index a CPU dataset and never touch CUDA, so forking a process that holds a
-CUDA context is safe for them.
+Workers use the platform's default start method (fork on Linux before Python
+3.14, forkserver from 3.14; the record's ``notes.loading.start_method`` names
+it): they only index a CPU dataset and never touch CUDA, so forking a process
+that holds a CUDA context is safe for them.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ __all__ = ["worker_context"]
 
 
 def worker_context(registry: Registry) -> BaseContext:
-    """The multiprocessing context cells run in: a fork server with torch preloaded on Linux, spawn elsewhere.
+    """The multiprocessing context cells run in: a fork server with torch preloaded on Linux, spawn elsewhere and in
+    a fork of the process that started the fork server.
 
     :raises PluginError: when a built-in module the fork server preloads cannot be imported (the fork server
         would die, and with it every cell).

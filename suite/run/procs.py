@@ -148,11 +148,12 @@ def start_child(log_path: str | Path | None, *, new_session: bool = True, parent
         become_subreaper()
     die_with_parent(parent_pid)
     restore_defaults()
-    # A child of the fork server inherits "forkserver" as its default start method; with the platform's, a cell's
-    # own processes (a DataLoader's workers) start as a plain script's do. Where that is fork (Linux before Python
-    # 3.14), a library's lock (tqdm makes one for every progress bar, torch.fx's interpreter one while compiling)
-    # is also unlinked at once: a forkserver lock stays registered with the run's resource tracker after the
-    # worker's os._exit, and the run ends with a "leaked semaphore objects" warning.
+    # A worker, node or peaks process inherits "forkserver" from the fork server, a rank "spawn" from its
+    # launcher; with the platform's default, the processes a cell starts (a DataLoader's workers) start as in a
+    # plain script or a torchrun rank. Where that default is fork (Linux before Python 3.14), a library's lock is
+    # also unlinked as it is made: tqdm keeps one per process on a class attribute (torch.fx's interpreter makes
+    # a bar while compiling), never collected, so a forkserver lock stayed registered with the run's resource
+    # tracker after the worker's os._exit and the run ended with a "leaked semaphore objects" warning.
     multiprocessing.set_start_method(None, force=True)
     if log_path is not None:
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

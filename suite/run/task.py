@@ -65,7 +65,8 @@ class Task:
     In the parent it runs the cell with the run's worker context and plugins.
     Pickled (an executor sending it to another process or node), it leaves
     both behind, and the process that calls it loads the plugins again from
-    ``config.plugins``, starts its own fork server and keeps the worker's log
+    ``config.plugins``, starts its own fork server (spawns workers instead in a
+    fork of the process that started the run's) and keeps the worker's log
     in a temporary folder of its own.
     """
 
@@ -90,8 +91,9 @@ class Task:
     @contextlib.contextmanager
     def _place(self) -> Iterator[tuple[Registry, BaseContext | None, Path]]:
         """The registry, worker context and log the cell runs with in this process: the run's own in the
-        parent; where an unpickled task is called, the plugins loaded again, a fork server of its own and a
-        temporary log folder, with a scheduler's SIGTERM (scancel, a time limit) ending the cell like Ctrl-C."""
+            parent; where an unpickled task is called, the plugins loaded again, a fork server of its own (spawn in a
+        fork of the process that started the run's) and a
+            temporary log folder, with a scheduler's SIGTERM (scancel, a time limit) ending the cell like Ctrl-C."""
         if self.here:
             assert self.registry is not None
             yield self.registry, self.ctx, self.log

@@ -91,9 +91,9 @@ class Task:
     @contextlib.contextmanager
     def _place(self) -> Iterator[tuple[Registry, BaseContext | None, Path]]:
         """The registry, worker context and log the cell runs with in this process: the run's own in the
-            parent; where an unpickled task is called, the plugins loaded again, a fork server of its own (spawn in a
-        fork of the process that started the run's) and a
-            temporary log folder, with a scheduler's SIGTERM (scancel, a time limit) ending the cell like Ctrl-C."""
+        parent; where an unpickled task is called, the plugins loaded again, a fork server of its own (spawn in a
+        fork of the process that started the run's) and a temporary log folder, with a scheduler's SIGTERM
+        (scancel, a time limit) ending the cell like Ctrl-C."""
         if self.here:
             assert self.registry is not None
             yield self.registry, self.ctx, self.log

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ampsuite.contract.cell import Cell
+from ampsuite.contract.tunerecords import TuneSummary
 from ampsuite.contract.wire import Status
 
 __all__ = ["COMPILING", "Estimate", "budget_text", "duration_text", "earlier_walls", "is_compiled"]
@@ -41,10 +42,10 @@ def duration_text(seconds: float) -> str:
     return f"{minutes} min {rest} s" if minutes else f"{rest} s"
 
 
-def budget_text(budget_seconds: float, elapsed_seconds: float, doc: Mapping[str, Any] | None = None) -> str:
+def budget_text(summary: TuneSummary, doc: Mapping[str, Any] | None = None) -> str:
     """``budget 19 min 0 s, used 18 min 1 s``: a tune run's budget and wall time. A results file that ``--resume``
     added to holds the last run's, said so: ``the last of 17 runs: budget 25 min 0 s, used 24 min 3 s``."""
-    text = f"budget {duration_text(budget_seconds)}, used {duration_text(elapsed_seconds)}"
+    text = f"budget {duration_text(summary.budget_seconds)}, used {duration_text(summary.elapsed_seconds)}"
     run = (doc or {}).get("run")
     resumed = run.get("resumed") if isinstance(run, Mapping) else None
     runs = 1 + len(resumed) if isinstance(resumed, list) else 1

@@ -67,7 +67,7 @@ def tune_context(
         )
     return {
         "summary": record,
-        "time": budget_text(record.budget_seconds, record.elapsed_seconds, doc),
+        "time": budget_text(record, doc),
         "counts": record.counts(None if doc is None else doc.get("cells") or []),
         "workloads": workloads,
         "links": list(links),

@@ -107,8 +107,7 @@ def tune_markdown(summary: Summary, doc: Mapping[str, Any] | None = None) -> str
         "",
         f"Device {summary.device}" + (f", measured on {machine}." if machine else "."),
         "",
-        f"{_first_up(budget_text(summary.budget_seconds, summary.elapsed_seconds, doc))}; "
-        f"{summary.counts(None if doc is None else doc.get('cells') or [])}.",
+        f"{_first_up(budget_text(summary, doc))}; {summary.counts(None if doc is None else doc.get('cells') or [])}.",
     ]
     if summary.incomplete:
         out += ["", INTERRUPTED]

@@ -12,13 +12,12 @@ import ast
 import dataclasses
 import inspect
 import re
-import subprocess
 import sys
 import types
 from pathlib import Path
 
 import pytest
-from conftest import shipped_plugin_autoloads, toy_suite
+from conftest import run_ampsuite, shipped_plugin_autoloads, toy_suite
 
 import ampsuite
 import ampsuite.contract.errors
@@ -205,9 +204,7 @@ def test_the_pool_executor_example_runs_its_cells(tmp_path):
     suite = toy_suite("pool", combinations={"fp32": [], "noop": ["noop"]}, tables={"executor": {"name": "pool"}})
     (tmp_path / "suite.toml").write_text(suite, encoding="utf-8")
     args = ["-p", "docpool", "run", "suite.toml", "-o", "r.json", "--no-report", "--no-peaks", "--no-again"]
-    run = subprocess.run(
-        [sys.executable, "-m", "ampsuite", *args], cwd=tmp_path, capture_output=True, text=True, timeout=300
-    )
+    run = run_ampsuite(*args, cwd=tmp_path, pythonpath=tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
     records = results.load(tmp_path / "r.json")["cells"]
     assert sorted((r["combination"], r["status"]) for r in records) == [("fp32", "passed"), ("noop", "passed")]

@@ -16,7 +16,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from conftest import (
     descendants,
     healthy_suite,
     reaped,
+    run_ampsuite,
     start_foreground,
     toy_suite,
     wait_for,
@@ -477,9 +477,7 @@ def test_a_cell_runs_with_the_platforms_start_method_and_leaks_no_semaphore(tmp_
         toy_suite("locks", combinations={"locked": ["mp-lock"]}, measure=FAST_MEASURE), encoding="utf-8"
     )
     args = ["run", "suite.toml", "-p", "locking", "-o", "r.json", "--no-report", "--no-peaks", "--no-again"]
-    run = subprocess.run(
-        [sys.executable, "-m", "ampsuite", *args], cwd=tmp_path, capture_output=True, text=True, timeout=300
-    )
+    run = run_ampsuite(*args, cwd=tmp_path, pythonpath=tmp_path)
     assert run.returncode == 0, run.stderr
     (record,) = results.load(tmp_path / "r.json")["cells"]
     platform = multiprocessing.get_all_start_methods()[0]

@@ -16,6 +16,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -484,6 +485,45 @@ def test_a_cell_runs_with_the_platforms_start_method_and_leaks_no_semaphore(tmp_
     assert record["notes"]["start_method"] == platform
     if platform == "fork":  # a lock of a fork context is unlinked as it is made; forkserver's (Python 3.14) is not
         assert "leaked semaphore" not in run.stderr
+
+
+FORKED_CALLER = """
+import os
+from ampsuite.host.manager import PluginSettings, load_registry
+from ampsuite.run.forkserver import worker_context
+
+
+def main():
+    registry = load_registry(PluginSettings(autoload=False))
+    print("runner", worker_context(registry).get_start_method(), flush=True)
+    pid = os.fork()
+    if pid == 0:  # a fork-based process pool's task: it inherits the server it may not use
+        ctx = worker_context(registry)
+        cell = ctx.Process(target=os.getpid)
+        cell.start()
+        cell.join(60)
+        print("fork", ctx.get_start_method(), "cell exit", cell.exitcode, flush=True)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    print("runner", worker_context(registry).get_start_method(), "fork status", status, flush=True)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.slow
+def test_a_fork_of_the_runner_starts_its_cells_by_spawn_and_the_runner_keeps_its_fork_server(tmp_path: Path) -> None:
+    """The fork server's owner is remembered: a forked child (whatever the executor's pool does) gets spawn."""
+    script = tmp_path / "forked.py"
+    script.write_text(FORKED_CALLER, encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the fork server is used on Linux only")
+    lines = done.stdout.splitlines()
+    assert lines == ["runner forkserver", "fork spawn cell exit 0", "runner forkserver fork status 0"], done.stderr
 
 
 def test_limit_memory_adds_to_the_mapped_size(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from records import write_sealed
 
 from ampsuite import Technique, TrainStep, hookimpl, results
 from ampsuite import tune as tune_module
+from ampsuite.analysis.estimate import budget_text
 from ampsuite.cli import main
 from ampsuite.contract.cell import Cell
 from ampsuite.contract.errors import ExitCode, SuiteFileError
@@ -1236,6 +1237,27 @@ def test_a_resumed_tune_on_this_machine_takes_the_files_records_as_they_are(tmp_
     assert len(fake.starts) == before  # nothing measured again
     assert again.winner.cell_id == first.winner.cell_id
     assert not any("another machine" in line for line in lines)
+
+
+@pytest.mark.slow
+def test_the_file_counts_its_tune_runs_and_an_ampsuite_run_resume_is_not_one(tmp_path: Path) -> None:
+    """The header's "the last of N runs" counts tune runs: ``run.resumed`` also grows with ``ampsuite run
+    --resume`` of the same file, which measures cells but runs no search."""
+
+    def text() -> str:
+        doc = results.load(config.output)
+        return budget_text(TuneSummary.from_json(doc["run"]["tune"]), doc)
+
+    suite, fake, config, _ = _first_tune(tmp_path)
+    assert text() == "budget 10 min 0 s, used 10 s"
+    tune_summary(session.plan(suite), dataclasses.replace(config, resume=True), lambda line: None, measure=fake)
+    assert text() == "the last of 2 runs: budget 10 min 0 s, used 0 s"
+    argv = ["run", str(suite), "-o", str(config.output), "--resume", "-k", "fp32", "--no-report", "--no-peaks"]
+    assert main(argv) == 0
+    assert len(results.load(config.output)["run"]["resumed"]) == 2
+    assert text() == "the last of 2 runs: budget 10 min 0 s, used 0 s"
+    tune_summary(session.plan(suite), dataclasses.replace(config, resume=True), lambda line: None, measure=fake)
+    assert text() == "the last of 3 runs: budget 10 min 0 s, used 0 s"
 
 
 def test_a_resumed_tune_measures_another_machines_records_again_before_holding_them_against_anything(

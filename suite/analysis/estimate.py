@@ -43,12 +43,10 @@ def duration_text(seconds: float) -> str:
 
 
 def budget_text(summary: TuneSummary, doc: Mapping[str, Any] | None = None) -> str:
-    """``budget 19 min 0 s, used 18 min 1 s``: a tune run's budget and wall time. A results file that ``--resume``
+    """``budget 19 min 0 s, used 18 min 1 s``: a tune run's budget and wall time. A results file that ``tune --resume``
     added to holds the last run's, said so: ``the last of 17 runs: budget 25 min 0 s, used 24 min 3 s``."""
     text = f"budget {duration_text(summary.budget_seconds)}, used {duration_text(summary.elapsed_seconds)}"
-    run = (doc or {}).get("run")
-    resumed = run.get("resumed") if isinstance(run, Mapping) else None
-    runs = 1 + len(resumed) if isinstance(resumed, list) else 1
+    runs = summary.runs_of(doc)
     return text if runs == 1 else f"the last of {runs} runs: {text}"
 
 

@@ -159,6 +159,9 @@ class TuneSummary(codec.JsonRecord):
     cells: int = 0
     refused_cells: int = 0
     budget_spent: bool = False
+    runs: int = 0
+    """The tune runs that wrote this file: 1, and one more for each ``tune --resume``; 0 in a file written before
+    they were counted (``run.resumed`` then stands in, which counts an ``ampsuite run --resume`` too)."""
     confirmations: tuple[Verdict, ...] = field(default=(), metadata={WIRE: list[Any]})
     """A damaged verdict decides nothing (the pair is tested again), so a file holding one is not refused."""
 
@@ -173,6 +176,14 @@ class TuneSummary(codec.JsonRecord):
         verdicts = (Verdict.from_json(v) for v in data.get("confirmations") or [])
         summary = codec.from_json(cls, {k: v for k, v in data.items() if k != "confirmations"})
         return dataclasses.replace(summary, confirmations=tuple(v for v in verdicts if v is not None))
+
+    def runs_of(self, doc: Mapping[str, Any] | None) -> int:
+        """The tune runs that wrote ``doc``, the results file whose ``run.tune`` this summary is."""
+        if self.runs:
+            return self.runs
+        run = (doc or {}).get("run")
+        resumed = run.get("resumed") if isinstance(run, Mapping) else None
+        return 1 + len(resumed) if isinstance(resumed, list) else 1
 
     def counts(self, records: Sequence[Mapping[str, Any]] | None = None) -> str:
         """The candidates in words that add up (tune.md's and the page's): the results file's cells, measured in

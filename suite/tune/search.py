@@ -156,6 +156,7 @@ def tune_summary(
             cells=len(tuner.writer.doc["cells"]),
             refused_cells=tuner.budget.refused,
             budget_spent=tuner.budget.refused > 0 or tuner.budget.remaining() <= 0,
+            runs=tuner.runs,
             confirmations=tuple(tuner.verdicts.values()),
         )
         tuner.writer.doc["run"]["tune"] = summary.to_json()

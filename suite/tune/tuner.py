@@ -87,6 +87,8 @@ class Tuner:
         self._ctx: BaseContext | None = None
         self.measure = measure or self._run_record
         self.started = 0
+        self.runs = 1
+        """This tune run and those before it that wrote the file (:attr:`TuneSummary.runs`)."""
         # Per workload configuration, per cell name: a trusted full figure and the name progress shows it under.
         self._figures: dict[str, dict[str, tuple[float, str]]] = {}
         self._file_winners: dict[str, Candidate] = {}
@@ -96,6 +98,7 @@ class Tuner:
         if previous is not None:
             # The loader checked run.tune's shape; a damaged verdict is left out by from_json: the pair is tested again.
             summary = TuneSummary.from_json(previous["run"].get("tune") or {})
+            self.runs += summary.runs_of(previous) if "tune" in previous["run"] else 0
             self._best_from(summary)
             self._prices_from(previous)
             self.verdicts = {verdict.pair: verdict for verdict in summary.confirmations}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import time
 from types import SimpleNamespace
 from typing import Any
@@ -22,7 +23,7 @@ from ampsuite import cli
 from ampsuite.contract.cell import Cell
 from ampsuite.contract.errors import ExitCode, SuiteFileError
 from ampsuite.contract.wire import Status, outcome
-from ampsuite.run import launcher, nodes
+from ampsuite.run import launcher, nodes, procs
 from ampsuite.spec import matrix, parallel, suitefile
 from ampsuite.spec.keyword import select
 
@@ -149,6 +150,32 @@ def _failed(kind: str, rank: int, raised_at: float | None = None) -> dict[str, A
 
 def _job(tmp_path: Any) -> Any:
     return SimpleNamespace(log=tmp_path / "cell.log", timeout=30.0, cell=SimpleNamespace(world_size=2, nodes=2))
+
+
+# Two ranks' start lines as a run on this machine wrote them with print: each rank wrote its text, then its newline,
+# and the other's text came in between (the pids of the nodes are the _ended ones).
+GLUED_LOG = (
+    "ampsuite: node 0 of 2 pid 1000\nampsuite: node 1 of 2 pid 1001\n"
+    "ampsuite: rank 1 (local 0) pid 2001 launcher 1001ampsuite: rank 0 (local 0) pid 2000 launcher 1000\n\n"
+)
+
+
+def test_each_node_lists_its_ranks_from_start_lines_another_process_wrote_into(tmp_path) -> None:
+    job = _job(tmp_path)
+    job.log.write_text(GLUED_LOG, encoding="utf-8")
+    stopped = [_ended(k, 30.0, "stopped", exitcode=-9) for k in (0, 1)]
+    out = nodes._outcome(stopped, job, "stacks")
+    assert out["status"] == "timeout"
+    assert [n["ranks"] for n in out["evidence"]["nodes"]] == [[{"rank": 0, "pid": 2000}], [{"rank": 1, "pid": 2001}]]
+
+
+def test_a_start_line_is_one_write_so_no_other_process_writes_into_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    writes: list[str] = []
+    monkeypatch.setattr(sys, "stderr", SimpleNamespace(write=writes.append, flush=lambda: None))
+    procs.log_line("ampsuite: rank 0 (local 0) pid 2000 launcher 1000")
+    assert writes == ["ampsuite: rank 0 (local 0) pid 2000 launcher 1000\n"]
+    print("what print does", file=sys.stderr)
+    assert writes[1:] == ["what print does", "\n"]
 
 
 def test_the_earliest_raise_is_the_cause_whichever_node_reported_first(tmp_path) -> None:
@@ -279,14 +306,13 @@ def test_the_run_stays_short(nodes_run) -> None:
     assert nodes_run["seconds"] < 120
 
 
-HANG_TIMEOUT = 60
+HANG_TIMEOUT = 30
 
 
 @pytest.mark.slow
 def test_a_hanging_rank_times_out_and_every_node_group_is_killed(tmp_path) -> None:
-    # The timeout counts from the cell's start: it must cover node 0 starting, then node 1, then both ranks
-    # (each process imports torch). That takes 6 s on an idle 2-core machine and 12.5 s with four busy
-    # processes beside it, but a rank was once missing at 12 s and once at 30 s in full runs on CI.
+    # The timeout counts from the cell's start: it covers node 0 starting, then node 1, then both ranks (each
+    # process imports torch): 6 s on an idle 2-core machine, 12.5 s with four busy processes beside it.
     suite_path = tmp_path / "hang.toml"
     suite_path.write_text(
         RUN_SUITE.replace("timeout = 60", f"timeout = {HANG_TIMEOUT}")

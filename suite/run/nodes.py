@@ -259,7 +259,8 @@ def _failure_order(node: _Node) -> tuple[int, float, float]:
 def _ranks_of(launcher: int, job: CellJob) -> list[tuple[int, int]]:
     """(rank, pid) of the ranks that ``launcher`` started, from the lines they write into the cell's log."""
     log = procs.log_since(job.log, 0, LOG_SCAN_BYTES)
-    found = re.findall(rf"ampsuite: rank (\d+) \(local \d+\) pid (\d+) launcher {launcher}\b", log)
+    # (?!\d), not \b: a line another process's output follows at once (a writer that made two writes) still counts.
+    found = re.findall(rf"ampsuite: rank (\d+) \(local \d+\) pid (\d+) launcher {launcher}(?!\d)", log)
     return sorted({(int(rank), int(pid)) for rank, pid in found})
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "kill_tree",
     "log_since",
     "log_size",
+    "log_line",
     "log_tail",
     "signal_name",
     "start_child",
@@ -165,6 +166,17 @@ def start_child(log_path: str | Path | None, *, new_session: bool = True, parent
     # dump on STACKS_SIGNAL shows where a timed-out cell was stuck.
     faulthandler.enable(file=sys.stderr, all_threads=True)
     faulthandler.register(STACKS_SIGNAL, file=sys.stderr, all_threads=True)
+
+
+def log_line(line: str) -> None:
+    """Write ``line`` and its newline to stderr in one write (the cell's log, which its processes share).
+
+    Non-interactive stderr writes through to the file at each write, so ``print`` makes two writes, the text and
+    then the newline: two ranks starting at the same moment glued one's line to the other's, and the start line
+    the runner looks for in the log (:func:`ampsuite.run.nodes.measure_nodes`) was lost.
+    """
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 def log_tail(path: str | Path | None, nbytes: int = LOG_TAIL_BYTES, start: int = 0) -> str:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -111,8 +110,7 @@ def rank_main(payload: dict[str, Any]) -> dict[str, Any]:
     procs.start_child(None, new_session=False, parent_pid=int(payload["launcher_pid"]))
     (rank_dir / f"rank-{rank}.pid").write_text(str(os.getpid()))
     launcher = int(payload["launcher_pid"])
-    print(f"ampsuite: rank {rank} (local {local_rank}) pid {os.getpid()} launcher {launcher}", file=sys.stderr)
-    sys.stderr.flush()
+    procs.log_line(f"ampsuite: rank {rank} (local {local_rank}) pid {os.getpid()} launcher {launcher}")
     state: dict[str, Any] = {"phase": "start"}
     try:
         return _run_rank(payload, rank, local_rank, state)

@@ -111,7 +111,7 @@ def node_main(payload: dict[str, Any], node: dict[str, Any], conn: Any) -> None:
     procs.start_child(payload["log_path"])
     os.environ.update(node.get("env") or {})
     node_rank = int(node["node_rank"])
-    print(f"ampsuite: node {node_rank} of {node['nnodes']} pid {os.getpid()}", file=sys.stderr, flush=True)
+    procs.log_line(f"ampsuite: node {node_rank} of {node['nnodes']} pid {os.getpid()}")
     state: dict[str, Any] = {}
     try:
         result: Any = launcher.run_node(

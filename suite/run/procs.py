@@ -172,8 +172,8 @@ def log_line(line: str) -> None:
     """Write ``line`` and its newline to stderr in one write (the cell's log, which its processes share).
 
     Non-interactive stderr writes through to the file at each write, so ``print`` makes two writes, the text and
-    then the newline: two ranks starting at the same moment glued one's line to the other's, and the start line
-    the runner looks for in the log (:func:`ampsuite.run.nodes.measure_nodes`) was lost.
+    then the newline: two ranks starting at the same moment can write into each other's line, and the runner
+    then misses a start line it looks for in the log (:func:`ampsuite.run.nodes.measure_nodes`).
     """
     sys.stderr.write(line + "\n")
     sys.stderr.flush()

@@ -17,6 +17,11 @@ from ampsuite.contract.errors import ExitCode
 from ampsuite.report import render_site
 
 H200 = Path(__file__).parent.parent / "reports" / "h200" / "cudnn-benchmark.json"
+H100_CARDS = [
+    Path(__file__).parent.parent / "reports" / "h100" / f
+    for f in ("default-cuda.json", "default-cuda-another-card.json")
+]
+"""The default suite on two H100 cards, both in a host named ``vm``: the records name each card's UUID."""
 
 
 def other_machine(doc: dict[str, Any], gpu: str = "NVIDIA H100 80GB HBM3", host: str = "node-b") -> dict[str, Any]:
@@ -157,6 +162,36 @@ def test_cli_mixing_history_and_machines_explains_it(tmp_path: Path, h200: dict[
     assert "also given, earlier: cudnn-benchmark.json" in html and "its history (the History page)" in html
     history = (site / "history.html").read_text()
     assert "resnet50/fp32/bs32" in history and "node-b" not in history  # one machine's history only
+
+
+def test_two_cards_of_one_model_in_hosts_of_one_name_are_two_machines() -> None:
+    a, b = (results.load(path) for path in H100_CARDS)
+    assert analysis.machine_name(a) == analysis.machine_name(b) == "NVIDIA H100 80GB HBM3 on vm"
+    machines = analysis.group_machines([a, b])
+    assert [m.label for m in machines] == [
+        "NVIDIA H100 80GB HBM3 on vm (GPU-36d3c1f6)",
+        "NVIDIA H100 80GB HBM3 on vm (GPU-10b6cb9c)",
+    ]
+    for doc, machine in zip((a, b), machines, strict=True):  # one rule: a document's machine is its records'
+        assert {analysis.machines.record_machine(r) for r in doc["cells"]} == {machine.key}
+    moved = copy.deepcopy(a)
+    moved["environment"]["hostname"] = "another-host"  # the card, whatever host it sits in
+    assert [m.docs for m in analysis.group_machines([a, moved, b])] == [(0, 1), (2,)]
+
+
+def test_each_card_is_its_own_history_series_and_the_report_compares_the_cards(tmp_path: Path, capsys) -> None:
+    later = []
+    for path in H100_CARDS:
+        doc = copy.deepcopy(results.load(path))
+        doc["run"]["id"], doc["environment"]["workdir_commit"] = "later", "f" * 40
+        later.append(write(tmp_path / f"later-{path.name}", sealed(doc)))
+    series = analysis.history([*H100_CARDS, *later])
+    cell = "resnet50/fp32/bs32 @ NVIDIA H100 80GB HBM3 on vm"
+    assert [len(series[f"{cell} ({uuid})"]) for uuid in ("GPU-36d3c1f6", "GPU-10b6cb9c")] == [2, 2]
+    assert cli.main(["report", *map(str, H100_CARDS), str(later[0]), "-o", str(tmp_path / "site")]) == ExitCode.OK
+    out = capsys.readouterr().out
+    assert "machines: NVIDIA H100 80GB HBM3 on vm (GPU-36d3c1f6) (2 files); NVIDIA H100 80GB HBM3 on vm " in out
+    assert (tmp_path / "site" / "machines.html").exists() and (tmp_path / "site" / "history.html").exists()
 
 
 def test_cli_corrupt_file_among_machines_is_one_line(tmp_path: Path, h100_file: Path, capsys) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ampsuite.analysis.access import AnyDocument, as_mapping, finite, noise, throughput
-from ampsuite.analysis.machines import machine_name
+from ampsuite.analysis.machines import group_machines
 from ampsuite.contract.errors import ResultsFileError
 
 __all__ = ["HistoryPoint", "HistorySource", "history"]
@@ -53,12 +53,11 @@ def _sort_key(point: HistoryPoint) -> tuple[float, str]:
         return math.inf, point.label
 
 
-def _doc_points(doc: AnyDocument) -> Iterable[tuple[str, str, HistoryPoint]]:
-    """(source, cell id, point) for each passed cell of a results document."""
+def _doc_points(doc: AnyDocument, source: str) -> Iterable[tuple[str, str, HistoryPoint]]:
+    """(source, cell id, point) for each passed cell of a results document of the machine named ``source``."""
     run, env = doc["run"], as_mapping(doc["environment"])
     commit = env.get("workdir_commit")
     label = str(commit)[:12] if commit else str(run["id"])
-    source = machine_name(doc)
     for record in doc["cells"]:
         value = throughput(record)
         if value is not None:
@@ -163,17 +162,16 @@ def _asv_points(root: Path) -> Iterable[tuple[str, str, HistoryPoint]]:
             yield from _asv_file_points(data, path)
 
 
-def _path_points(path: Path) -> Iterable[tuple[str, str, HistoryPoint]]:
+def _path_source(path: Path) -> AnyDocument | list[tuple[str, str, HistoryPoint]]:
+    """A results file's document, or the points of an asv results file or folder."""
     if path.is_dir():
-        yield from _asv_points(path)
-        return
+        return list(_asv_points(path))
     data = _read_json(path)
     if isinstance(data, Mapping) and data.get("format") == "ampsuite-results":
-        yield from _doc_points(data)
-    elif isinstance(data, Mapping) and "commit_hash" in data:
-        yield from _asv_file_points(data, path)
-    else:
-        raise ResultsFileError(str(path), "neither an ampsuite results file nor an asv results file")
+        return data
+    if isinstance(data, Mapping) and "commit_hash" in data:
+        return list(_asv_file_points(data, path))
+    raise ResultsFileError(str(path), "neither an ampsuite results file nor an asv results file")
 
 
 def history(sources: HistorySource | Iterable[HistorySource]) -> dict[str, list[HistoryPoint]]:
@@ -204,18 +202,25 @@ def history(sources: HistorySource | Iterable[HistorySource]) -> dict[str, list[
     (n/a) are left out.
 
     Keys are cell ids. When the points come from more than one machine (the
-    asv machine name; for results files :func:`ampsuite.analysis.machine_name`,
-    the GPU's name, else the CPU's, and the host), each key is suffixed with
-    ``" @ <machine>"`` so that no line mixes hardware: two hosts with the same
-    GPU are two lines.
+    asv machine name; for results files the machine's label of
+    :func:`ampsuite.analysis.group_machines`: the GPU's name, else the CPU's,
+    and the host, with the card's UUID where two cards read alike), each key is
+    suffixed with ``" @ <machine>"`` so that no line mixes hardware: two hosts
+    with the same GPU, and two cards of one model, are two lines.
     """
     items: list[HistorySource] = [sources] if isinstance(sources, Mapping | str | os.PathLike) else list(sources)
     found: list[tuple[str, str, HistoryPoint]] = []
+    docs: list[AnyDocument] = []
     for item in items:
-        if isinstance(item, Mapping):
-            found.extend(_doc_points(item))
+        read = item if isinstance(item, Mapping) else _path_source(Path(item))
+        if isinstance(read, list):
+            found.extend(read)
         else:
-            found.extend(_path_points(Path(item)))
+            docs.append(read)
+    # Results files name their machines as the machines page does, so two cards of one model are two series.
+    for machine in group_machines(docs):
+        for index in machine.docs:
+            found.extend(_doc_points(docs[index], machine.label))
     several = len({source for source, _, _ in found}) > 1
     out: dict[str, list[HistoryPoint]] = {}
     for source, cell_id, point in found:

@@ -1,8 +1,10 @@
 """The same cells on several machines: which documents come from which machine, and each cell side by side.
 
-A *machine* is what a results document's ``environment`` names: the device
-(the GPU's name, else the CPU's model) and the host name. Documents of one
-machine are that machine's history (:func:`ampsuite.analysis.history`); documents
+A *machine* is what a results document's ``environment`` names, by the rule
+that tells two records measured beside each other (:func:`beside`): its GPU
+(the card's UUID), else its device (the CPU's model) and host name. Two cards
+of one model in hosts of one name (lent machines) are two machines. Documents
+of one machine are that machine's history (:func:`ampsuite.analysis.history`); documents
 of different machines are compared here, one document per machine: the last
 one given for it. Figures come from :func:`ampsuite.analysis.derive`, so a speedup
 means what it means everywhere else (against the cell's own run's baseline).
@@ -63,15 +65,21 @@ def provenance_line(doc: AnyDocument) -> str:
     return " \u00b7 ".join(parts)
 
 
+def _identity(gpu_uuid: object, device: object, host: object) -> tuple[str, ...]:
+    """A machine's identity: the GPU's UUID where there is one (the card, whatever host it sits in), else the device
+    and the host."""
+    if gpu_uuid:
+        return ("gpu", str(gpu_uuid))
+    return ("host", str(device or ""), str(host or ""))
+
+
 def record_machine(record: Mapping[str, object]) -> tuple[str, ...] | None:
     """The machine a record names (``record["machine"]``): its GPU's UUID where it has one, else its device and
     host; None for a record that names none (files written before records named their machine)."""
     machine = as_mapping(record.get("machine"))
     if not machine:
         return None
-    if machine.get("gpu_uuid"):
-        return ("gpu", str(machine["gpu_uuid"]))
-    return ("host", str(machine.get("device") or ""), str(machine.get("host") or ""))
+    return _identity(machine.get("gpu_uuid"), machine.get("device"), machine.get("host"))
 
 
 def beside(a: Mapping[str, object], b: Mapping[str, object]) -> bool:
@@ -86,8 +94,15 @@ def beside(a: Mapping[str, object], b: Mapping[str, object]) -> bool:
     return mine is not None and mine == record_machine(b)
 
 
-def machine_key(doc: AnyDocument) -> tuple[str, str]:
-    """(device, host) of a document: the GPU's name, else the CPU's model (else "CPU"), and the host name."""
+def machine_key(doc: AnyDocument) -> tuple[str, ...]:
+    """The machine that measured a document, as :func:`record_machine` names a record's: the GPU's UUID where its
+    environment has one, else the device and the host."""
+    device, host = _device_host(doc)
+    return _identity(as_mapping(as_mapping(doc.get("environment")).get("gpu")).get("uuid"), device, host)
+
+
+def _device_host(doc: AnyDocument) -> tuple[str, str]:
+    """The GPU's name, else the CPU's model (else "CPU"), and the host name."""
     env = as_mapping(doc.get("environment"))
     gpu = as_mapping(env.get("gpu"))
     device = gpu.get("name") or env.get("cpu") or "CPU"
@@ -96,7 +111,7 @@ def machine_key(doc: AnyDocument) -> tuple[str, str]:
 
 def machine_name(doc: AnyDocument) -> str:
     """``NVIDIA H200 on gpu-node-07``; the device alone where the host name is unknown."""
-    device, host = machine_key(doc)
+    device, host = _device_host(doc)
     return f"{device} on {host}" if host else device
 
 
@@ -104,10 +119,14 @@ def machine_name(doc: AnyDocument) -> str:
 class Machine:
     """One machine of the documents given: its name and which documents (indices, in the order given) it ran."""
 
-    key: tuple[str, str]
+    key: tuple[str, ...]
+    """:func:`machine_key`."""
     label: str
-    """:func:`machine_name`, with the file name added where two machines would read alike."""
+    """:func:`machine_name`; where two machines would read alike, with the GPU's UUID (its first group) added, else
+    the file name."""
     docs: tuple[int, ...]
+    device: str
+    host: str
 
     @property
     def compared(self) -> int:
@@ -117,18 +136,24 @@ class Machine:
 
 def group_machines(docs: Sequence[AnyDocument], files: Sequence[str | PurePath] = ()) -> list[Machine]:
     """The machines of ``docs`` in order of first appearance (so the first document's machine comes first)."""
-    order: dict[tuple[str, str], list[int]] = {}
+    order: dict[tuple[str, ...], list[int]] = {}
     for i, doc in enumerate(docs):
         order.setdefault(machine_key(doc), []).append(i)
     names = {key: machine_name(docs[ids[0]]) for key, ids in order.items()}
     clash = {n for n in names.values() if list(names.values()).count(n) > 1}
+    # A card's UUID begins GPU-36d3c1f6: enough to tell two cards apart; a machine without one goes by its file.
+    labels = {key: names[key] + (f" ({key[1][:12]})" if key[0] == "gpu" else "") for key in order}
     out = []
     for key, ids in order.items():
-        label = names[key]
+        label, last = names[key], ids[-1]
         if label in clash:
-            last = ids[-1]
-            label += f" ({PurePath(files[last]).name})" if last < len(files) else f" (file {last + 1})"
-        out.append(Machine(key, label, tuple(ids)))
+            unique = key[0] == "gpu" and list(labels.values()).count(labels[key]) == 1
+            label = (
+                labels[key]
+                if unique
+                else label + (f" ({PurePath(files[last]).name})" if last < len(files) else f" (file {last + 1})")
+            )
+        out.append(Machine(key, label, tuple(ids), *_device_host(docs[ids[0]])))
     return out
 
 

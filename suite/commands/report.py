@@ -134,7 +134,7 @@ def _render(args: argparse.Namespace, docs: list[dict[str, Any]], compare_with: 
     """The HTML site in ``args.output``; returns the plugins' report sections, which the Markdown shares."""
     from ampsuite import analysis
 
-    # Files of one machine (GPU, else CPU, and host) are its history; files of several machines
+    # Files of one machine (GPU card, else CPU and host) are its history; files of several machines
     # are also compared side by side on machines.html (render_site decides that from the same rule).
     machines = analysis.group_machines(docs, args.results)
     if len(machines) > 1:

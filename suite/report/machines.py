@@ -23,8 +23,9 @@ from ampsuite.report.views import cell_anchor, evidence_view, run_label, workloa
 __all__ = ["MACHINES_NOTE", "machines_context", "reason"]
 
 MACHINES_NOTE = (
-    "A machine is what a results file's environment names: the GPU (else the CPU) and the host. Files of "
-    "different machines are compared here, one file per machine; files of one machine are its history. "
+    "A machine is what a results file's environment names: the GPU card (its UUID), else the CPU and the host; "
+    "two cards of one model are two machines. Files of different machines are compared here, one file per "
+    "machine; files of one machine are its history. "
     "\u00d7baseline is each cell against the suite's baseline cell of its own run on its own machine; "
     "\u00d7first is this machine's throughput over the first machine's for the same cell."
 )
@@ -54,8 +55,8 @@ def _machine_rows(
         rows.append(
             {
                 "label": m.label,
-                "device": m.key[0],
-                "host": m.key[1] or DASH,
+                "device": m.device,
+                "host": m.host or DASH,
                 "run": run_label(doc),
                 "file": names[m.compared],
                 "json": json_names[m.compared] if m.compared < len(json_names) else "",

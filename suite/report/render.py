@@ -164,8 +164,8 @@ def render_site(
     runs (:mod:`ampsuite.report.quality_page`), tune.html (tune-2.html, ...) per tune search's file
     (:mod:`ampsuite.report.tune_page`), history.html
     and compare.html when asked, machines.html and machines.csv when ``docs`` come from
-    more than one machine (:func:`ampsuite.analysis.group_machines`: GPU, else CPU, and
-    host), results.json (one per run), results.csv, summary.md and static/style.css.
+    more than one machine (:func:`ampsuite.analysis.group_machines`: GPU card, else CPU
+    and host), results.json (one per run), results.csv, summary.md and static/style.css.
     Other files in ``out_dir`` are left alone.
     """
     items = [docs] if isinstance(docs, Mapping) else list(docs)

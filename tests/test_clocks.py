@@ -144,7 +144,7 @@ def test_clocks_lowered_by_the_power_cap_are_noted_not_flagged(use_nvml) -> None
     ctx = _measure(_ctx(), 0.2)
     assert ctx.warnings == [
         "power-capped: the SM clock fell to 1545 MHz, 16% below 1830 MHz (median 1830 MHz) at up to 500 W "
-        "(sw_power_cap) during the timed steps"
+        "(sw_power_cap; power: NVML's 1-second average) during the timed steps"
     ]
     assert instability_warnings({"warnings": ctx.warnings}) == []  # the analysis keeps trusting the cell
     assert power_cap_note({"warnings": ctx.warnings, "metrics": ctx.metrics}) == (
@@ -152,6 +152,39 @@ def test_clocks_lowered_by_the_power_cap_are_noted_not_flagged(use_nvml) -> None
         "lowest 1,545 MHz, up to 500 W over the timed steps; trusted: the clocks probe counts a slowdown at the power "
         "cap as the speed the GPU sustains"
     )
+
+
+class InstantPowerNVML(FakeNVML):
+    """A driver with NVML's field values: the instantaneous board power (690 W at the cap) beside the 1-second
+    average that ``nvmlDeviceGetPowerUsage`` gives (223 W: the window began idle)."""
+
+    NVML_FI_DEV_POWER_INSTANT = 186
+
+    def __init__(self, *args: Any, instant_return: int = 0, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.instant_return = instant_return
+        self.power_mw = 223_000
+
+    def nvmlDeviceGetFieldValues(self, handle: str, fields: list[int]) -> list[Any]:
+        assert fields == [self.NVML_FI_DEV_POWER_INSTANT]
+        value = types.SimpleNamespace(uiVal=690_000, dVal=0.0)
+        return [types.SimpleNamespace(nvmlReturn=self.instant_return, valueType=1, value=value)]
+
+
+def test_the_power_of_a_power_capped_window_is_the_instant_reading_where_nvml_has_it(use_nvml) -> None:
+    use_nvml(InstantPowerNVML(sm=[1980, 1980, 1620, 1980], reasons=0x4))
+    ctx = _measure(_ctx(), 0.2)
+    assert ctx.metrics["clocks"]["power_reading"] == "instant"
+    assert ctx.metrics["clocks"]["power_w"]["max"] == 690.0
+    assert ctx.warnings == [
+        "power-capped: the SM clock fell to 1620 MHz, 18% below 1980 MHz (median 1980 MHz) at up to 690 W "
+        "(sw_power_cap) during the timed steps"
+    ]
+    # A driver that has the field but not for this GPU answers per field (NVML_ERROR_NOT_SUPPORTED = 3).
+    use_nvml(InstantPowerNVML(sm=[1980], instant_return=3))
+    ctx = _measure(_ctx())
+    assert ctx.metrics["clocks"]["power_reading"] == "average"
+    assert ctx.metrics["clocks"]["power_w"]["max"] == 223.0
 
 
 def test_a_cell_without_the_power_cap_note_has_no_power_cap_mark(use_nvml) -> None:

@@ -12,6 +12,13 @@ counts as "not trusted") when
   sample and its median, or
 * a thermal, hardware-slowdown or power-brake reason appeared.
 
+Power is NVML's instantaneous board power where the driver reports it
+(``NVML_FI_DEV_POWER_INSTANT``): ``nvmlDeviceGetPowerUsage`` is, on Ampere and
+newer, the average of the last second, which over a timed window of a fraction
+of a second reads the idle moments before it (an H100's TF32 GEMM cell at its
+power cap read 223 W). ``metrics["clocks"]["power_reading"]`` says which one
+was read: ``instant`` or ``average``.
+
 The software power cap is not flagged, even when it lowers the clocks: a busy
 H100/H200 sits at its power cap, and the clocks it trades for power are the
 speed the GPU sustains, not a disturbed measurement. On an H200 at ~690 of
@@ -71,6 +78,9 @@ FLAGGED_REASONS = frozenset({"hw_slowdown", "sw_thermal_slowdown", "hw_thermal_s
 
 Sample = dict[str, Any]
 
+_VALUE_FIELDS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+"""NVML's ``nvmlValueType_t`` -> the member of ``nvmlValue_t`` that holds a field value of that type (ABI values)."""
+
 
 def _reason_names(mask: int) -> list[str]:
     return [REASONS.get(1 << bit, f"0x{1 << bit:x}") for bit in range(mask.bit_length()) if mask >> bit & 1]
@@ -86,6 +96,7 @@ class _Sampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="ampsuite-clocks", daemon=True)
         self._reasons = self._reasons_function()
+        self._power, self.power_reading = self._power_function()
 
     def _reasons_function(self) -> Any:
         # Drivers before 535 have only the older name; newer pynvml may drop it.
@@ -95,6 +106,24 @@ class _Sampler:
                 return fn
         return None
 
+    def _power_function(self) -> tuple[Any, str]:
+        fields = getattr(self.nvml, "nvmlDeviceGetFieldValues", None)
+        field = getattr(self.nvml, "NVML_FI_DEV_POWER_INSTANT", None)
+        if fields is not None and field is not None:
+
+            def instant(handle: Any) -> float:
+                value = fields(handle, [field])[0]
+                if value.nvmlReturn != 0:
+                    raise RuntimeError(f"NVML_FI_DEV_POWER_INSTANT: NVML return {value.nvmlReturn}")
+                kind = int(value.valueType)
+                if kind not in _VALUE_FIELDS:
+                    raise RuntimeError(f"NVML_FI_DEV_POWER_INSTANT: value type {kind}")
+                return float(getattr(value.value, _VALUE_FIELDS[kind]))
+
+            if self._read(instant) is not None:
+                return instant, "instant"
+        return self.nvml.nvmlDeviceGetPowerUsage, "average"
+
     def _read(self, fn: Any, *args: Any) -> Any:
         try:
             return fn(self.handle, *args)
@@ -103,7 +132,7 @@ class _Sampler:
 
     def sample(self) -> None:
         nvml = self.nvml
-        power = self._read(nvml.nvmlDeviceGetPowerUsage)
+        power = self._read(self._power)
         self.samples.append(
             {
                 "sm_mhz": self._read(nvml.nvmlDeviceGetClockInfo, getattr(nvml, "NVML_CLOCK_SM", 1)),
@@ -151,8 +180,9 @@ def _stats(values: list[float], *names: str) -> dict[str, float] | None:
     return {name: pick[name] for name in names}
 
 
-def summarize(samples: list[Sample]) -> tuple[dict[str, Any], list[str]]:
-    """The ``metrics["clocks"]`` summary of a list of samples, and the warnings it calls for."""
+def summarize(samples: list[Sample], power_reading: str = "instant") -> tuple[dict[str, Any], list[str]]:
+    """The ``metrics["clocks"]`` summary of a list of samples, and the warnings it calls for; ``power_reading``:
+    whether their power is NVML's ``instant`` reading or its 1-second ``average``."""
     sm, power = _series(samples, "sm_mhz"), _series(samples, "power_w")
     seen = 0
     for s in samples:
@@ -165,6 +195,7 @@ def summarize(samples: list[Sample]) -> tuple[dict[str, Any], list[str]]:
         "sm_mhz": _stats(sm, "start", "min", "median", "end"),
         "mem_mhz": _stats(_series(samples, "mem_mhz"), "start", "min", "median", "end"),
         "power_w": _stats(power, "start", "median", "max", "end"),
+        "power_reading": power_reading if power else None,
         "temp_c": _stats(_series(samples, "temp_c"), "start", "max", "end"),
         "throttle_reasons": reasons,
     }
@@ -178,8 +209,9 @@ def summarize(samples: list[Sample]) -> tuple[dict[str, Any], list[str]]:
                 # The sustained speed at the power limit (module docstring): noted in words the analysis's
                 # instability rule does not match.
                 watts = f" at up to {max(power):.0f} W" if power else ""
+                average = "; power: NVML's 1-second average" if power and power_reading == "average" else ""
                 median = f" (median {statistics.median(sm):.0f} MHz)"
-                warnings.append(f"power-capped: {fell}{median}{watts} (sw_power_cap) during the timed steps")
+                warnings.append(f"power-capped: {fell}{median}{watts} (sw_power_cap{average}) during the timed steps")
             else:
                 warnings.append(f"clocks throttled: {fell}, during the timed steps")
     if flagged:
@@ -233,7 +265,7 @@ def around(ctx: ProbeContext) -> Iterator[None]:
         dram_peak = _utilization.dram_peak_bytes_per_s(nvml, handle)
         with contextlib.suppress(Exception):
             nvml.nvmlShutdown()
-    summary, warnings = summarize(sampler.samples)
+    summary, warnings = summarize(sampler.samples, sampler.power_reading)
     ctx.metrics["clocks"] = summary
     rates = [s["util"] for s in sampler.samples if s.get("util") is not None]
     utilization = _utilization.summarize(gpm, rates, dram_peak, seconds)

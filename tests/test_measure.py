@@ -183,6 +183,27 @@ def test_raw_samples_are_the_step_durations_in_order(fake) -> None:
     assert step.batches == [("batch", i) for i in range(7)]  # one fresh batch per step
 
 
+def test_the_warm_up_runs_its_steps_then_goes_on_until_its_seconds_have_passed(fake) -> None:
+    step = fake(itertools.repeat(0.01))
+    assert measure.warm_up(step.run, step.data, CPU, spec(warmup_steps=3)) == 3 == step.calls
+    step = fake(itertools.repeat(0.01))
+    assert measure.warm_up(step.run, step.data, CPU, spec()) == 0 == step.calls
+    step = fake(itertools.repeat(0.01))
+    ran = measure.warm_up(step.run, step.data, CPU, spec(warmup_steps=3, warmup_seconds=1.5))
+    assert ran == step.calls and 1.5 - 1e-9 <= step.now < 1.5 + 2 * 0.01  # chunks sized by the observed rate
+    assert step.batches == [("batch", i) for i in range(ran)]  # one fresh batch per step, as timed steps have
+    step = fake(itertools.repeat(0.01))
+    assert measure.warm_up(step.run, step.data, CPU, spec(warmup_steps=0, warmup_seconds=0.1)) == step.calls >= 10
+
+
+def test_a_warm_up_whose_steps_slow_down_still_stops_soon_after_its_seconds(fake) -> None:
+    # A GPU at its power cap: steps take twice as long once the clocks fall, so a chunk sized at the first rate
+    # overshoots by at most that chunk's second half.
+    step = fake(itertools.chain(itertools.repeat(0.01, 5), itertools.repeat(0.02)))
+    measure.warm_up(step.run, step.data, CPU, spec(warmup_steps=5, warmup_seconds=1.0))
+    assert 1.0 <= step.now < 2.0
+
+
 # ---------------------------------------------------------------------------
 # several processes pooled, and the timing warnings
 # ---------------------------------------------------------------------------

@@ -111,6 +111,19 @@ def test_counts_that_multiply_work_are_bounded(table: str, line: str, key: str) 
         loads(text, "s.toml")
 
 
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [("warmup_seconds = -1", "expected a number >= 0, got -1"), ("warmup_seconds = nan", "expected a finite number")],
+)
+def test_a_warm_up_of_negative_or_no_finite_seconds_is_refused(line: str, expected: str) -> None:
+    with pytest.raises(SuiteFileError, match=rf"^s\.toml: measure\.warmup_seconds: {expected}"):
+        loads(f"[workloads.toy]\nbatch_size = 8\n[measure]\n{line}\n", "s.toml")
+    assert (
+        loads("[workloads.toy]\nbatch_size = 8\n[measure]\nwarmup_seconds = 1.5\n", "s.toml").measure.warmup_seconds
+        == 1.5
+    )
+
+
 @pytest.mark.parametrize(("table", "line"), [("measure", "noise_target = 1.5"), ("quality", "steps = 10\np_value = 2")])
 def test_a_fraction_above_one_is_refused_as_a_fraction(table: str, line: str) -> None:
     text = f"[workloads.toy]\nbatch_size = 8\n[{table}]\n{line}\n"

@@ -375,6 +375,7 @@ def test_real_metrics(real) -> None:
         assert m["samples_per_step"] == 8
         assert m["throughput"] == pytest.approx(8 / m["step_time"]["median"])
         assert m["build_seconds"] > 0 and m["first_step_seconds"] > 0
+        assert m["warmup_steps"] == 1  # the fast [measure] table's, which asks for no warm-up seconds
         assert m["peak_memory_bytes"] > 0 and m["memory_kind"] == "cpu-rss"  # the memory probe
 
 

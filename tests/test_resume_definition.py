@@ -7,6 +7,7 @@ file as it was beside it.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +158,11 @@ def test_resume_refuses_a_file_measured_with_other_settings(tmp_path: Path) -> N
     check_same_suite("r.json", old, spec)  # the same settings: resumed
     old["run"]["measure"].pop("processes")  # a key an older version did not write: its default, no change
     check_same_suite("r.json", old, spec)
+    # ... but measured as its default: a suite that now warms each cell up for 1.5 s is another measurement.
+    old["run"]["measure"].pop("warmup_seconds")
+    warmed = dataclasses.replace(spec, measure=dataclasses.replace(spec.measure, warmup_seconds=1.5))
+    with pytest.raises(ResultsFileError, match=r"\(warmup_seconds 0\.0 -> 1\.5\)"):
+        check_same_suite("r.json", old, warmed)
     old["run"]["measure"]["noise_target"] = 0.5
     with pytest.raises(ResultsFileError, match=r"^r\.json: was measured with other settings \(noise_target 0\.5 ->"):
         check_same_suite("r.json", old, spec)

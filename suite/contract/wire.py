@@ -82,6 +82,7 @@ class MeasureData(TypedDict, total=False):
     and as a results file's ``run.measure`` records it, where files written before a key existed lack it."""
 
     warmup_steps: int
+    warmup_seconds: float
     min_steps: int
     max_steps: int
     max_seconds: float
@@ -140,6 +141,8 @@ class Metrics(TypedDict, total=False):
     samples_per_step: int | float
     build_seconds: float
     first_step_seconds: float | None
+    warmup_steps: int
+    """The untimed warm-up steps that ran (``[measure]`` ``warmup_steps``, more for ``warmup_seconds``)."""
     torch_threads: int
     flops_per_step: float | int | None
     tflops: float | None

@@ -21,7 +21,8 @@ from ampsuite.host.manager import Registry
 from ampsuite.results import definition
 from ampsuite.results.outputs import copy_aside, refuse_inputs, set_aside
 from ampsuite.results.store import FORMAT, TERMINAL, VERSION, ResultsWriter, check_comparable, load
-from ampsuite.spec.suitespec import SuiteSpec
+from ampsuite.spec.quality import QualitySpec
+from ampsuite.spec.suitespec import MeasureSpec, SuiteSpec
 
 __all__ = ["DocumentSettings", "base_record", "check_same_suite", "new_document", "now", "open_results"]
 
@@ -175,12 +176,13 @@ def check_same_suite(path: str, old: dict[str, Any], spec: SuiteSpec) -> None:
         )
     # Records timed to another stopping rule (or trained to another quality budget) would sit beside new ones
     # and be judged by the new settings.
-    changed = _differences("", old["run"].get("measure") or {}, asdict(spec.measure))
+    changed = _differences("", old["run"].get("measure") or {}, asdict(spec.measure), asdict(MeasureSpec()))
     quality = (old["run"].get("suite") or {}).get("quality")
     if (quality is None) != (spec.quality is None):
         changed.append("[quality] " + ("added" if quality is None else "removed"))
     elif quality is not None and spec.quality is not None:
-        changed += _differences("quality.", quality, json.loads(json.dumps(spec.quality.as_dict())))
+        now = json.loads(json.dumps(spec.quality.as_dict()))
+        changed += _differences("quality.", quality, now, json.loads(json.dumps(QualitySpec().as_dict())))
     if changed:
         raise ResultsFileError(
             path,
@@ -189,7 +191,10 @@ def check_same_suite(path: str, old: dict[str, Any], spec: SuiteSpec) -> None:
         )
 
 
-def _differences(prefix: str, before: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
-    """``KEY old -> new`` for each setting that changed; a key the file's version did not have yet is its
-    default, and no change."""
-    return [f"{prefix}{k} {before[k]!r} -> {now[k]!r}" for k in now if k in before and before[k] != now[k]]
+def _differences(
+    prefix: str, before: Mapping[str, Any], now: Mapping[str, Any], defaults: Mapping[str, Any]
+) -> list[str]:
+    """``KEY old -> new`` for each setting that changed; a key the file's version did not have yet was measured
+    as its default."""
+    was = {k: before.get(k, defaults.get(k)) for k in now}
+    return [f"{prefix}{k} {was[k]!r} -> {now[k]!r}" for k in now if was[k] != now[k]]

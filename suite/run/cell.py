@@ -26,7 +26,7 @@ from ampsuite.contract.step import TrainStep
 from ampsuite.contract.wire import Outcome, Status, outcome
 from ampsuite.host.manager import PluginSettings, Registry, load_registry
 from ampsuite.run import quality
-from ampsuite.run.measure import rates, summarize, time_steps, timing_warnings
+from ampsuite.run.measure import rates, summarize, time_steps, timing_warnings, warm_up
 from ampsuite.run.numerics import finite, run_numerics, scale_collapsed, sync
 from ampsuite.spec.options import build_options
 from ampsuite.spec.suitespec import MeasureSpec
@@ -172,9 +172,8 @@ def measure_cell(
             probe.inspect(ctx)
 
     state["phase"] = "warm-up"
-    for _ in range(spec.warmup_steps):
-        run(step.data())
-    sync(device)
+    warmed = warm_up(run, step.data, device, spec)
+    metrics["warmup_steps"] = warmed
 
     state["phase"] = "timed steps"
     with contextlib.ExitStack() as stack:
@@ -186,12 +185,12 @@ def measure_cell(
     final_loss = float(last.float().mean())
     numerics["final_loss"] = finite(final_loss)
     if numerics["nonfinite_step"] is None and not math.isfinite(final_loss):
-        numerics["nonfinite_step"], numerics["nonfinite_what"] = spec.numerics_steps + spec.warmup_steps, "loss"
+        numerics["nonfinite_step"], numerics["nonfinite_what"] = spec.numerics_steps + warmed, "loss"
     if step.scaler is not None and numerics["scale_collapsed_step"] is None:
         # Read once after timing (a read syncs): the step given is the last one, when it was seen.
         scale = float(step.scaler.get_scale())
         if scale_collapsed(scale, numerics["scale_start"]):
-            numerics["scale_collapsed_step"] = spec.numerics_steps + spec.warmup_steps + len(samples)
+            numerics["scale_collapsed_step"] = spec.numerics_steps + warmed + len(samples)
             numerics["scale_at_collapse"] = scale
 
     stats = summarize(samples)

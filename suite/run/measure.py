@@ -31,6 +31,7 @@ __all__ = [
     "summarize",
     "time_steps",
     "timing_warnings",
+    "warm_up",
 ]
 
 # A median's standard error is about 1.2533 sigma/sqrt(n) for normal data; the
@@ -159,6 +160,25 @@ def _next_chunk(done: int, spec: MeasureSpec, elapsed: float) -> int:
     per_step = elapsed / done if done else 0.0
     by_time = int((spec.max_seconds - elapsed) / per_step) + 1 if per_step > 0 else spec.max_steps
     return max(1, min(max(done // 2, 5), spec.max_steps - done, by_time))
+
+
+def warm_up(run: Callable[[Batch], Any], data: Callable[[], Batch], device: torch.device, spec: MeasureSpec) -> int:
+    """The untimed warm-up: ``spec.warmup_steps`` steps, then more until ``spec.warmup_seconds`` have passed since it
+    began; returns how many steps ran. The device is synchronised after each chunk of steps, so the time that passes
+    is the device's; a chunk is sized by the steps' observed rate to what is left, so the queue stays full."""
+    from ampsuite.run.numerics import sync
+
+    start, steps = time.perf_counter(), 0
+    chunk = spec.warmup_steps or int(spec.warmup_seconds > 0)
+    while chunk > 0:
+        for _ in range(chunk):
+            run(data())
+        sync(device)
+        steps += chunk
+        elapsed = time.perf_counter() - start
+        left = spec.warmup_seconds - elapsed
+        chunk = 0 if left <= 0 else max(1, min(math.ceil(left * steps / elapsed) if elapsed > 0 else 1, 10_000))
+    return steps
 
 
 def time_steps(

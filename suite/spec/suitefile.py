@@ -202,6 +202,7 @@ def loads(text: str, path: str = "<suite>") -> SuiteSpec:
     steps = limits.MAX_SPEC_STEPS
     measure = MeasureSpec(
         warmup_steps=m.number("warmup_steps", MeasureSpec.warmup_steps, minimum=0, maximum=steps, integer=True),
+        warmup_seconds=m.number("warmup_seconds", MeasureSpec.warmup_seconds, minimum=0, maximum=limits.MAX_TIMEOUT),
         min_steps=m.number("min_steps", MeasureSpec.min_steps, minimum=3, maximum=steps, integer=True),
         max_steps=m.number("max_steps", MeasureSpec.max_steps, minimum=3, maximum=steps, integer=True),
         max_seconds=m.number(

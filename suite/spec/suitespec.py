@@ -70,6 +70,9 @@ class MeasureSpec:
 
     warmup_steps: int = 3
     """Untimed steps after the numerics phase."""
+    warmup_seconds: float = 0.0
+    """The warm-up goes on past ``warmup_steps`` until this long has passed: a GPU at its power cap lowers its
+    clocks about a second into sustained load, so a cell timed sooner measures a burst."""
     min_steps: int = 10
     """Timed steps before the noise rule may stop the timing."""
     max_steps: int = 200

@@ -66,6 +66,7 @@ __all__ = [
 
 TINY_MEASURE: dict[str, Any] = {
     "warmup_steps": 1,
+    "warmup_seconds": 0.0,
     "min_steps": 3,
     "max_steps": 3,
     "max_seconds": 1.0,

@@ -39,6 +39,7 @@ EXAMPLE = REPO / "examples" / "ampsuite-extras"
 COPY_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "dist", ".pytest_cache")
 TINY = {
     "warmup_steps": 1,
+    "warmup_seconds": 0.0,
     "min_steps": 3,
     "max_steps": 3,
     "max_seconds": 1.0,

@@ -149,8 +149,8 @@ def test_clocks_lowered_by_the_power_cap_are_noted_not_flagged(use_nvml) -> None
     assert instability_warnings({"warnings": ctx.warnings}) == []  # the analysis keeps trusting the cell
     assert power_cap_note({"warnings": ctx.warnings, "metrics": ctx.metrics}) == (
         "SM clock lowered with NVML's software power cap (sw_power_cap) as the reason: median 1,830 MHz, "
-        "lowest 1,545 MHz, up to 500 W over the timed steps; trusted: the clocks probe counts a slowdown at the power "
-        "cap as the speed the GPU sustains"
+        "lowest 1,545 MHz, up to 500 W (NVML's 1-second average) over the timed steps; trusted: the clocks probe "
+        "counts a slowdown at the power cap as the speed the GPU sustains"
     )
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TOY, alive, run_in_workers, toy_suite, wait_gone
+from conftest import FAST_MEASURE, TOY, alive, run_in_workers, toy_suite, wait_gone
 from records import parallel_record
 
 from ampsuite import analysis
@@ -178,6 +178,8 @@ def _ddp_suite(gpus: Any, combination: str, fault: str, timeout: float = 120) ->
         toy={**TOY, "gpus": gpus},
         combinations={"fp32": [], combination: [fault]},
         techniques={fault: {"rank": 1}},
+        # Warm-up seconds: each rank's clock would size its own chunks, and DDP hangs on a step one rank lacks.
+        measure={**FAST_MEASURE, "warmup_seconds": 0.3},
     )
 
 
@@ -213,8 +215,9 @@ def test_two_process_cell_records_per_rank_and_total_throughput(ddp_run) -> None
     assert [r["rank"] for r in m["ranks"]] == [0, 1]
     for r in m["ranks"]:
         assert r["n"] >= 3 and r["throughput"] == pytest.approx(8 / r["median"])
-    # The ranks agreed on the number of timed steps (DDP would hang otherwise).
+    # The ranks agreed on the number of warm-up and timed steps (DDP would hang otherwise).
     assert m["ranks"][0]["n"] == m["ranks"][1]["n"] == m["step_time"]["n"]
+    assert m["ranks"][0]["warmup_steps"] == m["ranks"][1]["warmup_steps"] > FAST_MEASURE["warmup_steps"]
     slowest = max(r["median"] for r in m["ranks"])
     assert m["step_time"]["median"] == slowest
     assert m["throughput"] == pytest.approx(2 * 8 / slowest)

@@ -196,6 +196,25 @@ def test_the_warm_up_runs_its_steps_then_goes_on_until_its_seconds_have_passed(f
     assert measure.warm_up(step.run, step.data, CPU, spec(warmup_steps=0, warmup_seconds=0.1)) == step.calls >= 10
 
 
+def test_a_warm_up_whose_first_steps_were_fast_grows_its_chunks_no_more_than_doubling(fake) -> None:
+    # Five steps a hundred times faster than the rest (a cache, a cold start's clocks): sized by their rate alone,
+    # the next chunk would take 100x the time left.
+    step = fake(itertools.chain(itertools.repeat(0.0001, 5), itertools.repeat(0.01)))
+    measure.warm_up(step.run, step.data, CPU, spec(warmup_steps=5, warmup_seconds=1.5))
+    assert 1.5 <= step.now < 3.0
+
+
+def test_ranks_warm_up_in_chunks_that_rank_0s_clock_sizes(fake, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ampsuite.run import rank
+
+    step = fake(itertools.repeat(0.01))
+    monkeypatch.setattr(rank, "time", types.SimpleNamespace(perf_counter=step.clock))
+    # Rank 0's clock has run twice as far as this rank's at every exchange: its 1.0 s decides, not this rank's.
+    monkeypatch.setattr(rank, "exchange", lambda elapsed: [2 * elapsed, elapsed])
+    ran = rank.agreed_warm_up(step.run, step.data, CPU, spec(warmup_steps=5, warmup_seconds=1.0))
+    assert ran == step.calls and 0.5 - 1e-9 <= step.now < 0.5 + 0.05
+
+
 def test_a_warm_up_whose_steps_slow_down_still_stops_soon_after_its_seconds(fake) -> None:
     # A GPU at its power cap: steps take twice as long once the clocks fall, so a chunk sized at the first rate
     # overshoots by at most that chunk's second half.

@@ -17,7 +17,9 @@ Power is NVML's instantaneous board power where the driver reports it
 newer, the average of the last second, which over a timed window of a fraction
 of a second reads the idle moments before it (an H100's TF32 GEMM cell at its
 power cap read 223 W). ``metrics["clocks"]["power_reading"]`` says which one
-was read: ``instant`` or ``average``.
+was read: ``instant`` or ``average``. A window shorter than ``SAMPLE_SECONDS``
+is sampled only at its two ends, where the host has just synchronised with the
+GPU: its power reads low even so (163 W for an H100's 28-ms fp16 GEMM window).
 
 The software power cap is not flagged, even when it lowers the clocks: a busy
 H100/H200 sits at its power cap, and the clocks it trades for power are the

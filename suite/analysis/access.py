@@ -295,9 +295,12 @@ def power_cap_note(record: Mapping[str, Any]) -> str | None:
     if median is None or low is None:
         return warning
     watts = finite(power.get("max"))
+    averaged = " (NVML's 1-second average)" if clocks.get("power_reading") == "average" else ""
     return (
         f"SM clock lowered with NVML's software power cap (sw_power_cap) as the reason: median {median:,.0f} MHz, "
-        f"lowest {low:,.0f} MHz" + ("" if watts is None else f", up to {watts:,.0f} W") + " over the timed steps; "
+        f"lowest {low:,.0f} MHz"
+        + ("" if watts is None else f", up to {watts:,.0f} W{averaged}")
+        + " over the timed steps; "
         "trusted: the clocks probe counts a slowdown at the power cap as the speed the GPU sustains"
     )
 

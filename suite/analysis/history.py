@@ -211,14 +211,16 @@ def history(sources: HistorySource | Iterable[HistorySource]) -> dict[str, list[
     items: list[HistorySource] = [sources] if isinstance(sources, Mapping | str | os.PathLike) else list(sources)
     found: list[tuple[str, str, HistoryPoint]] = []
     docs: list[AnyDocument] = []
+    files: list[str] = []
     for item in items:
         read = item if isinstance(item, Mapping) else _path_source(Path(item))
         if isinstance(read, list):
             found.extend(read)
         else:
             docs.append(read)
+            files.append("" if isinstance(item, Mapping) else str(item))
     # Results files name their machines as the machines page does, so two cards of one model are two series.
-    for machine in group_machines(docs):
+    for machine in group_machines(docs, files if all(files) else ()):
         for index in machine.docs:
             found.extend(_doc_points(docs[index], machine.label))
     several = len({source for source, _, _ in found}) > 1

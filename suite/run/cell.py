@@ -113,6 +113,7 @@ def measure_cell(
     *,
     prepare: Callable[[TrainStep], TrainStep] | None = None,
     timer: Callable[..., list[float]] = time_steps,
+    warmer: Callable[..., int] = warm_up,
 ) -> dict[str, Any]:
     """The measurement of one process: :func:`run_cell` for a single-process cell, and each rank's part of a
     data-parallel one.
@@ -121,6 +122,8 @@ def measure_cell(
         (a rank wraps the model in DistributedDataParallel here).
     :param timer: times the steps (:func:`ampsuite.run.measure.time_steps`'s signature); ranks
         pass one whose stopping rule every rank agrees on.
+    :param warmer: runs the warm-up and returns its steps (:func:`ampsuite.run.measure.warm_up`'s signature);
+        ranks pass one whose chunks every rank agrees on.
     """
     state = state if state is not None else {}
     cell = payload["cell"]
@@ -172,7 +175,7 @@ def measure_cell(
             probe.inspect(ctx)
 
     state["phase"] = "warm-up"
-    warmed = warm_up(run, step.data, device, spec)
+    warmed = warmer(run, step.data, device, spec)
     metrics["warmup_steps"] = warmed
 
     state["phase"] = "timed steps"
@@ -185,7 +188,8 @@ def measure_cell(
     final_loss = float(last.float().mean())
     numerics["final_loss"] = finite(final_loss)
     if numerics["nonfinite_step"] is None and not math.isfinite(final_loss):
-        numerics["nonfinite_step"], numerics["nonfinite_what"] = spec.numerics_steps + warmed, "loss"
+        # The step after the timed ones, counted from 0 as the numerics phase counts.
+        numerics["nonfinite_step"], numerics["nonfinite_what"] = spec.numerics_steps + warmed + len(samples), "loss"
     if step.scaler is not None and numerics["scale_collapsed_step"] is None:
         # Read once after timing (a read syncs): the step given is the last one, when it was seen.
         scale = float(step.scaler.get_scale())

@@ -140,6 +140,7 @@ def combine(results: Mapping[int, Mapping[str, Any]], world_size: int) -> dict[s
                 "median": _median(res),
                 "noise": res["metrics"]["step_time"].get("noise"),
                 "n": res["metrics"]["step_time"].get("n"),
+                "warmup_steps": res["metrics"].get("warmup_steps"),
                 "throughput": res["metrics"]["samples_per_step"] / _median(res),
                 "peak_memory_bytes": res["metrics"].get("peak_memory_bytes"),
                 "final_loss": (res.get("numerics") or {}).get("final_loss"),

@@ -30,6 +30,8 @@ __all__ = [
     "relative_noise",
     "summarize",
     "time_steps",
+    "first_warm_up_chunk",
+    "next_warm_up_chunk",
     "timing_warnings",
     "warm_up",
 ]
@@ -169,16 +171,31 @@ def warm_up(run: Callable[[Batch], Any], data: Callable[[], Batch], device: torc
     from ampsuite.run.numerics import sync
 
     start, steps = time.perf_counter(), 0
-    chunk = spec.warmup_steps or int(spec.warmup_seconds > 0)
+    chunk = first_warm_up_chunk(spec)
     while chunk > 0:
         for _ in range(chunk):
             run(data())
         sync(device)
         steps += chunk
-        elapsed = time.perf_counter() - start
-        left = spec.warmup_seconds - elapsed
-        chunk = 0 if left <= 0 else max(1, min(math.ceil(left * steps / elapsed) if elapsed > 0 else 1, 10_000))
+        chunk = next_warm_up_chunk(spec, steps, time.perf_counter() - start)
     return steps
+
+
+def first_warm_up_chunk(spec: MeasureSpec) -> int:
+    """The warm-up's first chunk: ``warmup_steps``, or one step to measure the rate by."""
+    return spec.warmup_steps or int(spec.warmup_seconds > 0)
+
+
+def next_warm_up_chunk(spec: MeasureSpec, steps: int, elapsed: float) -> int:
+    """The steps of the warm-up's next chunk after ``steps`` steps in ``elapsed`` seconds; 0 once its seconds have
+    passed. Sized by the observed rate to what is left, but at most doubling the steps so far: a rate measured on a
+    few steps that a cache or the clocks made fast need not hold."""
+    left = spec.warmup_seconds - elapsed
+    if left <= 0:
+        return 0
+    if steps <= 0 or elapsed <= 0:
+        return 1
+    return max(1, min(math.ceil(left * steps / elapsed), steps))
 
 
 def time_steps(

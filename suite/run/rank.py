@@ -28,7 +28,16 @@ from ampsuite.run import procs
 from ampsuite.run.cell import classify, limit_memory, measure_cell
 from ampsuite.spec.parallel import UNSUPPORTED_TECHNIQUES
 
-__all__ = ["NVLS_ENV", "START_METHOD", "agreed_time_steps", "exchange", "gather_results", "rank_main", "wrap_ddp"]
+__all__ = [
+    "NVLS_ENV",
+    "START_METHOD",
+    "agreed_time_steps",
+    "agreed_warm_up",
+    "exchange",
+    "gather_results",
+    "rank_main",
+    "wrap_ddp",
+]
 
 NVLS_ENV: dict[str, str] = {
     "NCCL_NVLS_ENABLE": "0",
@@ -73,6 +82,19 @@ def agreed_time_steps(run: Callable[..., Any], data: Callable[[], Any], device: 
         k = _next_chunk(len(samples), spec, votes[0][1])
         chunk = dataclasses.replace(spec, min_steps=k, max_steps=k, max_seconds=math.inf)
         samples.extend(time_steps(run, data, device, chunk))
+
+
+def agreed_warm_up(run: Callable[..., Any], data: Callable[[], Any], device: Any, spec: Any) -> int:
+    """:func:`ampsuite.run.measure.warm_up` in chunks every rank agrees on: rank 0's clock sizes each chunk, so
+    every rank runs the same steps (a rank one step ahead would wait forever in an all-reduce)."""
+    from ampsuite.run.measure import first_warm_up_chunk, next_warm_up_chunk, warm_up
+
+    start, steps = time.perf_counter(), 0
+    chunk = first_warm_up_chunk(spec)
+    while chunk > 0:
+        steps += warm_up(run, data, device, dataclasses.replace(spec, warmup_steps=chunk, warmup_seconds=0.0))
+        chunk = next_warm_up_chunk(spec, steps, exchange(time.perf_counter() - start)[0])
+    return steps
 
 
 def wrap_ddp(step: Any) -> Any:
@@ -134,7 +156,9 @@ def _run_rank(payload: dict[str, Any], rank: int, local_rank: int, state: dict[s
     backend = "nccl" if cuda else "gloo"
     state["phase"] = f"init_process_group ({backend})"
     dist.init_process_group(backend, device_id=torch.device(cell["device"]) if cuda else None)
-    result = measure_cell({**payload, "cell": cell}, state, prepare=wrap_ddp, timer=agreed_time_steps)
+    result = measure_cell(
+        {**payload, "cell": cell}, state, prepare=wrap_ddp, timer=agreed_time_steps, warmer=agreed_warm_up
+    )
     result["rank_info"] = {
         "rank": rank,
         "local_rank": local_rank,

@@ -279,8 +279,8 @@ def run_check(check: Check, device: str, *, rounds: int = 3, measure: MeasureSpe
     # (an H100's fp16 GEMM warmed up for 1.5 s: plain/harness 0.94, its plain rounds 9% apart). Both loops run
     # at the clocks the GPU starts at instead.
     spec = measure or MeasureSpec(warmup_steps=5, min_steps=20, max_steps=200, max_seconds=3.0, noise_target=0.005)
-    # Both loops warm up together, for as long as the harness would warm the cell up (a GPU at its power cap
-    # slows about a second into sustained load), so neither is timed on a cooler GPU than the other.
+    # Both loops warm up together, for the warm-up seconds of a measure given, so neither is timed on a GPU in
+    # another state than the other.
     start, done = time.perf_counter(), 0
     while done < spec.warmup_steps or time.perf_counter() - start < spec.warmup_seconds:
         run(step.data())

@@ -25,13 +25,13 @@ if TYPE_CHECKING:
 __all__ = [
     "UNSTABLE_REL_IQR",
     "between_process_noise",
+    "first_warm_up_chunk",
+    "next_warm_up_chunk",
     "pool",
     "rates",
     "relative_noise",
     "summarize",
     "time_steps",
-    "first_warm_up_chunk",
-    "next_warm_up_chunk",
     "timing_warnings",
     "warm_up",
 ]
@@ -167,7 +167,8 @@ def _next_chunk(done: int, spec: MeasureSpec, elapsed: float) -> int:
 def warm_up(run: Callable[[Batch], Any], data: Callable[[], Batch], device: torch.device, spec: MeasureSpec) -> int:
     """The untimed warm-up: ``spec.warmup_steps`` steps, then more until ``spec.warmup_seconds`` have passed since it
     began; returns how many steps ran. The device is synchronised after each chunk of steps, so the time that passes
-    is the device's; a chunk is sized by the steps' observed rate to what is left, so the queue stays full."""
+    is the device's; a chunk is sized by the steps' observed rate to what is left (:func:`next_warm_up_chunk`), so
+    the queue stays full."""
     from ampsuite.run.numerics import sync
 
     start, steps = time.perf_counter(), 0

@@ -194,6 +194,20 @@ def test_each_card_is_its_own_history_series_and_the_report_compares_the_cards(t
     assert (tmp_path / "site" / "machines.html").exists() and (tmp_path / "site" / "history.html").exists()
 
 
+def test_history_tells_a_file_without_a_uuid_from_a_card_of_its_name_by_the_file(tmp_path: Path) -> None:
+    carded = copy.deepcopy(results.load(H200))  # H200 names no UUID: a file written before files named one
+    carded["environment"]["gpu"]["uuid"] = "GPU-e290ae9c-3508-fae9-cab0-5451c1aad523"
+    paths = [H200]
+    for name, doc in (("later.json", copy.deepcopy(results.load(H200))), ("carded.json", carded)):
+        paths.append(write(tmp_path / name, sealed(doc)))
+    later_carded = copy.deepcopy(carded)
+    later_carded["run"]["id"] = "later"
+    paths.append(write(tmp_path / "later-carded.json", sealed(later_carded)))
+    series = analysis.history(paths)
+    cell = "resnet50/fp32/bs32 @ NVIDIA H200 on vm"
+    assert len(series[f"{cell} (later.json)"]) == 2 and len(series[f"{cell} (GPU-e290ae9c)"]) == 2
+
+
 def test_cli_corrupt_file_among_machines_is_one_line(tmp_path: Path, h100_file: Path, capsys) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text('{"format": "ampsuite-results", "version": 1, "cells": [')

@@ -139,7 +139,7 @@ def _render(args: argparse.Namespace, docs: list[dict[str, Any]], compare_with: 
     machines = analysis.group_machines(docs, args.results)
     if len(machines) > 1:
         echo("machines: " + "; ".join(f"{m.label} ({len(m.docs)} file{'s' * (len(m.docs) > 1)})" for m in machines))
-    # Their paths, not the documents: the history names a machine as machines.html does, by file where needed.
+    # Their paths, not the documents: where two of these machines read alike, the history tells them apart by file.
     own_history = [args.results[i] for m in machines if len(m.docs) > 1 for i in m.docs]
     history = None
     if args.asv_results or own_history:

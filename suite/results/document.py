@@ -176,8 +176,7 @@ def check_same_suite(path: str, old: dict[str, Any], spec: SuiteSpec) -> None:
         )
     # Records timed to another stopping rule (or trained to another quality budget) would sit beside new ones
     # and be judged by the new settings.
-    measured = old["run"].get("measure")  # a file that recorded no [measure] at all has nothing to hold against
-    changed = _differences("", measured, asdict(spec.measure), asdict(MeasureSpec())) if measured else []
+    changed = _differences("", old["run"].get("measure") or {}, asdict(spec.measure), asdict(MeasureSpec()))
     quality = (old["run"].get("suite") or {}).get("quality")
     if (quality is None) != (spec.quality is None):
         changed.append("[quality] " + ("added" if quality is None else "removed"))

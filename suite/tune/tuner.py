@@ -208,8 +208,8 @@ class Tuner:
             return self._keep(record)
         measure = spec.measure
         graph = screened_cell(cell.id) or cell.id  # a cell's screens and full measurement compile one graph
-        timed = (measure.warmup_seconds + measure.max_seconds) * measure.processes  # before any cell of it ran
-        estimate = self.budget.estimate((config.key, phase), timed, candidate.techniques, graph)
+        nominal = (measure.warmup_seconds + measure.max_seconds) * measure.processes  # before any cell of it ran
+        estimate = self.budget.estimate((config.key, phase), nominal, candidate.techniques, graph)
         # The search phases leave a share of the budget for the ablation, which explains the recipe.
         reserve = 0.0 if phase == "ablation" else self.reserve
         if not self.budget.fits(estimate, reserve):

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import FAST_MEASURE, TOY, toy_suite
+from conftest import FAST_MEASURE, FAULTS, TOY, toy_suite
 
 from ampsuite import BuildContext, SkipCell, cli, results
 from ampsuite.contract.errors import ExitCode, SuiteFileError
@@ -379,3 +379,23 @@ def test_cuda_faults_stay_in_their_cells(tmp_path: Path) -> None:
             assert record["status"] == "passed", (combination, record["evidence"])
     assert records["scale-collapse"]["numerics"]["scale_collapsed_step"] == 9
     assert records["nan"]["numerics"]["nonfinite_step"] == 0
+
+
+def test_a_loss_that_turns_non_finite_after_the_numerics_phase_is_placed_at_the_step_after_the_timed_ones(
+    ampsuite_run,
+) -> None:
+    # The parameters turn NaN after the two numerics steps (in an inspect, warm-up or timed step): only the last
+    # step's loss, after the numerics, warm-up and timed steps, shows it.
+    result = ampsuite_run(
+        {
+            "workloads": {"toy": {"batch_size": 4, "hidden": 8}},
+            "combinations": {"late-nan": ["fault-nan"]},
+            "techniques": {"fault-nan": {"after_steps": 2}},
+        },
+        plugins=(FAULTS,),
+    )
+    (record,) = result.doc["cells"]
+    numerics, metrics = record["numerics"], record["metrics"]
+    assert len(numerics["losses"]) == 2 and None not in numerics["losses"]  # finite through the numerics phase
+    assert numerics["nonfinite_what"] == "loss"
+    assert numerics["nonfinite_step"] == 2 + metrics["warmup_steps"] + metrics["step_time"]["n"] == 6

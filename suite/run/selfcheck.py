@@ -39,7 +39,7 @@ from ampsuite.contract.errors import SkipCell
 from ampsuite.contract.tunerecords import TuneSummary
 from ampsuite.contract.wire import Status
 from ampsuite.host.manager import PluginSettings, load_registry
-from ampsuite.run.measure import summarize, time_steps
+from ampsuite.run.measure import summarize, time_steps, warm_up
 from ampsuite.run.plainloops import NotComparable, plain_graph_step, plain_half_step, plain_step
 from ampsuite.run.worker import build_step
 from ampsuite.spec.options import build_options, options_as_dict
@@ -279,16 +279,9 @@ def run_check(check: Check, device: str, *, rounds: int = 3, measure: MeasureSpe
     # (an H100's fp16 GEMM warmed up for 1.5 s: plain/harness 0.94, its plain rounds 9% apart). Both loops run
     # at the clocks the GPU starts at instead.
     spec = measure or MeasureSpec(warmup_steps=5, min_steps=20, max_steps=200, max_seconds=3.0, noise_target=0.005)
-    # Both loops warm up together, for the warm-up seconds of a measure given, so neither is timed on a GPU in
-    # another state than the other.
-    start, done = time.perf_counter(), 0
-    while done < spec.warmup_steps or time.perf_counter() - start < spec.warmup_seconds:
-        run(step.data())
-        plain(pool[0])
-        done += 1
-        if done >= spec.warmup_steps:
-            _sync(dev)
-    _sync(dev)
+    # Both loops warm up together, step for step (and for the warm-up seconds of a measure given), so neither is
+    # timed on a GPU in another state than the other.
+    warm_up(lambda batch: (run(batch), plain(pool[0])), step.data, dev, spec)
 
     harness_medians: list[float] = []
     harness_noise: list[float] = []
